@@ -1,0 +1,49 @@
+"""tirx_cuda_dispatch: dispatch and lowering of TIRx tile primitives on NVIDIA GPUs.
+
+Importing the package is all the set-up a user needs: it registers our variants, the
+``"tirx_cuda_dispatch"`` TIR pipeline (and ``"tirx_cuda_dispatch.strict"``) with TVM,
+and the global function ``tirx_cuda_dispatch.transform.LowerTIRx``::
+
+    import tirx_cuda_dispatch
+    tvm.compile(func, target=tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}),
+                tir_pipeline="tirx_cuda_dispatch")
+"""
+
+from __future__ import annotations
+
+from . import copy as _copy  # noqa: F401  (registers the copy variants)
+from . import pipeline as _pipeline
+from .call import Operand, TileCall
+from .errors import Decline, DispatchError, VariantError, check, decline
+from .explain import CallReport, Explanation, explain
+from .lowering import LowerTIRx
+from .registry import Predicate, list_variants, predicate, unregister, variant, variants_for
+
+__version__ = "0.1.0"
+
+_pipeline.register()
+
+PIPELINE = _pipeline.PIPELINE_NAME
+STRICT_PIPELINE = _pipeline.STRICT_PIPELINE_NAME
+
+__all__ = [
+    "PIPELINE",
+    "STRICT_PIPELINE",
+    "CallReport",
+    "Decline",
+    "DispatchError",
+    "Explanation",
+    "LowerTIRx",
+    "Operand",
+    "Predicate",
+    "TileCall",
+    "VariantError",
+    "check",
+    "decline",
+    "explain",
+    "list_variants",
+    "predicate",
+    "unregister",
+    "variant",
+    "variants_for",
+]

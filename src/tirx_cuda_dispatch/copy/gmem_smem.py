@@ -1,0 +1,176 @@
+"""copy -> gmem_smem: a synchronous copy between global and shared memory, either way.
+
+Accepts: a CUDA target; scope thread / warp / warpgroup / cta with every thread of it
+active; a valid copy (layouts on both sides, equal dtypes, equal non-unit extents)
+between global and shared memory (neither side a register); an element count that the
+scope's threads divide.
+
+Emits: neither operand says which thread owns which element, so the partition is
+synthesized from the scope (:mod:`..layout.partition`): ``[outer, threads, vec]`` with
+the global side driving the order (coalesced), the widest aligned vector (128 -> 8 bits,
+capped at one swizzle unit on a swizzled shared layout), and a serial round loop of
+vector loads and stores (``ld.global``/``st.shared`` or ``ld.shared``/``st.global``,
+PTX ISA "Data Movement and Conversion Instructions: ld, st"). A swizzled shared offset
+goes through the swizzle in the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm.script import tirx as T
+
+from ..call import TileCall
+from ..codegen import (
+    digits_offset,
+    elems_to_words,
+    storage_words,
+    thread_index,
+    vector_slot,
+    word_type,
+)
+from ..errors import Decline
+from ..layout.atoms import memory_view
+from ..layout.partition import ScopePartition, synthesize_partition
+from ..predicates import (
+    requires_all_threads_active,
+    requires_cuda,
+    requires_memory_pair,
+    requires_scope,
+    requires_valid_copy,
+)
+from ..registry import variant
+
+GMEM_SMEM_PAIRS = (("global", "shared"), ("shared", "global"))
+
+
+def requires_count_divisible_by_threads(call: TileCall) -> tuple[bool, str | None]:
+    """The region's element count divides evenly among the scope's threads."""
+    src = call.operand(1, "src")
+    count = 1
+    for ext in src.extents:
+        count *= ext
+    threads = call.thread_count
+    if count % threads:
+        return False, (
+            f"region of {count} elements is not divisible by the {threads} threads of scope "
+            f"{call.scope}"
+        )
+    return True, None
+
+
+@dataclass(frozen=True)
+class GmemSmemPlan:
+    """Facts of one global<->shared copy: who moves what, at which width."""
+
+    direction: str  # "global->shared" or "shared->global"
+    dtype: str
+    elem_bits: int
+    partition: ScopePartition  # operands in the order (global, shared)
+
+    @property
+    def vec(self) -> int:
+        return self.partition.vec
+
+    @property
+    def vec_bits(self) -> int:
+        return self.partition.vec_bits
+
+    @property
+    def outer(self) -> int:
+        return self.partition.rounds
+
+    @property
+    def threads(self) -> int:
+        return self.partition.threads
+
+    def facts(self) -> dict:
+        p = self.partition
+        facts = {
+            "vec_bits": self.vec_bits,
+            "vec": self.vec,
+            "outer": self.outer,
+            "threads": self.threads,
+            "direction": self.direction,
+        }
+        if p.swizzles[1] is not None:
+            facts["swizzle"] = str(p.swizzles[1])
+        if p.narrower_because:
+            facts["narrower_because"] = p.narrower_because
+        return facts
+
+    def __str__(self) -> str:
+        return (
+            f"gmem_smem {self.direction} {self.dtype}: {self.outer} rounds x "
+            f"{self.threads} threads x {self.vec} ({self.vec_bits}-bit)"
+        )
+
+
+def plan(call: TileCall) -> GmemSmemPlan:
+    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    g, s = (src, dst) if src.memory == "global" else (dst, src)
+    if src.elem_bits < 8:
+        raise Decline(f"{src.dtype} elements are narrower than a byte; needs 8 bits or more")
+    partition = synthesize_partition(
+        [memory_view(g), memory_view(s)], call.thread_count, src.elem_bits, driver=0
+    )
+    direction = "global->shared" if g is src else "shared->global"
+    return GmemSmemPlan(direction, src.dtype, src.elem_bits, partition)
+
+
+@variant(
+    "copy",
+    "gmem_smem",
+    priority=10,
+    predicates=[
+        requires_cuda,
+        requires_scope("thread", "warp", "warpgroup", "cta"),
+        requires_all_threads_active,
+        requires_valid_copy,
+        requires_memory_pair(GMEM_SMEM_PAIRS),
+        requires_count_divisible_by_threads,
+    ],
+    plan=plan,
+)
+def emit(plan: GmemSmemPlan, call: TileCall):
+    """Serial round loop of vector copies between global and shared memory."""
+    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    g, s = (src, dst) if plan.direction == "global->shared" else (dst, src)
+    p = plan.partition
+    word, lanes = word_type(plan.vec_bits)
+    word_bits = plan.vec_bits // lanes
+    outer_ext = [d.extent for d in p.outer]
+    thread_ext = [d.extent for d in p.thread]
+
+    def offset(which: int, rnd, tid):
+        off = (
+            p.bases[which]
+            + digits_offset(rnd, outer_ext, [d.strides[which] for d in p.outer])
+            + digits_offset(tid, thread_ext, [d.strides[which] for d in p.thread])
+        )
+        swz = p.swizzles[which]
+        return swz.apply_expr(off) if swz is not None else off
+
+    def slot(which: int, rnd, tid):
+        return vector_slot(elems_to_words(offset(which, rnd, tid), plan.elem_bits, word_bits), lanes)
+
+    g_buf, s_buf = g.buffer, s.buffer
+    g_words = storage_words(g_buf, plan.elem_bits, word_bits)
+    s_words = storage_words(s_buf, plan.elem_bits, word_bits)
+    g_scope, s_scope = g.scope, s.scope
+    to_shared = plan.direction == "global->shared"
+    rounds = plan.outer
+
+    # fmt: off
+    @T.prim_func(check_well_formed=False)
+    def impl():
+        tid = thread_index(call)
+        g_words_view = T.decl_buffer((g_words,), word, data=g_buf.data, scope=g_scope)
+        s_words_view = T.decl_buffer((s_words,), word, data=s_buf.data, scope=s_scope)
+        for rnd in range(rounds):
+            if to_shared:
+                s_words_view[slot(1, rnd, tid)] = g_words_view[slot(0, rnd, tid)]
+            else:
+                g_words_view[slot(0, rnd, tid)] = s_words_view[slot(1, rnd, tid)]
+    # fmt: on
+    return impl

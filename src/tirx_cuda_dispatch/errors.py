@@ -1,0 +1,35 @@
+"""The two failure channels: an expected refusal (:class:`Decline`) and everything else.
+
+A :class:`Decline` is a variant saying "not for this call, because ...". Only declines are
+caught by the dispatcher. Any other exception raised by one of our predicates, planners
+or emitters is a bug: it surfaces as :class:`VariantError` naming the variant and the call.
+"""
+
+from __future__ import annotations
+
+
+class Decline(Exception):
+    """Raised by a planner (or emitter) that cannot handle the call; the message is the reason."""
+
+    @property
+    def reason(self) -> str:
+        return str(self.args[0]) if self.args else "declined"
+
+
+class DispatchError(RuntimeError):
+    """A call could not be lowered the way the user asked (strict mode, or a forced variant)."""
+
+
+class VariantError(RuntimeError):
+    """One of our variants raised something other than a decline: a bug, reported with the call."""
+
+
+def decline(reason: str) -> None:
+    """Raise :class:`Decline` with ``reason``; for planners written as straight-line checks."""
+    raise Decline(reason)
+
+
+def check(cond: bool, reason: str) -> None:
+    """Decline with ``reason`` unless ``cond`` holds."""
+    if not cond:
+        raise Decline(reason)

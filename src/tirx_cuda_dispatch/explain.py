@@ -1,0 +1,142 @@
+"""explain(): what each tile-primitive call of a program becomes, and why.
+
+It runs our LowerTIRx in explain mode: the same predicates and planners as lowering,
+without emitting, so the plan reported is the plan the emitter would receive.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+
+from .dispatch import Candidate, Outcome, plan_facts
+from .lowering import run_lower
+
+
+def as_target(target: Any) -> tvm.target.Target:
+    """Accept a Target, a JSON-dict target, or a CUDA arch string such as ``"sm_90a"``."""
+    if isinstance(target, tvm.target.Target):
+        return target
+    if isinstance(target, dict):
+        return tvm.target.Target(target)
+    if isinstance(target, str) and target.startswith("sm_"):
+        return tvm.target.Target({"kind": "cuda", "arch": target})
+    raise TypeError(
+        f"target must be a tvm Target, a target dict or an arch like 'sm_90a', got {target!r}"
+    )
+
+
+def as_module(func_or_mod: Any) -> tvm.IRModule:
+    if isinstance(func_or_mod, tvm.IRModule):
+        return func_or_mod
+    if isinstance(func_or_mod, tvm.tirx.PrimFunc):
+        return tvm.IRModule({"main": func_or_mod})
+    raise TypeError(f"expected a PrimFunc or an IRModule, got {type(func_or_mod).__name__}")
+
+
+def _layout_text(layout: Any) -> str:
+    return "None" if layout is None else str(layout).replace("T.", "")
+
+
+@dataclass
+class CallReport:
+    """One tile-primitive call: where it is, what it touches, what was chosen and why."""
+
+    index: int
+    op: str
+    scope: str
+    location: str
+    operands: list[dict[str, Any]]
+    variant: str | None
+    plan: dict[str, Any]
+    candidates: list[Candidate] = field(default_factory=list)
+
+    @classmethod
+    def from_outcome(cls, index: int, out: Outcome) -> CallReport:
+        call = out.call
+        operands = [
+            {
+                "role": o.role,
+                "buffer": o.name,
+                "scope": o.scope,
+                "dtype": o.dtype,
+                "region": o.describe.split(" (")[0],
+                "layout": _layout_text(o.layout),
+            }
+            for o in call.operands
+        ]
+        return cls(
+            index=index,
+            op=call.op,
+            scope=call.scope,
+            location=str(call.location),
+            operands=operands,
+            variant=out.variant,
+            plan=plan_facts(out.plan),
+            candidates=list(out.candidates),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "op": self.op,
+            "scope": self.scope,
+            "location": self.location,
+            "operands": self.operands,
+            "variant": self.variant,
+            "plan": {k: _plain(v) for k, v in self.plan.items()},
+            "candidates": [list(c) for c in self.candidates],
+        }
+
+    def __str__(self) -> str:
+        chosen = self.variant or "none of ours (TVM's built-in variants take it)"
+        lines = [f"[{self.index}] Tx.{self.scope}.{self.op} at {self.location}"]
+        for o in self.operands:
+            lines.append(
+                f"    {o['role']:<4} {o['region']:<28} {o['scope']:<7} {o['dtype']:<9} {o['layout']}"
+            )
+        lines.append(f"    variant: {chosen}")
+        if self.plan:
+            facts = ", ".join(f"{k}={_plain(v)}" for k, v in self.plan.items())
+            lines.append(f"    plan: {facts}")
+        for c in self.candidates:
+            verdict = "accepted" if c.accepted else "declined"
+            lines.append(f"      - {c.variant}: {verdict}" + (f" ({c.reason})" if c.reason else ""))
+        return "\n".join(lines)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)
+
+
+class Explanation(list):
+    """The reports of a program, in program order; prints as text, dumps as JSON."""
+
+    def __str__(self) -> str:
+        if not self:
+            return "no tile-primitive calls"
+        return "\n".join(str(r) for r in self)
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        return [r.as_dict() for r in self]
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.as_dicts(), **kwargs)
+
+
+def explain(func_or_mod: Any, target: Any = "sm_90a") -> Explanation:
+    """One :class:`CallReport` per tile-primitive call of ``func_or_mod``, in program order."""
+    tgt = as_target(target)
+    mod = as_module(func_or_mod)
+    with tgt:
+        _, session = run_lower(mod, mode="explain")
+    return Explanation(CallReport.from_outcome(i, out) for i, out in enumerate(session.outcomes))

@@ -1,0 +1,148 @@
+"""A memory operand's region as (extent, stride) atoms in logical row-major order.
+
+TVM's layout algebra does the hard part: ``layout.slice(buffer_shape, region)`` returns a
+layout over the region whose shard iterators, read left to right, are a mixed radix of the
+region's row-major element index. We turn that into plain ints (atoms), a base offset
+(an int or a TIR expression, e.g. ``bx * 1024``), and the swizzle on top, if any; every
+shared partition algorithm works on those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+from tvm import sym
+from tvm.tirx.layout import ComposeLayout, TileLayout
+
+from ..call import Operand, as_int
+from ..errors import Decline
+from .swizzle import Swizzle
+
+Atom = tuple[int, int]  # (extent, stride)
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """Where each element of an operand's region lives, relative to the buffer's data."""
+
+    operand: str  # the buffer name, for reasons
+    atoms: tuple[Atom, ...]  # outer -> inner over the region's row-major index
+    base: Any  # element offset of the region's first element (int or PrimExpr)
+    swizzle: Swizzle | None = None
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for ext, _ in self.atoms:
+            n *= ext
+        return n
+
+    def offset(self, index: int) -> int:
+        """Element offset of the region's ``index``-th element (ints only; for tests)."""
+        base = as_int(self.base)
+        if base is None:
+            raise ValueError("offset() needs a constant base")
+        off = base
+        for ext, stride in reversed(self.atoms):
+            off += (index % ext) * stride
+            index //= ext
+        return self.swizzle.apply(off) if self.swizzle else off
+
+
+def _region_bounds(opnd: Operand) -> list[tuple[Any, Any]]:
+    return [(lo, lo + ext) for lo, ext in opnd.region]
+
+
+def memory_view(opnd: Operand) -> MemoryView:
+    """The :class:`MemoryView` of a global/shared operand; declines with the reason otherwise."""
+    layout = opnd.layout
+    if layout is None:
+        raise Decline(f"{opnd.name} has no layout")
+    swizzle = Swizzle.of(layout, opnd.name)
+    if any(e is None for e in opnd.extents):
+        raise Decline(f"{opnd.name} region extents {list(opnd.extents)} are not all constant")
+    if len(opnd.buffer.strides) > 0:
+        raise Decline(f"{opnd.name} has explicit buffer strides; describe them with a layout")
+    sliced = layout.slice(list(opnd.shape), _region_bounds(opnd))
+    if sliced is None:
+        raise Decline(f"{opnd.name} layout {layout} cannot be sliced to region {opnd.describe}")
+    tile = sliced.tile_layout if isinstance(sliced, ComposeLayout) else sliced
+    if not isinstance(tile, TileLayout):
+        raise Decline(f"{opnd.name} layout {type(tile).__name__} is not a tile layout")
+    if len(tile.replica) > 0:
+        raise Decline(f"{opnd.name} layout replicates data ({layout}); a copy needs one home per element")
+    atoms: list[Atom] = []
+    for it in tile.shard:
+        if str(it.axis.name) != "m":
+            raise Decline(
+                f"{opnd.name} layout has a {it.axis.name} axis; a {opnd.scope} operand needs a memory layout"
+            )
+        ext, stride = as_int(it.extent), as_int(it.stride)
+        if ext is None or stride is None:
+            raise Decline(f"{opnd.name} layout has a non-constant iterator {it.extent}:{it.stride}")
+        if ext != 1:
+            atoms.append((ext, stride))
+    base: Any = 0
+    for axis, value in tile.offset.items():
+        if str(axis.name) != "m":
+            raise Decline(f"{opnd.name} layout offsets the {axis.name} axis")
+        base = value
+    elem_offset = opnd.buffer.elem_offset
+    if as_int(elem_offset) != 0:
+        base = base + elem_offset
+    base_int = as_int(base)
+    return MemoryView(opnd.name, tuple(atoms), base if base_int is None else base_int, swizzle)
+
+
+def common_refinement(*atom_lists: tuple[Atom, ...]) -> list[tuple[int, tuple[int, ...]]]:
+    """Split atoms so that every list has the same extents; returns (extent, strides) rows.
+
+    Each list is a mixed radix of the same index, so where two disagree the larger atom is
+    split (outer part first). That needs the smaller extent to divide the larger; when it
+    does not, the two views cannot be walked together by one loop nest and we decline.
+    """
+    lists = [list(a) for a in atom_lists]
+    sizes = {_product(a) for a in lists}
+    if len(sizes) != 1:
+        raise Decline(f"operands cover different element counts {sorted(sizes)}")
+    # Work from the innermost atom outwards.
+    stacks = [list(reversed(a)) for a in lists]
+    rows: list[tuple[int, tuple[int, ...]]] = []
+    while any(stacks):
+        if not all(stacks):
+            raise Decline("operand layouts do not refine to a common shape")
+        step = min(s[0][0] for s in stacks)
+        strides = []
+        for s in stacks:
+            ext, stride = s[0]
+            if ext % step:
+                raise Decline(
+                    f"operand layouts do not nest: extent {ext} is not a multiple of {step}"
+                )
+            strides.append(stride)
+            if ext == step:
+                s.pop(0)
+            else:
+                s[0] = (ext // step, stride * step)
+        rows.append((step, tuple(strides)))
+    return list(reversed(rows))
+
+
+def _product(atoms: list[Atom]) -> int:
+    n = 1
+    for ext, _ in atoms:
+        n *= ext
+    return n
+
+
+def prove_multiple(value: Any, factor: int) -> bool:
+    """True when ``value`` (int or TIR expression) is provably a multiple of ``factor``."""
+    if factor == 1:
+        return True
+    as_i = as_int(value)
+    if as_i is not None:
+        return as_i % factor == 0
+    analyzer = sym.Analyzer()
+    return bool(analyzer.can_prove_equal(tvm.tirx.floormod(value, factor), 0))

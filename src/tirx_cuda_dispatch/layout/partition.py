@@ -1,0 +1,149 @@
+"""The scope-synthesized partition: ``[outer, threads, vec]`` when no operand names threads.
+
+A global<->shared copy has no register operand whose layout says which thread owns which
+element, so the partition is made from the execution scope's thread count:
+
+1. walk both operands' regions together as common (extent, strides) dimensions;
+2. order them by the *driving* operand's stride, largest first (global drives, so
+   consecutive threads touch consecutive global addresses: coalesced), and fuse
+   neighbours that are contiguous on every operand;
+3. take the widest vector that fits (:mod:`.vector`) off the innermost dimension;
+4. carve the thread count off the next dimensions, innermost first; what is left is the
+   round loop.
+
+Each thread then moves ``vec`` elements per round, at
+``base + sum(digit_i(round) * stride_i) + sum(digit_j(tid) * stride_j)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import Decline
+from .atoms import MemoryView, common_refinement
+from .swizzle import Swizzle
+from .vector import vector_candidates, vector_misfit
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One loop dimension of a partition: its extent and its stride on each operand."""
+
+    extent: int
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ScopePartition:
+    """Who moves what: rounds x threads x vec, with per-operand strides and bases."""
+
+    outer: tuple[Dim, ...]  # indexed by the round, outer -> inner
+    thread: tuple[Dim, ...]  # indexed by the thread id, outer -> inner
+    vec: int  # contiguous elements per access on every operand
+    vec_bits: int
+    bases: tuple[Any, ...]  # per operand, element offset (int or PrimExpr)
+    swizzles: tuple[Swizzle | None, ...]
+    narrower_because: str | None = None  # why the next wider vector did not fit
+
+    @property
+    def rounds(self) -> int:
+        return _product(d.extent for d in self.outer)
+
+    @property
+    def threads(self) -> int:
+        return _product(d.extent for d in self.thread)
+
+
+def _product(values) -> int:
+    n = 1
+    for v in values:
+        n *= v
+    return n
+
+
+def _fuse(dims: list[Dim]) -> list[Dim]:
+    """Merge neighbours that are contiguous on every operand (outer stride = inner span)."""
+    fused: list[Dim] = []
+    for d in dims:
+        if fused:
+            prev = fused[-1]
+            if all(ps == d.extent * s for ps, s in zip(prev.strides, d.strides, strict=True)):
+                fused[-1] = Dim(prev.extent * d.extent, d.strides)
+                continue
+        fused.append(d)
+    return fused
+
+
+def _carve(dims: list[Dim], count: int) -> tuple[list[Dim], list[Dim]] | None:
+    """Split ``dims`` into (outer, inner) with ``prod(inner) == count``, or None."""
+    outer = list(dims)
+    inner: list[Dim] = []
+    need = count
+    while need > 1:
+        if not outer:
+            return None
+        d = outer.pop()
+        if need % d.extent == 0:
+            inner.insert(0, d)
+            need //= d.extent
+        elif d.extent % need == 0:
+            inner.insert(0, Dim(need, d.strides))
+            outer.append(Dim(d.extent // need, tuple(s * need for s in d.strides)))
+            need = 1
+        else:
+            return None
+    return outer, inner
+
+
+def synthesize_partition(
+    views: Sequence[MemoryView], threads: int, elem_bits: int, driver: int = 0
+) -> ScopePartition:
+    """The ``[outer, threads, vec]`` partition of equally sized ``views`` over ``threads``."""
+    rows = common_refinement(*(v.atoms for v in views))
+    dims = [Dim(ext, strides) for ext, strides in rows]
+    # Stable: equal driver strides keep their logical order.
+    dims.sort(key=lambda d: -d.strides[driver])
+    dims = _fuse(dims)
+    if not dims:
+        dims = [Dim(1, tuple(1 for _ in views))]
+    total = _product(d.extent for d in dims)
+    if total % threads:
+        raise Decline(f"region of {total} elements is not divisible by {threads} threads")
+    caps = [v.swizzle.unit for v in views if v.swizzle is not None]
+    cap = min(caps) if caps else None
+    names = [v.operand for v in views]
+    narrower_because = None
+    for bits, elems in vector_candidates(elem_bits, cap):
+        misfit = vector_misfit(
+            elems,
+            (dims[-1].extent, dims[-1].strides),
+            [(f"{names[i]} dimension", d.strides[i]) for d in dims[:-1] for i in range(len(views))],
+            [(names[i], v.base) for i, v in enumerate(views)],
+        )
+        if misfit is None and (total // elems) % threads:
+            misfit = f"{total // elems} vectors do not divide among {threads} threads"
+        carved = None
+        if misfit is None:
+            inner = dims[-1]
+            body = list(dims[:-1])
+            if inner.extent > elems:
+                body.append(Dim(inner.extent // elems, tuple(s * elems for s in inner.strides)))
+            carved = _carve(body, threads)
+            if carved is None:
+                misfit = f"dimensions {[d.extent for d in body]} cannot be split evenly among {threads} threads"
+        if misfit is not None:
+            narrower_because = narrower_because or f"{bits}-bit: {misfit}"
+            continue
+        outer, thread = carved
+        return ScopePartition(
+            outer=tuple(outer),
+            thread=tuple(thread),
+            vec=elems,
+            vec_bits=bits,
+            bases=tuple(v.base for v in views),
+            swizzles=tuple(v.swizzle for v in views),
+            narrower_because=narrower_because,
+        )
+    raise Decline(f"no access width fits: {narrower_because}")

@@ -1,0 +1,94 @@
+"""Predicates several variants share. Each returns ``(ok, reason)``; the reason says what
+was seen and what was needed, naming the operand where there is one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .call import TileCall
+from .registry import Predicate, predicate
+
+Result = tuple[bool, "str | None"]
+
+
+def requires_cuda(call: TileCall) -> Result:
+    if call.target_kind != "cuda":
+        return False, f"target is {call.target_kind}, needs cuda"
+    return True, None
+
+
+def requires_scope(*scopes: str) -> Predicate:
+    """The call's execution scope is one of ``scopes``."""
+
+    def scope_allowed(call: TileCall) -> Result:
+        if call.scope not in scopes:
+            return False, f"scope is {call.scope}, needs one of {'/'.join(scopes)}"
+        return True, None
+
+    return predicate(scope_allowed, "scope")
+
+
+def requires_all_threads_active(call: TileCall) -> Result:
+    """Every thread of the scope takes part: no enclosing ``if`` narrowed a thread axis."""
+    axes = call.thread_axes
+    expected = call.expected_thread_axes
+    if set(axes) != set(expected):
+        return False, f"scope {call.scope} has thread axes {sorted(axes)}, expected {sorted(expected)}"
+    full = {"laneid": 32, "wid_in_wg": 4}
+    if call.scope == "cta":
+        tx = call.launch_extents.get("threadIdx.x")
+        if tx is None or tx % 32:
+            return False, f"cta scope needs a static threadIdx.x extent that is a multiple of 32, got {tx}"
+        for other in ("threadIdx.y", "threadIdx.z"):
+            if (call.launch_extents.get(other) or 1) != 1:
+                return False, f"cta scope with {other} is not supported (threads must be 1-D)"
+        full["warpid"] = tx // 32
+    for name, (extent, offset) in axes.items():
+        if extent is None or offset is None:
+            return False, f"thread axis {name} has a non-constant range"
+        if extent != full[name] or offset != 0:
+            return False, (
+                f"scope {call.scope} is narrowed: {name} runs over [{offset}, {offset + extent}) "
+                f"of [0, {full[name]}) (an enclosing if?); all threads of the scope must take part"
+            )
+    return True, None
+
+
+def requires_valid_copy(call: TileCall) -> Result:
+    """dst and src are tensor regions with layouts, equal dtypes and equal non-unit extents."""
+    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    if dst is None or src is None:
+        return False, "copy needs tensor regions for dst and src"
+    for o in (dst, src):
+        if o.layout is None:
+            return False, f"{o.role} {o.name} has no layout"
+        if any(e is None for e in o.extents):
+            return False, f"{o.role} {o.name} region extents {list(o.extents)} are not all constant"
+    if dst.dtype != src.dtype:
+        return False, f"dtype mismatch: dst {dst.name} is {dst.dtype}, src {src.name} is {src.dtype}"
+    d_ext = [e for e in dst.extents if e != 1]
+    s_ext = [e for e in src.extents if e != 1]
+    if d_ext != s_ext:
+        return False, f"extent mismatch: dst {dst.name} {d_ext} vs src {src.name} {s_ext}"
+    return True, None
+
+
+def requires_memory_pair(pairs: Sequence[tuple[str, str]]) -> Predicate:
+    """(src, dst) memory kinds are one of ``pairs`` (kinds: global/shared/local/tmem)."""
+
+    def memory_pair(call: TileCall) -> Result:
+        dst, src = call.operand(0, "dst"), call.operand(1, "src")
+        pair = (src.memory, dst.memory)
+        if pair not in pairs:
+            allowed = ", ".join(f"{a}->{b}" for a, b in pairs)
+            return False, (
+                f"src {src.name} is {src.scope} and dst {dst.name} is {dst.scope}; needs {allowed}"
+            )
+        return True, None
+
+    return predicate(memory_pair, "memory_pair")
+
+
+def all_of(*preds: Callable[[TileCall], Result]) -> list[Predicate]:
+    """Predicates in trial order, wrapped and named."""
+    return [p if isinstance(p, Predicate) else predicate(p) for p in preds]

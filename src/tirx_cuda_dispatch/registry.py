@@ -1,0 +1,184 @@
+"""The dispatch registry: which variants exist for which tile-primitive op, in what order.
+
+A variant is an op name, a variant name, a priority, an ordered list of named predicates,
+a planner and an emitter. The registry knows no variant by name: variants register
+themselves (``@variant(...)``) and users register theirs the same way.
+
+Order of trial, per op: higher ``priority`` first; at equal priority lower ``order`` first;
+then registration order. Nothing is alphabetical. The built-in variants use priority 10;
+``ldstmatrix`` carries ``order=0`` and ``reg`` ``order=10`` so that the fragment-specific
+instruction is tried before the generic register copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import Decline
+
+PredicateFn = Callable[[Any], "tuple[bool, str | None]"]
+PlanFn = Callable[[Any], Any]
+EmitFn = Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """A named applicability rule: ``fn(call) -> (ok, reason)``; a bad input declines, never raises."""
+
+    name: str
+    fn: PredicateFn
+
+    def __call__(self, call: Any) -> tuple[bool, str | None]:
+        ok, reason = self.fn(call)
+        return bool(ok), (None if ok else (reason or f"{self.name} failed"))
+
+
+def predicate(fn: PredicateFn, name: str | None = None) -> Predicate:
+    """Wrap ``fn`` as a :class:`Predicate`, named after the function unless ``name`` is given.
+
+    A ``requires_`` prefix is dropped: ``requires_cuda`` is the predicate ``cuda``.
+    """
+    if name is None:
+        name = fn.__name__.lstrip("_")
+        name = name[len("requires_") :] if name.startswith("requires_") else name
+    return Predicate(name, fn)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of lowering one op."""
+
+    op: str
+    name: str
+    priority: int
+    order: int
+    predicates: tuple[Predicate, ...]
+    plan: PlanFn
+    emit: EmitFn
+    seq: int = field(default=0, compare=False)
+    doc: str = ""
+
+    @property
+    def sort_key(self) -> tuple[int, int, int]:
+        return (-self.priority, self.order, self.seq)
+
+    def check(self, call: Any) -> tuple[bool, str | None]:
+        """Run the predicates in order; the first refusal is the reason."""
+        for pred in self.predicates:
+            ok, reason = pred(call)
+            if not ok:
+                return False, reason
+        return True, None
+
+    def make_plan(self, call: Any) -> Any:
+        """The variant's plan for ``call``; raises :class:`Decline` when the call does not fit."""
+        return self.plan(call)
+
+
+_VARIANTS: dict[str, list[Variant]] = {}
+_SEQ = [0]
+
+
+def _no_plan(call: Any) -> dict:
+    return {}
+
+
+def variant(
+    op: str,
+    name: str,
+    *,
+    priority: int = 0,
+    order: int = 0,
+    predicates: Sequence[Predicate | PredicateFn] = (),
+    plan: PlanFn | None = None,
+    replace: bool = False,
+) -> Callable[[EmitFn], EmitFn]:
+    """Register the decorated emitter ``emit(plan, call) -> PrimFunc`` as variant ``name`` of ``op``.
+
+    ``op`` is the tile op without its ``tirx.tile.`` prefix (``"copy"``, ``"copy_async"``,
+    ``"sqrt"``, ...). ``predicates`` run in the given order before ``plan(call)``, which
+    computes the variant's plan (plain data) or raises :class:`Decline`. The emitter turns
+    the plan into TIR and does not decline. A second registration of the same (op, name)
+    is an error unless ``replace=True``.
+    """
+    if not op or op.startswith("tirx.tile."):
+        raise ValueError(f"op must be the bare tile op name (e.g. 'copy'), got {op!r}")
+    preds = tuple(p if isinstance(p, Predicate) else predicate(p) for p in predicates)
+
+    def decorator(emit: EmitFn) -> EmitFn:
+        existing = _VARIANTS.setdefault(op, [])
+        clash = [v for v in existing if v.name == name]
+        if clash and not replace:
+            raise ValueError(f"variant {name!r} is already registered for op {op!r}")
+        for v in clash:
+            existing.remove(v)
+        _SEQ[0] += 1
+        existing.append(
+            Variant(
+                op=op,
+                name=name,
+                priority=priority,
+                order=order,
+                predicates=preds,
+                plan=plan or _no_plan,
+                emit=emit,
+                seq=_SEQ[0],
+                doc=(emit.__doc__ or "").strip().splitlines()[0] if emit.__doc__ else "",
+            )
+        )
+        existing.sort(key=lambda v: v.sort_key)
+        return emit
+
+    return decorator
+
+
+def unregister(op: str, name: str) -> None:
+    """Remove a registered variant (for tests and for users replacing a variant)."""
+    variants = _VARIANTS.get(op, [])
+    remaining = [v for v in variants if v.name != name]
+    if len(remaining) == len(variants):
+        raise KeyError(f"no variant {name!r} registered for op {op!r}")
+    _VARIANTS[op] = remaining
+
+
+def variants_for(op: str) -> list[Variant]:
+    """The variants of ``op`` in the order they are tried."""
+    return list(_VARIANTS.get(op, []))
+
+
+def registered_ops() -> list[str]:
+    """Ops that have at least one variant."""
+    return sorted(op for op, vs in _VARIANTS.items() if vs)
+
+
+def list_variants() -> list[dict[str, Any]]:
+    """What is registered, per op in trial order: op, name, priority, order, predicate names."""
+    rows = []
+    for op in registered_ops():
+        for v in variants_for(op):
+            rows.append(
+                {
+                    "op": v.op,
+                    "variant": v.name,
+                    "priority": v.priority,
+                    "order": v.order,
+                    "predicates": [p.name for p in v.predicates],
+                    "doc": v.doc,
+                }
+            )
+    return rows
+
+
+__all__ = [
+    "Decline",
+    "Predicate",
+    "Variant",
+    "list_variants",
+    "predicate",
+    "registered_ops",
+    "unregister",
+    "variant",
+    "variants_for",
+]

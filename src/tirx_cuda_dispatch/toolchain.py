@@ -1,0 +1,112 @@
+"""Offline CUDA checks without a GPU or a system toolkit: CUDA source -> cubin -> SASS.
+
+NVRTC comes from ``cuda-bindings`` with the ``nvidia-cuda-nvrtc`` wheel, the headers from
+``nvidia-cuda-runtime`` and ``nvidia-cuda-cccl``, and ``nvdisasm`` from
+``nvidia-cuda-nvdisasm`` (all pinned in pyproject.toml). This is how tests read the SASS of
+what our variants emit, for any architecture (sm_90a, sm_100a) on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from functools import lru_cache
+from pathlib import Path
+
+import tvm
+
+
+class ToolchainError(RuntimeError):
+    """NVRTC or nvdisasm is missing, or compilation failed (the log is in the message)."""
+
+
+@lru_cache(maxsize=1)
+def cuda_root() -> Path:
+    """The folder of the NVIDIA wheels (``site-packages/nvidia/cu13``)."""
+    try:
+        import nvidia
+    except ImportError as exc:  # pragma: no cover - declared dependency
+        raise ToolchainError("the nvidia CUDA wheels are not installed") from exc
+    for base in nvidia.__path__:
+        root = Path(base) / "cu13"
+        if (root / "include" / "cuda_runtime.h").exists():
+            return root
+    raise ToolchainError("no CUDA headers found in the nvidia wheels (nvidia-cuda-runtime)")
+
+
+def _include_dirs() -> list[Path]:
+    inc = cuda_root() / "include"
+    return [inc, inc / "cccl"]
+
+
+def nvrtc_compile(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> bytes:
+    """Compile CUDA ``source`` to a cubin for ``arch`` with NVRTC."""
+    from cuda.bindings import nvrtc
+
+    def ok(result, what: str):
+        if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise ToolchainError(f"{what} failed: {result[0]}")
+        return result[1:]
+
+    (prog,) = ok(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
+    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-default-device"]
+    opts += [b"-I" + str(p).encode() for p in _include_dirs()]
+    try:
+        result = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            (size,) = ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            raise ToolchainError(f"NVRTC could not compile for {arch}:\n{log.decode(errors='replace')}")
+        (size,) = ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
+        cubin = b" " * size
+        ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def nvdisasm_path() -> str:
+    path = cuda_root() / "bin" / "nvdisasm"
+    if path.exists():
+        return str(path)
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    raise ToolchainError("nvdisasm not found (install nvidia-cuda-nvdisasm)")
+
+
+def sass(cubin: bytes) -> str:
+    """The SASS text of a cubin (``nvdisasm -c``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        proc = subprocess.run([nvdisasm_path(), "-c", path], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ToolchainError(f"nvdisasm failed: {proc.stderr}")
+    return proc.stdout
+
+
+_OPCODE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
+
+
+def opcodes(sass_text: str) -> Counter:
+    """How often each SASS opcode (with its modifiers, e.g. ``LDG.E.128``) occurs."""
+    return Counter(_OPCODE.findall(sass_text))
+
+
+def cuda_source(func_or_mod, arch: str = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> str:
+    """The CUDA source TVM generates for ``func_or_mod`` through ``pipeline``."""
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+    ex = tvm.compile(func_or_mod, target=target, tir_pipeline=pipeline)
+    return ex.mod.imports[0].inspect_source()
+
+
+def kernel_sass(func_or_mod, arch: str = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> str:
+    """Lower, generate CUDA, compile with NVRTC and disassemble: the SASS of the kernel."""
+    return sass(nvrtc_compile(cuda_source(func_or_mod, arch, pipeline), arch))
