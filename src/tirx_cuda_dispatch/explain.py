@@ -53,6 +53,8 @@ class CallReport:
     variant: str | None
     plan: dict[str, Any]
     candidates: list[Candidate] = field(default_factory=list)
+    # The chosen variant's plan object itself (what the emitter receives); not serialized.
+    plan_object: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_outcome(cls, index: int, out: Outcome) -> CallReport:
@@ -77,6 +79,7 @@ class CallReport:
             variant=out.variant,
             plan=plan_facts(out.plan),
             candidates=list(out.candidates),
+            plan_object=out.plan,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -92,7 +95,7 @@ class CallReport:
         }
 
     def __str__(self) -> str:
-        chosen = self.variant or "none of ours (TVM's built-in variants take it)"
+        chosen = self.variant or "none of ours: falls back to TVM's built-in variants (an error in strict mode)"
         lines = [f"[{self.index}] Tx.{self.scope}.{self.op} at {self.location}"]
         for o in self.operands:
             lines.append(

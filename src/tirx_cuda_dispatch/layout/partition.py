@@ -55,6 +55,28 @@ class ScopePartition:
     def threads(self) -> int:
         return _product(d.extent for d in self.thread)
 
+    def access(self, rnd: int, tid: int) -> tuple[int, ...]:
+        """Element offset per operand of thread ``tid``'s vector in round ``rnd`` (ints only).
+
+        The same arithmetic the emitter writes in TIR, swizzle included: tests and tools
+        use it to check and draw a plan without building a kernel.
+        """
+        out = []
+        for i, base in enumerate(self.bases):
+            off = int(base)
+            off += _digits(rnd, self.outer, i) + _digits(tid, self.thread, i)
+            swz = self.swizzles[i]
+            out.append(swz.apply(off) if swz is not None else off)
+        return tuple(out)
+
+
+def _digits(index: int, dims: tuple[Dim, ...], which: int) -> int:
+    off = 0
+    for d in reversed(dims):
+        off += (index % d.extent) * d.strides[which]
+        index //= d.extent
+    return off
+
 
 def _product(values) -> int:
     n = 1
@@ -115,8 +137,11 @@ def synthesize_partition(
     cap = min(caps) if caps else None
     names = [v.operand for v in views]
     narrower_because = None
-    for bits, elems in vector_candidates(elem_bits, cap):
-        misfit = vector_misfit(
+    for bits, elems in vector_candidates(elem_bits):
+        misfit = None
+        if cap is not None and elems > cap:
+            misfit = f"wider than one {cap}-element swizzle unit"
+        misfit = misfit or vector_misfit(
             elems,
             (dims[-1].extent, dims[-1].strides),
             [(f"{names[i]} dimension", d.strides[i]) for d in dims[:-1] for i in range(len(views))],

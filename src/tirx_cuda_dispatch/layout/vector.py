@@ -18,17 +18,9 @@ from .atoms import prove_multiple
 VECTOR_BITS = (128, 64, 32, 16, 8)
 
 
-def vector_candidates(elem_bits: int, cap_elems: int | None = None) -> list[tuple[int, int]]:
+def vector_candidates(elem_bits: int) -> list[tuple[int, int]]:
     """(bits, elements) per access, widest first, for ``elem_bits``-wide elements."""
-    out = []
-    for bits in VECTOR_BITS:
-        if bits < elem_bits or bits % elem_bits:
-            continue
-        elems = bits // elem_bits
-        if cap_elems is not None and elems > cap_elems:
-            continue
-        out.append((bits, elems))
-    return out
+    return [(bits, bits // elem_bits) for bits in VECTOR_BITS if bits >= elem_bits and bits % elem_bits == 0]
 
 
 def vector_misfit(

@@ -1,0 +1,59 @@
+"""Demonstration programs (the seeds' examples), shared by the demo, tests and benchmarks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.tirx.layout import S, TileLayout
+
+SCOPE_THREADS = {"warp": 32, "warpgroup": 128}
+
+
+def gmem_smem_roundtrip(
+    dtype: str = "float32",
+    tile: tuple[int, int] = (32, 32),
+    scope: str = "warp",
+    ctas: int = 1,
+    cta_threads: int | None = None,
+    shared_layout: Any = None,
+    cols: int | None = None,
+    col_offset: int = 0,
+) -> Any:
+    """Each CTA copies its ``tile`` of A global -> shared -> B global (seed 004's program).
+
+    A and B are ``(ctas * TM, cols)``; CTA ``bx`` moves rows ``[bx*TM, (bx+1)*TM)`` and
+    columns ``[col_offset, col_offset + TN)``. ``scope`` is the scope of both copies;
+    ``cta_threads`` sets the block size (defaults to the scope's thread count).
+    """
+    tm, tn = tile
+    cols = cols if cols is not None else tn
+    threads = cta_threads or SCOPE_THREADS.get(scope, 32)
+    if threads % 32:
+        raise ValueError("cta_threads must be a multiple of 32")
+    warps = threads // 32
+    s_layout = shared_layout if shared_layout is not None else TileLayout(S[(tm, tn)])
+    copy = getattr(Tx, scope).copy
+    c0, c1 = col_offset, col_offset + tn
+    with_wg = warps % 4 == 0
+
+    # fmt: off
+    @T.prim_func
+    def gmem_smem(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (ctas * tm, cols), dtype)
+        B = T.match_buffer(B_ptr, (ctas * tm, cols), dtype)
+        T.device_entry()
+        bx = T.cta_id([ctas])
+        if with_wg:
+            T.warpgroup_id([warps // 4])
+            T.warp_id_in_wg([4])
+        T.warp_id([warps])
+        T.lane_id([32])
+        T.thread_id([threads])
+        A_smem = T.alloc_buffer((tm, tn), dtype, scope="shared", layout=s_layout)
+        copy(A_smem[:, :], A[bx * tm:(bx + 1) * tm, c0:c1])
+        T.cuda.cta_sync()
+        copy(B[bx * tm:(bx + 1) * tm, c0:c1], A_smem[:, :])
+    # fmt: on
+    return gmem_smem

@@ -1,0 +1,250 @@
+"""copy -> gmem_smem (seed 004): plans, declines, exact element mapping, SASS, GPU round trips."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tvm
+from kernels import warp_g2local, warp_g2s
+from tvm import sym
+from tvm.tirx.layout import S, ComposeLayout, TileLayout
+
+import tirx_cuda_dispatch as tcd
+from tirx_cuda_dispatch import demos, runtime, toolchain
+
+SWIZZLE_128B_F16 = ComposeLayout(3, 3, 3, TileLayout(S[64 * 64 : 1]))  # 128-byte rows of fp16
+SWIZZLE_64B_F32 = ComposeLayout(2, 2, 3, TileLayout(S[(32, 16) : (16, 1)]))
+
+
+def _plans(func, arch="sm_90a"):
+    return [r.plan for r in tcd.explain(func, arch)]
+
+
+# -- the seed's table ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "dtype, vec, outer", [("float32", 4, 8), ("float16", 8, 4), ("uint8", 16, 2)]
+)
+def test_seed_table_32x32_warp(dtype, vec, outer):
+    for plan in _plans(demos.gmem_smem_roundtrip(dtype, (32, 32), "warp")):
+        assert (plan["vec_bits"], plan["vec"], plan["outer"], plan["threads"]) == (128, vec, outer, 32)
+
+
+@pytest.mark.parametrize(
+    "threads, dtype, vec_bits, outer",
+    [(128, "float32", 128, 2), (256, "float32", 128, 1), (128, "float16", 128, 1), (256, "float16", 64, 1)],
+)
+def test_cta_scope_128_and_256_threads(threads, dtype, vec_bits, outer):
+    func = demos.gmem_smem_roundtrip(dtype, (32, 32), "cta", cta_threads=threads)
+    for plan in _plans(func):
+        assert (plan["threads"], plan["vec_bits"], plan["outer"]) == (threads, vec_bits, outer)
+    if vec_bits < 128:  # the report says why the wider access was not taken
+        assert "do not divide among 256 threads" in plan["narrower_because"]
+
+
+def test_warpgroup_scope():
+    [plan, _] = _plans(demos.gmem_smem_roundtrip("float32", (64, 32), "warpgroup"))
+    assert (plan["threads"], plan["vec"], plan["outer"]) == (128, 4, 4)
+
+
+def test_tile_at_an_offset_of_a_larger_tensor():
+    func = demos.gmem_smem_roundtrip("float32", (16, 32), "warp", ctas=4, cols=96, col_offset=32)
+    [g2s, s2g] = tcd.explain(func)
+    assert "bx * 16:bx * 16+16, 32:64" in g2s.operands[1]["region"]
+    assert (g2s.plan["vec"], g2s.plan["outer"]) == (4, 4)
+    # Rows are 96 elements apart in global, 32 in shared: two dimensions, each thread
+    # moves 4 contiguous elements of one row per round.
+    p = g2s.plan_object.partition
+    assert [d.extent for d in p.outer] == [4] and [d.extent for d in p.thread] == [4, 8]
+    assert p.thread[0].strides == (96, 32)
+
+
+def test_misaligned_column_offset_narrows_the_vector():
+    func = demos.gmem_smem_roundtrip("float32", (16, 32), "warp", cols=96, col_offset=2)
+    plan = _plans(func)[0]
+    assert (plan["vec_bits"], plan["vec"]) == (64, 2)
+    assert "base offset" in plan["narrower_because"]
+
+
+def test_swizzled_shared_layout_caps_vec_at_one_unit():
+    f16 = demos.gmem_smem_roundtrip("float16", (64, 64), "warpgroup", shared_layout=SWIZZLE_128B_F16)
+    plan = _plans(f16)[0]
+    assert (plan["vec"], plan["swizzle"]) == (8, "Swizzle<3,3,3>")
+    f32 = demos.gmem_smem_roundtrip("float32", (32, 16), "warp", shared_layout=SWIZZLE_64B_F32)
+    plan = _plans(f32)[0]
+    assert (plan["vec"], plan["vec_bits"], plan["swizzle"]) == (4, 128, "Swizzle<2,2,3>")
+    u8 = demos.gmem_smem_roundtrip(
+        "uint8", (32, 16), "warp", shared_layout=ComposeLayout(2, 2, 3, TileLayout(S[(32, 16) : (16, 1)]))
+    )
+    plan = _plans(u8)[0]
+    assert (plan["vec"], plan["vec_bits"]) == (4, 32)  # one 4-element unit, not 16 bytes
+    assert "128-bit" in plan["narrower_because"]
+
+
+# -- declines -----------------------------------------------------------------------------
+def _reason(func):
+    [report] = tcd.explain(func)
+    assert report.variant is None
+    [cand] = [c for c in report.candidates if c.variant == "gmem_smem"]
+    return cand.reason
+
+
+def test_declines_non_divisible_count():
+    assert _reason(warp_g2s(3, 5)) == (
+        "region of 15 elements is not divisible by the 32 threads of scope warp"
+    )
+
+
+def test_declines_register_operand():
+    assert _reason(warp_g2local()) == (
+        "src A is global and dst R is local; needs global->shared, shared->global"
+    )
+
+
+def test_declines_dtype_mismatch():
+    assert _reason(warp_g2s(32, 32, "float32", "float16")) == (
+        "dtype mismatch: dst A_s is float16, src A is float32"
+    )
+
+
+def test_declines_scope_narrowed_by_if():
+    assert _reason(warp_g2s(32, 32, narrow=True)).startswith(
+        "scope warp is narrowed: laneid runs over [0, 16) of [0, 32)"
+    )
+
+
+def test_strict_mode_error_names_rule_and_line():
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+    with pytest.raises(tcd.DispatchError) as err:
+        tvm.compile(warp_g2s(32, 32, narrow=True), target=target, tir_pipeline=tcd.STRICT_PIPELINE)
+    msg = str(err.value)
+    assert "kernels.py:" in msg and "gmem_smem" in msg and "narrowed" in msg
+
+
+# -- every element moved exactly once, to the right place ---------------------------------
+def _concrete(partition, bx_value):
+    """The partition with its base offsets evaluated for CTA ``bx_value``."""
+
+    def ev(base):
+        if isinstance(base, int):
+            return base
+        ana = sym.Analyzer()
+        for var in tvm.tirx.analysis.undefined_vars(base):
+            ana.bind(var, bx_value)  # the only free variable of these bases is bx
+        return int(ana.simplify(base))
+
+    return dataclasses.replace(partition, bases=tuple(ev(b) for b in partition.bases))
+
+
+MAPPING_CASES = [
+    dict(dtype="float32", tile=(32, 32), scope="warp"),
+    dict(dtype="float16", tile=(32, 32), scope="warp"),
+    dict(dtype="uint8", tile=(32, 32), scope="warp"),
+    dict(dtype="float32", tile=(64, 32), scope="warpgroup"),
+    dict(dtype="float16", tile=(32, 32), scope="cta", cta_threads=256),
+    dict(dtype="float32", tile=(16, 32), scope="warp", ctas=3, cols=96, col_offset=32),
+    dict(dtype="float32", tile=(16, 32), scope="warp", ctas=2, cols=96, col_offset=2),
+    dict(dtype="float16", tile=(64, 64), scope="warpgroup", shared_layout=SWIZZLE_128B_F16),
+    dict(dtype="float32", tile=(32, 16), scope="warp", shared_layout=SWIZZLE_64B_F32, ctas=2),
+    dict(dtype="float32", tile=(8, 4), scope="warp"),
+]
+
+
+@pytest.mark.parametrize("case", MAPPING_CASES, ids=lambda c: "-".join(str(v) for v in c.values()))
+def test_plan_moves_every_element_once_to_its_place(case):
+    tm, tn = case["tile"]
+    cols = case.get("cols", tn)
+    c0 = case.get("col_offset", 0)
+    s_layout = case.get("shared_layout") or TileLayout(S[(tm, tn)])
+    func = demos.gmem_smem_roundtrip(**case)
+    for report in tcd.explain(func):
+        plan = report.plan_object
+        g_is_src = plan.direction == "global->shared"
+        for bx in range(case.get("ctas", 1)):
+            p = _concrete(plan.partition, bx)
+            moved = []
+            for rnd in range(p.rounds):
+                for tid in range(p.threads):
+                    g_off, s_off = p.access(rnd, tid)
+                    assert g_off % p.vec == 0 and s_off % p.vec == 0  # aligned vector
+                    moved += [(g_off + k, s_off + k) for k in range(p.vec)]
+            expected = [
+                ((bx * tm + r) * cols + c0 + c, int(s_layout.apply(r * tn + c)["m"]))
+                for r in range(tm)
+                for c in range(tn)
+            ]
+            assert len(moved) == tm * tn, "an element is moved twice or not at all"
+            assert sorted(moved) == sorted(expected), f"wrong mapping ({report.plan}, {'g2s' if g_is_src else 's2g'})"
+
+
+# -- emitted code -------------------------------------------------------------------------
+def test_float32_sass_has_128_bit_global_and_shared_accesses():
+    ops = toolchain.opcodes(toolchain.kernel_sass(demos.gmem_smem_roundtrip("float32"), "sm_90a"))
+    assert ops["LDG.E.128.CONSTANT"] + ops["LDG.E.128"] == 8
+    assert ops["STS.128"] == 8 and ops["LDS.128"] == 8 and ops["STG.E.128"] == 8
+    narrow = [k for k in ops if k.startswith(("LDG", "STG", "LDS", "STS")) and ".128" not in k]
+    assert narrow == []
+
+
+def test_swizzled_copy_stays_vectorized_in_cuda():
+    src = toolchain.cuda_source(
+        demos.gmem_smem_roundtrip("float16", (64, 64), "warpgroup", shared_layout=SWIZZLE_128B_F16)
+    )
+    kernel = src[src.rindex('extern "C" __global__') :]
+    assert kernel.count("*(uint4*)") == 4  # one vector load and one store per direction
+    assert "make_uint4" not in kernel  # no scalarized gather
+
+
+def test_loop_is_serial_not_unrolled():
+    func = demos.gmem_smem_roundtrip("float32")
+    with tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}):
+        lowered = tcd.LowerTIRx()(tvm.IRModule({"main": func})).script()
+    assert lowered.count("for rnd in range(8):") == 2
+    assert "T.unroll" not in lowered
+
+
+# -- GPU round trips ----------------------------------------------------------------------
+GPU_CASES = [
+    (dtype, scope, threads)
+    for dtype in ("float32", "float16", "bfloat16", "uint8")
+    for scope, threads in (("warp", 32), ("warpgroup", 128), ("cta", 128), ("cta", 256))
+]
+
+
+def _roundtrip(func, shape, dtype, rng, gpu, pipeline="tirx_cuda_dispatch"):
+    a = runtime.random_array(shape, dtype, rng)
+    b = runtime.poison_like(a)
+    ex = runtime.build(func, gpu, pipeline)
+    _, out = runtime.run(ex, runtime.entry_name(func), [a, b])
+    return a, out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, scope, threads", GPU_CASES)
+def test_gpu_roundtrip(dtype, scope, threads, rng, gpu):
+    ctas, tile = 6, (32, 64)
+    func = demos.gmem_smem_roundtrip(dtype, tile, scope, ctas=ctas, cta_threads=threads)
+    a, out = _roundtrip(func, (ctas * tile[0], tile[1]), dtype, rng, gpu)
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(a))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(dtype="float16", tile=(64, 64), scope="warpgroup", ctas=4, shared_layout=SWIZZLE_128B_F16),
+        dict(dtype="float32", tile=(32, 16), scope="warp", ctas=4, shared_layout=SWIZZLE_64B_F32),
+        dict(dtype="float32", tile=(16, 32), scope="warp", ctas=5, cols=96, col_offset=32),
+        dict(dtype="bfloat16", tile=(16, 32), scope="warp", ctas=3, cols=80, col_offset=6),
+    ],
+    ids=["swizzle128B-f16", "swizzle64B-f32", "offset-cols", "misaligned-cols-bf16"],
+)
+def test_gpu_roundtrip_layouts_and_offsets(case, rng, gpu):
+    tm, tn = case["tile"]
+    cols, c0, ctas = case.get("cols", tn), case.get("col_offset", 0), case["ctas"]
+    func = demos.gmem_smem_roundtrip(**case)
+    a, out = _roundtrip(func, (ctas * tm, cols), case["dtype"], rng, gpu)
+    expected = runtime.bits(runtime.poison_like(a)).copy()
+    expected[:, c0 : c0 + tn] = runtime.bits(a)[:, c0 : c0 + tn]
+    np.testing.assert_array_equal(runtime.bits(out), expected)

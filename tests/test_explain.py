@@ -1,0 +1,58 @@
+"""explain(): one report per call, in program order, as text and as plain data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tvm
+from kernels import warp_g2s
+
+import tirx_cuda_dispatch as tcd
+from tirx_cuda_dispatch import demos
+
+
+def test_reports_in_program_order_with_required_keys():
+    reports = tcd.explain(demos.gmem_smem_roundtrip("float32"), "sm_90a")
+    assert len(reports) == 2
+    first, second = reports
+    assert (first.op, first.scope, first.variant) == ("copy", "warp", "gmem_smem")
+    assert first.plan["direction"] == "global->shared"
+    assert second.plan["direction"] == "shared->global"
+    assert first.candidates == [tcd.dispatch.Candidate("gmem_smem", True, None)]
+    assert [list(c) for c in first.candidates] == [["gmem_smem", True, None]]
+    assert "demos.py:" in first.location
+    assert first.operands[0]["buffer"] == "A_smem" and first.operands[1]["scope"] == "global"
+
+
+def test_declined_call_keeps_reason_and_has_no_variant():
+    [report] = tcd.explain(warp_g2s(3, 5))
+    assert report.variant is None and report.plan == {}
+    assert report.candidates[0].variant == "gmem_smem"
+    assert report.candidates[0].accepted is False
+    assert "not divisible" in report.candidates[0].reason
+
+
+def test_text_and_json_rendering():
+    reports = tcd.explain(demos.gmem_smem_roundtrip("float16"), "sm_90a")
+    text = str(reports)
+    assert "variant: gmem_smem" in text and "vec=8" in text and "outer=4" in text
+    data = json.loads(reports.to_json())
+    assert data[0]["plan"]["vec_bits"] == 128
+    assert data[0]["candidates"] == [["gmem_smem", True, None]]
+
+
+def test_target_forms():
+    func = demos.gmem_smem_roundtrip()
+    a = tcd.explain(func, "sm_90a").as_dicts()
+    b = tcd.explain(func, {"kind": "cuda", "arch": "sm_90a"}).as_dicts()
+    c = tcd.explain(func, tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})).as_dicts()
+    assert a == b == c
+    with pytest.raises(TypeError, match="target must be"):
+        tcd.explain(func, 90)
+
+
+def test_explain_does_not_need_the_builtin_to_succeed():
+    # explain plans only; a call nobody could lower is still reported.
+    [report] = tcd.explain(warp_g2s(32, 32, "float32", "float16"))
+    assert "dtype mismatch" in report.candidates[0].reason
