@@ -181,7 +181,8 @@ def test_plan_moves_every_element_once_to_its_place(case):
 # -- emitted code -------------------------------------------------------------------------
 def test_float32_sass_has_128_bit_global_and_shared_accesses():
     ops = toolchain.opcodes(toolchain.kernel_sass(demos.gmem_smem_roundtrip("float32"), "sm_90a"))
-    assert ops["LDG.E.128.CONSTANT"] + ops["LDG.E.128"] == 8
+    # Global loads are ld.global.cg (L2 only): SASS LDG.E.128.STRONG.GPU.
+    assert ops["LDG.E.128.STRONG.GPU"] == 8
     assert ops["STS.128"] == 8 and ops["LDS.128"] == 8 and ops["STG.E.128"] == 8
     narrow = [k for k in ops if k.startswith(("LDG", "STG", "LDS", "STS")) and ".128" not in k]
     assert narrow == []
@@ -192,8 +193,11 @@ def test_swizzled_copy_stays_vectorized_in_cuda():
         demos.gmem_smem_roundtrip("float16", (64, 64), "warpgroup", shared_layout=SWIZZLE_128B_F16)
     )
     kernel = src[src.rindex('extern "C" __global__') :]
-    assert kernel.count("*(uint4*)") == 4  # one vector load and one store per direction
+    assert kernel.count("tirx_cuda_dispatch_ld_global_cg_128(") == 1
+    assert kernel.count("((uint4*)B_ptr)[") == 1 and kernel.count("((uint4*)A_smem_ptr)[") == 2
     assert "make_uint4" not in kernel  # no scalarized gather
+    ops = toolchain.opcodes(toolchain.sass(toolchain.nvrtc_compile(src)))
+    assert ops["LDS.128"] == ops["STS.128"] == 4 and ops["LDG.E.128.STRONG.GPU"] == 4
 
 
 def test_loop_is_serial_not_unrolled():
@@ -237,8 +241,10 @@ def test_gpu_roundtrip(dtype, scope, threads, rng, gpu):
         dict(dtype="float32", tile=(32, 16), scope="warp", ctas=4, shared_layout=SWIZZLE_64B_F32),
         dict(dtype="float32", tile=(16, 32), scope="warp", ctas=5, cols=96, col_offset=32),
         dict(dtype="bfloat16", tile=(16, 32), scope="warp", ctas=3, cols=80, col_offset=6),
+        dict(dtype="uint8", tile=(32, 32), scope="warp", ctas=3, cols=64, col_offset=1),
+        dict(dtype="float16", tile=(32, 32), scope="cta", cta_threads=128, ctas=2, cols=64, col_offset=1),
     ],
-    ids=["swizzle128B-f16", "swizzle64B-f32", "offset-cols", "misaligned-cols-bf16"],
+    ids=["swizzle128B-f16", "swizzle64B-f32", "offset-cols", "misaligned-cols-bf16", "u8-bytewise", "f16-16bit"],
 )
 def test_gpu_roundtrip_layouts_and_offsets(case, rng, gpu):
     tm, tn = case["tile"]
@@ -248,3 +254,27 @@ def test_gpu_roundtrip_layouts_and_offsets(case, rng, gpu):
     expected = runtime.bits(runtime.poison_like(a)).copy()
     expected[:, c0 : c0 + tn] = runtime.bits(a)[:, c0 : c0 + tn]
     np.testing.assert_array_equal(runtime.bits(out), expected)
+
+
+def test_large_tensor_does_not_overflow_the_index_arithmetic():
+    # 2**27 float32 elements: a bytes-times-count product would overflow int32.
+    func = demos.gmem_smem_roundtrip("float32", (32, 256), "cta", ctas=16384, cta_threads=256)
+    ops = toolchain.opcodes(toolchain.kernel_sass(func))
+    assert ops["STG.E.128"] == 8 and ops["STS.128"] == 8
+
+
+@pytest.mark.parametrize(
+    "dtype, col_offset, vec_bits, ldg",
+    [
+        ("uint8", 1, 8, "LDG.E.U8.STRONG.GPU"),
+        ("uint8", 2, 16, "LDG.E.U16.STRONG.GPU"),
+        ("float16", 1, 16, "LDG.E.U16.STRONG.GPU"),
+        ("float32", 1, 32, "LDG.E.STRONG.GPU"),
+        ("float32", 2, 64, "LDG.E.64.STRONG.GPU"),
+    ],
+)
+def test_every_access_width_compiles_to_its_instruction(dtype, col_offset, vec_bits, ldg):
+    func = demos.gmem_smem_roundtrip(dtype, (32, 32), "warp", cols=64, col_offset=col_offset)
+    assert _plans(func)[0]["vec_bits"] == vec_bits
+    ops = toolchain.opcodes(toolchain.kernel_sass(func))
+    assert ops[ldg] > 0, ops

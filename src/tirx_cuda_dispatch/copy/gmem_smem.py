@@ -9,9 +9,10 @@ Emits: neither operand says which thread owns which element, so the partition is
 synthesized from the scope (:mod:`..layout.partition`): ``[outer, threads, vec]`` with
 the global side driving the order (coalesced), the widest aligned vector (128 -> 8 bits,
 capped at one swizzle unit on a swizzled shared layout), and a serial round loop of
-vector loads and stores (``ld.global``/``st.shared`` or ``ld.shared``/``st.global``,
-PTX ISA "Data Movement and Conversion Instructions: ld, st"). A swizzled shared offset
-goes through the swizzle in the loop.
+vector loads and stores (``ld.global.cg``/``st.shared`` or ``ld.shared``/``st.global``,
+PTX ISA "Data Movement and Conversion Instructions: ld, st"; global data is cached in L2
+only, since a copy reads it once). A swizzled shared offset goes through the swizzle in
+the loop.
 """
 
 from __future__ import annotations
@@ -21,14 +22,7 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from ..call import TileCall
-from ..codegen import (
-    digits_offset,
-    elems_to_words,
-    storage_words,
-    thread_index,
-    vector_slot,
-    word_type,
-)
+from ..codegen import access_view, digits_offset, load_global_l2_only, thread_index
 from ..errors import Decline
 from ..layout.atoms import memory_view
 from ..layout.partition import ScopePartition, synthesize_partition
@@ -137,40 +131,38 @@ def emit(plan: GmemSmemPlan, call: TileCall):
     dst, src = call.operand(0, "dst"), call.operand(1, "src")
     g, s = (src, dst) if plan.direction == "global->shared" else (dst, src)
     p = plan.partition
-    word, lanes = word_type(plan.vec_bits)
-    word_bits = plan.vec_bits // lanes
     outer_ext = [d.extent for d in p.outer]
     thread_ext = [d.extent for d in p.thread]
 
-    def offset(which: int, rnd, tid):
+    def slot(which: int, rnd, tid):
+        """Index (in vectors) of operand ``which``'s access in round ``rnd`` of thread ``tid``."""
         off = (
             p.bases[which]
             + digits_offset(rnd, outer_ext, [d.strides[which] for d in p.outer])
             + digits_offset(tid, thread_ext, [d.strides[which] for d in p.thread])
         )
         swz = p.swizzles[which]
-        return swz.apply_expr(off) if swz is not None else off
-
-    def slot(which: int, rnd, tid):
-        return vector_slot(elems_to_words(offset(which, rnd, tid), plan.elem_bits, word_bits), lanes)
+        off = swz.apply_expr(off) if swz is not None else off
+        return off // p.vec  # exact: the plan aligned every offset to the vector
 
     g_buf, s_buf = g.buffer, s.buffer
-    g_words = storage_words(g_buf, plan.elem_bits, word_bits)
-    s_words = storage_words(s_buf, plan.elem_bits, word_bits)
-    g_scope, s_scope = g.scope, s.scope
+    vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
     to_shared = plan.direction == "global->shared"
-    rounds = plan.outer
 
     # fmt: off
     @T.prim_func(check_well_formed=False)
     def impl():
         tid = thread_index(call)
-        g_words_view = T.decl_buffer((g_words,), word, data=g_buf.data, scope=g_scope)
-        s_words_view = T.decl_buffer((s_words,), word, data=s_buf.data, scope=s_scope)
+        g_vecs = access_view(g_buf, vec_bits, elem_bits)
+        s_vecs = access_view(s_buf, vec_bits, elem_bits)
         for rnd in range(rounds):
             if to_shared:
-                s_words_view[slot(1, rnd, tid)] = g_words_view[slot(0, rnd, tid)]
+                T.evaluate(load_global_l2_only(
+                    T.address_of(s_vecs[slot(1, rnd, tid)]),
+                    T.address_of(g_vecs[slot(0, rnd, tid)]),
+                    vec_bits,
+                ))
             else:
-                g_words_view[slot(0, rnd, tid)] = s_words_view[slot(1, rnd, tid)]
+                g_vecs[slot(0, rnd, tid)] = s_vecs[slot(1, rnd, tid)]
     # fmt: on
     return impl
