@@ -62,7 +62,9 @@ def time_interleaved(fns: dict, batch: int, reps: int) -> dict[str, list[float]]
 def gpu_facts() -> dict:
     query = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem"
     out = subprocess.run(
-        ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True
+        ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     return dict(zip(query.split(","), [s.strip() for s in out.split(",")], strict=False))
 

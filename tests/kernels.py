@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
-from tvm.tirx.layout import S, Axis, TileLayout
+from tvm.tirx.layout import Axis, S, TileLayout
 
 
-def warp_g2s(rows: int, cols: int, dtype: str = "float32", s_dtype: str | None = None,
-             narrow: bool = False, s_scope: str = "shared"):
+def warp_g2s(
+    rows: int,
+    cols: int,
+    dtype: str = "float32",
+    s_dtype: str | None = None,
+    narrow: bool = False,
+    s_scope: str = "shared",
+):
     """One warp copies A[0:rows, 0:cols] into a shared tile (optionally under ``if lane < 16``)."""
     s_dtype = s_dtype or dtype
 
@@ -20,7 +26,9 @@ def warp_g2s(rows: int, cols: int, dtype: str = "float32", s_dtype: str | None =
         T.warp_id([1])
         lane = T.lane_id([32])
         T.thread_id([32])
-        A_s = T.alloc_buffer((rows, cols), s_dtype, scope=s_scope, layout=TileLayout(S[(rows, cols)]))
+        A_s = T.alloc_buffer(
+            (rows, cols), s_dtype, scope=s_scope, layout=TileLayout(S[(rows, cols)])
+        )
         if narrow:
             if lane < 16:
                 Tx.warp.copy(A_s[:, :], A[:, :])
@@ -32,7 +40,7 @@ def warp_g2s(rows: int, cols: int, dtype: str = "float32", s_dtype: str | None =
 
 def warp_g2local(dtype: str = "float32"):
     """A warp copies global data into a register buffer (not a gmem_smem pair)."""
-    r_layout = TileLayout(S[(32, 8):(1 @ Axis.laneid, 1)])
+    r_layout = TileLayout(S[(32, 8) : (1 @ Axis.laneid, 1)])
 
     @T.prim_func
     def kernel(A_ptr: T.handle):

@@ -6,9 +6,9 @@ import json
 
 import pytest
 import tvm
-from kernels import warp_g2s
 
 import tirx_cuda_dispatch as tcd
+from kernels import warp_g2s
 from tirx_cuda_dispatch import demos
 
 

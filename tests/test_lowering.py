@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import tvm
-from kernels import warp_g2s
 
 import tirx_cuda_dispatch as tcd
+from kernels import warp_g2s
 from tirx_cuda_dispatch import demos, toolchain
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})

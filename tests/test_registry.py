@@ -40,8 +40,14 @@ def test_listing_shows_user_variant_with_predicates(scratch_op):
     tcd.variant(scratch_op, "mine", priority=3, predicates=[requires_something])(_emit)
     rows = [r for r in tcd.list_variants() if r["op"] == scratch_op]
     assert rows == [
-        {"op": scratch_op, "variant": "mine", "priority": 3, "order": 0,
-         "predicates": ["something"], "doc": ""}
+        {
+            "op": scratch_op,
+            "variant": "mine",
+            "priority": 3,
+            "order": 0,
+            "predicates": ["something"],
+            "doc": "",
+        }
     ]
 
 

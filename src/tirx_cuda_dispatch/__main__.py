@@ -24,7 +24,9 @@ def _kernel_text(cuda_source: str) -> str:
 
 
 def _memory_opcodes(counts) -> str:
-    keep = {k: v for k, v in sorted(counts.items()) if re.match(r"(LD|ST)(G|S|L)?\b|LDG|STG|LDS|STS", k)}
+    keep = {
+        k: v for k, v in sorted(counts.items()) if re.match(r"(LD|ST)(G|S|L)?\b|LDG|STG|LDS|STS", k)
+    }
     return ", ".join(f"{k} x{v}" for k, v in keep.items()) or "(none)"
 
 
@@ -46,7 +48,9 @@ def demo(arch: str) -> int:
         return EXIT_OK
     rng = np.random.default_rng(0)
     a = runtime.random_array((32, 32), "float32", rng)
-    out = runtime.run(runtime.build(func, gpu), runtime.entry_name(func), [a, runtime.poison_like(a)])
+    out = runtime.run(
+        runtime.build(func, gpu), runtime.entry_name(func), [a, runtime.poison_like(a)]
+    )
     same = np.array_equal(runtime.bits(out[1]), runtime.bits(a))
     print(f"\nround trip on the GPU ({gpu}): {'exact' if same else 'WRONG'}")
     return EXIT_OK if same else EXIT_FAILED
@@ -57,7 +61,9 @@ def variants() -> int:
 
     for row in list_variants():
         preds = ", ".join(row["predicates"])
-        print(f"{row['op']:<12} {row['variant']:<14} priority {row['priority']:<3} order {row['order']:<3} [{preds}]")
+        print(
+            f"{row['op']:<12} {row['variant']:<14} priority {row['priority']:<3} order {row['order']:<3} [{preds}]"
+        )
     return EXIT_OK
 
 

@@ -19,7 +19,13 @@ from .call import TileCall
 # Element type of a ``vec_bits``-wide access: the bits only travel, so the element type of
 # the data does not matter. Vector types print as CUDA's uint4 / uint2.
 _ACCESS_DTYPES = {128: "uint32x4", 64: "uint32x2", 32: "uint32", 16: "uint16", 8: "uint8"}
-_ACCESS_CTYPES = {128: "uint4", 64: "uint2", 32: "unsigned int", 16: "unsigned short", 8: "unsigned char"}
+_ACCESS_CTYPES = {
+    128: "uint4",
+    64: "uint2",
+    32: "unsigned int",
+    16: "unsigned short",
+    8: "unsigned char",
+}
 
 
 def access_dtype(vec_bits: int) -> str:

@@ -95,7 +95,10 @@ class CallReport:
         }
 
     def __str__(self) -> str:
-        chosen = self.variant or "none of ours: falls back to TVM's built-in variants (an error in strict mode)"
+        chosen = (
+            self.variant
+            or "none of ours: falls back to TVM's built-in variants (an error in strict mode)"
+        )
         lines = [f"[{self.index}] Tx.{self.scope}.{self.op} at {self.location}"]
         for o in self.operands:
             lines.append(

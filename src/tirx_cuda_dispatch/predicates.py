@@ -33,12 +33,18 @@ def requires_all_threads_active(call: TileCall) -> Result:
     axes = call.thread_axes
     expected = call.expected_thread_axes
     if set(axes) != set(expected):
-        return False, f"scope {call.scope} has thread axes {sorted(axes)}, expected {sorted(expected)}"
+        return (
+            False,
+            f"scope {call.scope} has thread axes {sorted(axes)}, expected {sorted(expected)}",
+        )
     full = {"laneid": 32, "wid_in_wg": 4}
     if call.scope == "cta":
         tx = call.launch_extents.get("threadIdx.x")
         if tx is None or tx % 32:
-            return False, f"cta scope needs a static threadIdx.x extent that is a multiple of 32, got {tx}"
+            return (
+                False,
+                f"cta scope needs a static threadIdx.x extent that is a multiple of 32, got {tx}",
+            )
         for other in ("threadIdx.y", "threadIdx.z"):
             if (call.launch_extents.get(other) or 1) != 1:
                 return False, f"cta scope with {other} is not supported (threads must be 1-D)"
@@ -65,7 +71,10 @@ def requires_valid_copy(call: TileCall) -> Result:
         if any(e is None for e in o.extents):
             return False, f"{o.role} {o.name} region extents {list(o.extents)} are not all constant"
     if dst.dtype != src.dtype:
-        return False, f"dtype mismatch: dst {dst.name} is {dst.dtype}, src {src.name} is {src.dtype}"
+        return (
+            False,
+            f"dtype mismatch: dst {dst.name} is {dst.dtype}, src {src.name} is {src.dtype}",
+        )
     d_ext = [e for e in dst.extents if e != 1]
     s_ext = [e for e in src.extents if e != 1]
     if d_ext != s_ext:

@@ -61,7 +61,9 @@ def nvrtc_compile(source: str, arch: str = "sm_90a", name: str = "kernel.cu") ->
             (size,) = ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
             log = b" " * size
             nvrtc.nvrtcGetProgramLog(prog, log)
-            raise ToolchainError(f"NVRTC could not compile for {arch}:\n{log.decode(errors='replace')}")
+            raise ToolchainError(
+                f"NVRTC could not compile for {arch}:\n{log.decode(errors='replace')}"
+            )
         (size,) = ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
         cubin = b" " * size
         ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")

@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 import tvm
-from kernels import warp_g2local, warp_g2s
 from tvm import sym
-from tvm.tirx.layout import S, ComposeLayout, TileLayout
+from tvm.tirx.layout import ComposeLayout, S, TileLayout
 
 import tirx_cuda_dispatch as tcd
+from kernels import warp_g2local, warp_g2s
 from tirx_cuda_dispatch import demos, runtime, toolchain
 
 SWIZZLE_128B_F16 = ComposeLayout(3, 3, 3, TileLayout(S[64 * 64 : 1]))  # 128-byte rows of fp16
@@ -28,12 +28,22 @@ def _plans(func, arch="sm_90a"):
 )
 def test_seed_table_32x32_warp(dtype, vec, outer):
     for plan in _plans(demos.gmem_smem_roundtrip(dtype, (32, 32), "warp")):
-        assert (plan["vec_bits"], plan["vec"], plan["outer"], plan["threads"]) == (128, vec, outer, 32)
+        assert (plan["vec_bits"], plan["vec"], plan["outer"], plan["threads"]) == (
+            128,
+            vec,
+            outer,
+            32,
+        )
 
 
 @pytest.mark.parametrize(
     "threads, dtype, vec_bits, outer",
-    [(128, "float32", 128, 2), (256, "float32", 128, 1), (128, "float16", 128, 1), (256, "float16", 64, 1)],
+    [
+        (128, "float32", 128, 2),
+        (256, "float32", 128, 1),
+        (128, "float16", 128, 1),
+        (256, "float16", 64, 1),
+    ],
 )
 def test_cta_scope_128_and_256_threads(threads, dtype, vec_bits, outer):
     func = demos.gmem_smem_roundtrip(dtype, (32, 32), "cta", cta_threads=threads)
@@ -68,14 +78,19 @@ def test_misaligned_column_offset_narrows_the_vector():
 
 
 def test_swizzled_shared_layout_caps_vec_at_one_unit():
-    f16 = demos.gmem_smem_roundtrip("float16", (64, 64), "warpgroup", shared_layout=SWIZZLE_128B_F16)
+    f16 = demos.gmem_smem_roundtrip(
+        "float16", (64, 64), "warpgroup", shared_layout=SWIZZLE_128B_F16
+    )
     plan = _plans(f16)[0]
     assert (plan["vec"], plan["swizzle"]) == (8, "Swizzle<3,3,3>")
     f32 = demos.gmem_smem_roundtrip("float32", (32, 16), "warp", shared_layout=SWIZZLE_64B_F32)
     plan = _plans(f32)[0]
     assert (plan["vec"], plan["vec_bits"], plan["swizzle"]) == (4, 128, "Swizzle<2,2,3>")
     u8 = demos.gmem_smem_roundtrip(
-        "uint8", (32, 16), "warp", shared_layout=ComposeLayout(2, 2, 3, TileLayout(S[(32, 16) : (16, 1)]))
+        "uint8",
+        (32, 16),
+        "warp",
+        shared_layout=ComposeLayout(2, 2, 3, TileLayout(S[(32, 16) : (16, 1)])),
     )
     plan = _plans(u8)[0]
     assert (plan["vec"], plan["vec_bits"]) == (4, 32)  # one 4-element unit, not 16 bytes
@@ -175,7 +190,9 @@ def test_plan_moves_every_element_once_to_its_place(case):
                 for c in range(tn)
             ]
             assert len(moved) == tm * tn, "an element is moved twice or not at all"
-            assert sorted(moved) == sorted(expected), f"wrong mapping ({report.plan}, {'g2s' if g_is_src else 's2g'})"
+            assert sorted(moved) == sorted(expected), (
+                f"wrong mapping ({report.plan}, {'g2s' if g_is_src else 's2g'})"
+            )
 
 
 # -- emitted code -------------------------------------------------------------------------
@@ -237,14 +254,35 @@ def test_gpu_roundtrip(dtype, scope, threads, rng, gpu):
 @pytest.mark.parametrize(
     "case",
     [
-        dict(dtype="float16", tile=(64, 64), scope="warpgroup", ctas=4, shared_layout=SWIZZLE_128B_F16),
+        dict(
+            dtype="float16",
+            tile=(64, 64),
+            scope="warpgroup",
+            ctas=4,
+            shared_layout=SWIZZLE_128B_F16,
+        ),
         dict(dtype="float32", tile=(32, 16), scope="warp", ctas=4, shared_layout=SWIZZLE_64B_F32),
         dict(dtype="float32", tile=(16, 32), scope="warp", ctas=5, cols=96, col_offset=32),
         dict(dtype="bfloat16", tile=(16, 32), scope="warp", ctas=3, cols=80, col_offset=6),
         dict(dtype="uint8", tile=(32, 32), scope="warp", ctas=3, cols=64, col_offset=1),
-        dict(dtype="float16", tile=(32, 32), scope="cta", cta_threads=128, ctas=2, cols=64, col_offset=1),
+        dict(
+            dtype="float16",
+            tile=(32, 32),
+            scope="cta",
+            cta_threads=128,
+            ctas=2,
+            cols=64,
+            col_offset=1,
+        ),
     ],
-    ids=["swizzle128B-f16", "swizzle64B-f32", "offset-cols", "misaligned-cols-bf16", "u8-bytewise", "f16-16bit"],
+    ids=[
+        "swizzle128B-f16",
+        "swizzle64B-f32",
+        "offset-cols",
+        "misaligned-cols-bf16",
+        "u8-bytewise",
+        "f16-16bit",
+    ],
 )
 def test_gpu_roundtrip_layouts_and_offsets(case, rng, gpu):
     tm, tn = case["tile"]

@@ -72,7 +72,9 @@ def memory_view(opnd: Operand) -> MemoryView:
     if not isinstance(tile, TileLayout):
         raise Decline(f"{opnd.name} layout {type(tile).__name__} is not a tile layout")
     if len(tile.replica) > 0:
-        raise Decline(f"{opnd.name} layout replicates data ({layout}); a copy needs one home per element")
+        raise Decline(
+            f"{opnd.name} layout replicates data ({layout}); a copy needs one home per element"
+        )
     atoms: list[Atom] = []
     for it in tile.shard:
         if str(it.axis.name) != "m":

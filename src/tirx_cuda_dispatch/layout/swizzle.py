@@ -48,15 +48,15 @@ class Swizzle:
         return (1 << self.bits) - 1
 
     def apply(self, offset: int) -> int:
-        return offset ^ (((offset >> (self.per_element + self.shift)) & self.mask) << self.per_element)
+        return offset ^ (
+            ((offset >> (self.per_element + self.shift)) & self.mask) << self.per_element
+        )
 
     def apply_expr(self, offset: Any) -> Any:
         """The same map on a TIR expression (shift, and, xor: a few integer ops per access)."""
         if self.bits == 0:
             return offset
-        high = tirx.bitwise_and(
-            tirx.shift_right(offset, self.per_element + self.shift), self.mask
-        )
+        high = tirx.bitwise_and(tirx.shift_right(offset, self.per_element + self.shift), self.mask)
         return tirx.bitwise_xor(offset, tirx.shift_left(high, self.per_element))
 
     def __str__(self) -> str:

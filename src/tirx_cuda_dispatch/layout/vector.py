@@ -20,7 +20,11 @@ VECTOR_BITS = (128, 64, 32, 16, 8)
 
 def vector_candidates(elem_bits: int) -> list[tuple[int, int]]:
     """(bits, elements) per access, widest first, for ``elem_bits``-wide elements."""
-    return [(bits, bits // elem_bits) for bits in VECTOR_BITS if bits >= elem_bits and bits % elem_bits == 0]
+    return [
+        (bits, bits // elem_bits)
+        for bits in VECTOR_BITS
+        if bits >= elem_bits and bits % elem_bits == 0
+    ]
 
 
 def vector_misfit(
