@@ -136,7 +136,7 @@ def synthesize_partition(
     caps = [v.swizzle.unit for v in views if v.swizzle is not None]
     cap = min(caps) if caps else None
     names = [v.operand for v in views]
-    narrower_because = None
+    refusals: list[str] = []
     for bits, elems in vector_candidates(elem_bits):
         misfit = None
         if cap is not None and elems > cap:
@@ -159,7 +159,7 @@ def synthesize_partition(
             if carved is None:
                 misfit = f"dimensions {[d.extent for d in body]} cannot be split evenly among {threads} threads"
         if misfit is not None:
-            narrower_because = narrower_because or f"{bits}-bit: {misfit}"
+            refusals.append(f"{bits}-bit: {misfit}")
             continue
         outer, thread = carved
         return ScopePartition(
@@ -169,6 +169,6 @@ def synthesize_partition(
             vec_bits=bits,
             bases=tuple(v.base for v in views),
             swizzles=tuple(v.swizzle for v in views),
-            narrower_because=narrower_because,
+            narrower_because=refusals[0] if refusals else None,
         )
-    raise Decline(f"no access width fits: {narrower_because}")
+    raise Decline("no access width fits: " + "; ".join(refusals))

@@ -1,0 +1,65 @@
+"""Operand memory views and their common refinement."""
+
+from __future__ import annotations
+
+import pytest
+from tvm import tirx
+from tvm.tirx.layout import ComposeLayout, S, TileLayout
+
+from tirx_cuda_dispatch.call import Operand
+from tirx_cuda_dispatch.errors import Decline
+from tirx_cuda_dispatch.layout.atoms import MemoryView, common_refinement, memory_view
+
+
+def _operand(shape, layout, region, scope="global"):
+    buf = tirx.decl_buffer(shape, "float32", name="A", scope=scope, layout=layout)
+    return Operand("src", buf, tuple(region))
+
+
+def test_row_major_region_at_an_offset():
+    bx = tirx.Var("bx", "int32")
+    view = memory_view(_operand((256, 64), TileLayout(S[(256, 64)]), [(bx * 32, 32), (16, 32)]))
+    assert view.atoms == ((32, 64), (32, 1))
+    assert str(view.base) == "bx * 2048 + 16"
+    assert view.swizzle is None
+
+
+def test_unit_extents_are_dropped_and_offsets_match_tvm():
+    layout = TileLayout(S[(16, 2, 8) : (8, 128, 1)])
+    view = memory_view(_operand((16, 16), layout, [(3, 1), (4, 8)]))
+    assert all(ext != 1 for ext, _ in view.atoms)
+    for i in range(8):
+        assert view.offset(i) == int(layout.apply(3 * 16 + 4 + i)["m"])
+
+
+def test_swizzled_view_keeps_the_swizzle():
+    layout = ComposeLayout(3, 3, 3, TileLayout(S[4096:1]))
+    view = memory_view(_operand((64, 64), layout, [(8, 16), (8, 16)], scope="shared"))
+    for r in range(16):
+        for c in range(16):
+            assert view.offset(r * 16 + c) == int(layout.apply((8 + r) * 64 + 8 + c)["m"])
+
+
+def test_declines_without_layout():
+    buf = tirx.decl_buffer((8, 8), "float32", name="A", layout=None)
+    with pytest.raises(Decline, match="A has no layout"):
+        memory_view(Operand("src", buf, ((0, 8), (0, 8))))
+
+
+def test_common_refinement_splits_the_larger_atom():
+    rows = common_refinement(((32, 32), (32, 1)), ((1024, 1),))
+    assert rows == [(32, (32, 32)), (32, (1, 1))]
+    rows = common_refinement(((4, 100), (6, 1)), ((24, 2),))
+    assert rows == [(4, (100, 12)), (6, (1, 2))]
+
+
+def test_common_refinement_declines_when_atoms_do_not_nest():
+    with pytest.raises(Decline, match="do not nest"):
+        common_refinement(((6, 4), (4, 1)), ((8, 3), (3, 1)))
+    with pytest.raises(Decline, match="different element counts"):
+        common_refinement(((4, 1),), ((8, 1),))
+
+
+def test_memory_view_offsets():
+    view = MemoryView("A", ((4, 10), (3, 1)), 5)
+    assert [view.offset(i) for i in range(6)] == [5, 6, 7, 15, 16, 17]
