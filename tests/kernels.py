@@ -54,3 +54,50 @@ def warp_g2local(dtype: str = "float32"):
         Tx.warp.copy(R[:, :], A[:, :])
 
     return kernel
+
+
+def per_warp_tiles(
+    dtype: str = "float32", warps: int = 4, rows: int = 8, cols: int = 64, ctas: int = 2
+):
+    """Each warp of each CTA copies its own row block global -> shared -> global."""
+    tm = warps * rows
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (ctas * tm, cols), dtype)
+        B = T.match_buffer(B_ptr, (ctas * tm, cols), dtype)
+        T.device_entry()
+        bx = T.cta_id([ctas])
+        w = T.warp_id([warps])
+        T.lane_id([32])
+        T.thread_id([warps * 32])
+        A_s = T.alloc_buffer((tm, cols), dtype, scope="shared", layout=TileLayout(S[(tm, cols)]))
+        Tx.warp.copy(
+            A_s[w * rows : (w + 1) * rows, :], A[bx * tm + w * rows : bx * tm + (w + 1) * rows, :]
+        )
+        Tx.warp.copy(
+            B[bx * tm + w * rows : bx * tm + (w + 1) * rows, :], A_s[w * rows : (w + 1) * rows, :]
+        )
+
+    return kernel
+
+
+def thread_rows(dtype: str = "float32", threads: int = 32, cols: int = 8):
+    """Each thread copies its own row with a thread-scope copy."""
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (threads, cols), dtype)
+        B = T.match_buffer(B_ptr, (threads, cols), dtype)
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([threads // 32])
+        T.lane_id([32])
+        tx = T.thread_id([threads])
+        A_s = T.alloc_buffer(
+            (threads, cols), dtype, scope="shared", layout=TileLayout(S[(threads, cols)])
+        )
+        Tx.thread.copy(A_s[tx : tx + 1, :], A[tx : tx + 1, :])
+        Tx.thread.copy(B[tx : tx + 1, :], A_s[tx : tx + 1, :])
+
+    return kernel

@@ -11,7 +11,7 @@ from tvm import sym
 from tvm.tirx.layout import ComposeLayout, S, TileLayout
 
 import tirx_cuda_dispatch as tcd
-from kernels import warp_g2local, warp_g2s
+from kernels import per_warp_tiles, thread_rows, warp_g2local, warp_g2s
 from tirx_cuda_dispatch import demos, runtime, toolchain
 
 SWIZZLE_128B_F16 = ComposeLayout(3, 3, 3, TileLayout(S[64 * 64 : 1]))  # 128-byte rows of fp16
@@ -95,6 +95,22 @@ def test_swizzled_shared_layout_caps_vec_at_one_unit():
     plan = _plans(u8)[0]
     assert (plan["vec"], plan["vec_bits"]) == (4, 32)  # one 4-element unit, not 16 bytes
     assert "128-bit" in plan["narrower_because"]
+
+
+def test_warp_scope_per_warp_regions_in_a_multi_warp_cta():
+    [g2s, s2g] = tcd.explain(per_warp_tiles("float32", warps=4, rows=8, cols=64))
+    assert (g2s.plan["threads"], g2s.plan["vec"], g2s.plan["outer"]) == (32, 4, 4)
+    assert "w * 8" in g2s.operands[0]["region"]  # the warp's own rows
+
+
+def test_thread_scope_copies_its_own_row():
+    [g2s, _] = tcd.explain(thread_rows("float32", threads=64, cols=8))
+    assert (g2s.scope, g2s.plan["threads"], g2s.plan["vec"], g2s.plan["outer"]) == (
+        "thread",
+        1,
+        4,
+        2,
+    )
 
 
 # -- declines -----------------------------------------------------------------------------
@@ -247,6 +263,22 @@ def test_gpu_roundtrip(dtype, scope, threads, rng, gpu):
     ctas, tile = 6, (32, 64)
     func = demos.gmem_smem_roundtrip(dtype, tile, scope, ctas=ctas, cta_threads=threads)
     a, out = _roundtrip(func, (ctas * tile[0], tile[1]), dtype, rng, gpu)
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(a))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "func, shape",
+    [
+        (per_warp_tiles("float16", warps=4, rows=8, cols=64, ctas=3), (96, 64)),
+        (thread_rows("float32", threads=64, cols=8), (64, 8)),
+        (thread_rows("uint8", threads=32, cols=24), (32, 24)),
+    ],
+    ids=["per-warp-rows-f16", "thread-rows-f32", "thread-rows-u8"],
+)
+def test_gpu_roundtrip_warp_and_thread_regions(func, shape, rng, gpu):
+    dtype = str(func.buffer_map[func.params[0]].dtype)
+    a, out = _roundtrip(func, shape, dtype, rng, gpu)
     np.testing.assert_array_equal(runtime.bits(out), runtime.bits(a))
 
 

@@ -152,7 +152,7 @@ def emit(plan: GmemSmemPlan, call: TileCall):
     # fmt: off
     @T.prim_func(check_well_formed=False)
     def impl():
-        tid = thread_index(call)
+        tid = T.meta_var(thread_index(call))
         g_vecs = access_view(g_buf, vec_bits, elem_bits)
         s_vecs = access_view(s_buf, vec_bits, elem_bits)
         for rnd in range(rounds):
