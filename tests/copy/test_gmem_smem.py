@@ -268,16 +268,15 @@ def test_gpu_roundtrip(dtype, scope, threads, rng, gpu):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "func, shape",
+    "func, shape, dtype",
     [
-        (per_warp_tiles("float16", warps=4, rows=8, cols=64, ctas=3), (96, 64)),
-        (thread_rows("float32", threads=64, cols=8), (64, 8)),
-        (thread_rows("uint8", threads=32, cols=24), (32, 24)),
+        (per_warp_tiles("float16", warps=4, rows=8, cols=64, ctas=3), (96, 64), "float16"),
+        (thread_rows("float32", threads=64, cols=8), (64, 8), "float32"),
+        (thread_rows("uint8", threads=32, cols=24), (32, 24), "uint8"),
     ],
     ids=["per-warp-rows-f16", "thread-rows-f32", "thread-rows-u8"],
 )
-def test_gpu_roundtrip_warp_and_thread_regions(func, shape, rng, gpu):
-    dtype = str(func.buffer_map[func.params[0]].dtype)
+def test_gpu_roundtrip_warp_and_thread_regions(func, shape, dtype, rng, gpu):
     a, out = _roundtrip(func, shape, dtype, rng, gpu)
     np.testing.assert_array_equal(runtime.bits(out), runtime.bits(a))
 
