@@ -24,23 +24,47 @@ class ToolchainError(RuntimeError):
     """NVRTC or nvdisasm is missing, or compilation failed (the log is in the message)."""
 
 
-@lru_cache(maxsize=1)
-def cuda_root() -> Path:
-    """The folder of the NVIDIA wheels (``site-packages/nvidia/cu13``)."""
+def _candidate_roots() -> list[Path]:
+    """Where CUDA headers are looked for, in order: the pinned NVIDIA wheels
+    (``site-packages/nvidia/cu13``), then ``$CUDA_HOME`` / ``$CUDA_PATH``, the toolkit of
+    the ``nvcc`` on PATH, and ``/usr/local/cuda`` (a machine with a system toolkit and
+    without our wheels)."""
+    roots: list[Path] = []
     try:
         import nvidia
-    except ImportError as exc:  # pragma: no cover - declared dependency
-        raise ToolchainError("the nvidia CUDA wheels are not installed") from exc
-    for base in nvidia.__path__:
-        root = Path(base) / "cu13"
-        if (root / "include" / "cuda_runtime.h").exists():
-            return root
-    raise ToolchainError("no CUDA headers found in the nvidia wheels (nvidia-cuda-runtime)")
+
+        roots += [Path(base) / "cu13" for base in nvidia.__path__]
+    except ImportError:
+        pass
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            roots.append(Path(os.environ[var]))
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(Path(os.path.realpath(nvcc)).parent.parent)
+    roots.append(Path("/usr/local/cuda"))
+    return roots
 
 
-def _include_dirs() -> list[Path]:
-    inc = cuda_root() / "include"
-    return [inc, inc / "cccl"]
+def _include_dirs(root: Path) -> list[Path]:
+    # Toolkits keep CCCL (cuda/std/...) in include/cccl or targets/<arch>/include/cccl.
+    incs = [root / "include", root / "targets" / "x86_64-linux" / "include"]
+    return [p for inc in incs for p in (inc, inc / "cccl") if p.is_dir()]
+
+
+@lru_cache(maxsize=1)
+def cuda_include_dirs() -> tuple[Path, ...]:
+    """Include folders of the first candidate root that has the CUDA runtime headers."""
+    roots = _candidate_roots()
+    for root in roots:
+        dirs = _include_dirs(root)
+        if any((d / "cuda_runtime.h").exists() for d in dirs):
+            return tuple(dirs)
+    raise ToolchainError(
+        "no CUDA headers found; looked in "
+        + ", ".join(str(r) for r in roots)
+        + " (install the package's dependencies: nvidia-cuda-runtime, nvidia-cuda-cccl)"
+    )
 
 
 def nvrtc_compile(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> bytes:
@@ -54,7 +78,7 @@ def nvrtc_compile(source: str, arch: str = "sm_90a", name: str = "kernel.cu") ->
 
     (prog,) = ok(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
     opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-default-device"]
-    opts += [b"-I" + str(p).encode() for p in _include_dirs()]
+    opts += [b"-I" + str(p).encode() for p in cuda_include_dirs()]
     try:
         result = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -73,9 +97,11 @@ def nvrtc_compile(source: str, arch: str = "sm_90a", name: str = "kernel.cu") ->
 
 
 def nvdisasm_path() -> str:
-    path = cuda_root() / "bin" / "nvdisasm"
-    if path.exists():
-        return str(path)
+    """``nvdisasm`` from the nvidia-cuda-nvdisasm wheel, else from PATH."""
+    for root in _candidate_roots():
+        path = root / "bin" / "nvdisasm"
+        if path.exists():
+            return str(path)
     found = shutil.which("nvdisasm")
     if found:
         return found
