@@ -52,19 +52,28 @@ def _include_dirs(root: Path) -> list[Path]:
     return [p for inc in incs for p in (inc, inc / "cccl") if p.is_dir()]
 
 
+# What generated kernels include: the runtime headers and CCCL's libcu++.
+_NEEDED_HEADERS = ("cuda_runtime.h", "cuda/std/cstdint")
+
+
 @lru_cache(maxsize=1)
 def cuda_include_dirs() -> tuple[Path, ...]:
-    """Include folders of the first candidate root that has the CUDA runtime headers."""
+    """For each header the kernels need, the first include folder (in search order) that
+    has it: the runtime headers and CCCL may come from different places."""
     roots = _candidate_roots()
-    for root in roots:
-        dirs = _include_dirs(root)
-        if any((d / "cuda_runtime.h").exists() for d in dirs):
-            return tuple(dirs)
-    raise ToolchainError(
-        "no CUDA headers found; looked in "
-        + ", ".join(str(r) for r in roots)
-        + " (install the package's dependencies: nvidia-cuda-runtime, nvidia-cuda-cccl)"
-    )
+    dirs = [d for root in roots for d in _include_dirs(root)]
+    chosen: list[Path] = []
+    for header in _NEEDED_HEADERS:
+        found = next((d for d in dirs if (d / header).exists()), None)
+        if found is None:
+            raise ToolchainError(
+                f"no CUDA header {header} found; looked in "
+                + ", ".join(str(r) for r in roots)
+                + " (install the package's dependencies: nvidia-cuda-runtime, nvidia-cuda-cccl)"
+            )
+        if found not in chosen:
+            chosen.append(found)
+    return tuple(chosen)
 
 
 def nvrtc_compile(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> bytes:
