@@ -13,9 +13,10 @@ def warp_g2s(
     dtype: str = "float32",
     s_dtype: str | None = None,
     narrow: bool = False,
-    s_scope: str = "shared",
+    dispatch: str | None = None,
 ):
-    """One warp copies A[0:rows, 0:cols] into a shared tile (optionally under ``if lane < 16``)."""
+    """One warp copies A[0:rows, 0:cols] into a shared tile (optionally under ``if lane < 16``,
+    optionally forcing a variant with ``dispatch=``)."""
     s_dtype = s_dtype or dtype
 
     @T.prim_func
@@ -27,13 +28,13 @@ def warp_g2s(
         lane = T.lane_id([32])
         T.thread_id([32])
         A_s = T.alloc_buffer(
-            (rows, cols), s_dtype, scope=s_scope, layout=TileLayout(S[(rows, cols)])
+            (rows, cols), s_dtype, scope="shared", layout=TileLayout(S[(rows, cols)])
         )
         if narrow:
             if lane < 16:
                 Tx.warp.copy(A_s[:, :], A[:, :])
         else:
-            Tx.warp.copy(A_s[:, :], A[:, :])
+            Tx.warp.copy(A_s[:, :], A[:, :], dispatch=dispatch)
 
     return kernel
 

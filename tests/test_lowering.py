@@ -47,7 +47,7 @@ def test_strict_mode_names_the_call_and_every_reason():
         _lower(func, fallback="error")
     msg = str(err.value)
     assert "strict mode" in msg
-    assert "kernels.py:" in msg and "Tx.warp.copy(A_s[:, :], A[:, :])" in msg
+    assert "kernels.py:" in msg and "Tx.warp.copy(A_s[:, :], A[:, :]" in msg
     assert "gmem_smem" in msg
     assert "region of 15 elements is not divisible by the 32 threads of scope warp" in msg
 
@@ -58,43 +58,14 @@ def test_strict_pipeline_raises_too():
 
 
 def test_forced_variant_that_declines_is_an_error():
-    from tvm.script import tirx as T
-    from tvm.script.tirx import tile as Tx
-    from tvm.tirx.layout import S, TileLayout
-
-    @T.prim_func
-    def forced(A_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (3, 5), "float32")
-        T.device_entry()
-        T.cta_id([1])
-        T.warp_id([1])
-        T.lane_id([32])
-        T.thread_id([32])
-        A_s = T.alloc_buffer((3, 5), "float32", scope="shared", layout=TileLayout(S[(3, 5)]))
-        Tx.warp.copy(A_s[:, :], A[:, :], dispatch="gmem_smem")
-
     with pytest.raises(tcd.DispatchError) as err:
-        _lower(forced)
+        _lower(warp_g2s(3, 5, dispatch="gmem_smem"))
     assert "dispatch='gmem_smem' was forced and declined" in str(err.value)
     assert "not divisible" in str(err.value)
 
 
 def test_forced_variant_that_accepts_is_used():
-    from tvm.script import tirx as T
-    from tvm.script.tirx import tile as Tx
-    from tvm.tirx.layout import S, TileLayout
-
-    @T.prim_func
-    def forced(A_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (32, 32), "float32")
-        T.device_entry()
-        T.cta_id([1])
-        T.warp_id([1])
-        T.lane_id([32])
-        T.thread_id([32])
-        A_s = T.alloc_buffer((32, 32), "float32", scope="shared", layout=TileLayout(S[(32, 32)]))
-        Tx.warp.copy(A_s[:, :], A[:, :], dispatch="gmem_smem")
-
+    forced = warp_g2s(32, 32, dispatch="gmem_smem")
     [report] = tcd.explain(forced)
     assert report.variant == "gmem_smem"
     assert "tirx_cuda_dispatch_ld_global_cg_128" in _lower(forced).script()
