@@ -14,7 +14,7 @@ from __future__ import annotations
 from . import copy as _copy  # noqa: F401  (registers the copy variants)
 from . import pipeline as _pipeline
 from .call import Operand, TileCall
-from .errors import Decline, DispatchError, VariantError, check, decline
+from .errors import Decline, DispatchError, VariantError, check
 from .explain import CallReport, Explanation, explain
 from .lowering import LowerTIRx
 from .registry import Predicate, list_variants, predicate, unregister, variant, variants_for
@@ -39,7 +39,6 @@ __all__ = [
     "TileCall",
     "VariantError",
     "check",
-    "decline",
     "explain",
     "list_variants",
     "predicate",

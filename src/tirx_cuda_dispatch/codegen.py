@@ -8,7 +8,6 @@ in flight at once), and a simulator can read them without parsing PTX.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from tvm import tirx
@@ -79,24 +78,6 @@ def thread_index(call: TileCall) -> Any:
     if call.scope == "cta":
         return call.launch_var("threadIdx.x")
     raise ValueError(f"no thread index for scope {call.scope}")
-
-
-def digits_offset(index: Any, extents: Sequence[int], strides: Sequence[int]) -> Any:
-    """``sum(digit_i(index) * stride_i)`` for the mixed radix ``extents`` (outer -> inner)."""
-    total: Any = tirx.IntImm("int32", 0)
-    inner = 1
-    n = len(extents)
-    for i in range(n - 1, -1, -1):
-        ext, stride = extents[i], strides[i]
-        if ext == 1 or stride == 0:
-            inner *= ext
-            continue
-        digit = index if inner == 1 else tirx.floordiv(index, inner)
-        if i > 0:  # the outermost digit needs no wrap: index < prod(extents)
-            digit = tirx.floormod(digit, ext)
-        total = total + digit * stride
-        inner *= ext
-    return total
 
 
 def storage_words(buffer: Any, elem_bits: int, word_bits: int) -> Any:

@@ -30,11 +30,6 @@ class VariantError(RuntimeError):
     """One of our variants raised something other than a decline: a bug, reported with the call."""
 
 
-def decline(reason: str) -> None:
-    """Raise :class:`Decline` with ``reason``; for planners written as straight-line checks."""
-    raise Decline(reason)
-
-
 def check(cond: bool, reason: str) -> None:
     """Decline with ``reason`` unless ``cond`` holds."""
     if not cond:

@@ -3,7 +3,7 @@ was seen and what was needed, naming the operand where there is one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from .call import TileCall
 from .registry import Predicate, predicate
@@ -96,8 +96,3 @@ def requires_memory_pair(pairs: Sequence[tuple[str, str]]) -> Predicate:
         return True, None
 
     return predicate(memory_pair, "memory_pair")
-
-
-def all_of(*preds: Callable[[TileCall], Result]) -> list[Predicate]:
-    """Predicates in trial order, wrapped and named."""
-    return [p if isinstance(p, Predicate) else predicate(p) for p in preds]

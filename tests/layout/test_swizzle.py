@@ -40,7 +40,7 @@ def _evaluate(expr, env):
 @pytest.mark.parametrize("m, b, s", [(3, 3, 3), (2, 2, 3), (3, 1, 3)])
 def test_expr_form_matches_int_form(m, b, s):
     swz = Swizzle(m, b, s)
-    expr = swz.apply_expr(tvm.tirx.Var("x", "int32"))
+    expr = swz.apply(tvm.tirx.Var("x", "int32"))
     for value in range(0, 4096, 3):
         assert _evaluate(expr, {"x": value}) == swz.apply(value)
 

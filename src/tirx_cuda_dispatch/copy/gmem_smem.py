@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from ..call import TileCall
-from ..codegen import access_view, digits_offset, load_global_l2_only, thread_index
+from ..codegen import access_view, load_global_l2_only, thread_index
 from ..errors import Decline
 from ..layout.atoms import memory_view
 from ..layout.partition import ScopePartition, synthesize_partition
@@ -131,19 +131,10 @@ def emit(plan: GmemSmemPlan, call: TileCall):
     dst, src = call.operand(0, "dst"), call.operand(1, "src")
     g, s = (src, dst) if plan.direction == "global->shared" else (dst, src)
     p = plan.partition
-    outer_ext = [d.extent for d in p.outer]
-    thread_ext = [d.extent for d in p.thread]
 
     def slot(which: int, rnd, tid):
         """Index (in vectors) of operand ``which``'s access in round ``rnd`` of thread ``tid``."""
-        off = (
-            p.bases[which]
-            + digits_offset(rnd, outer_ext, [d.strides[which] for d in p.outer])
-            + digits_offset(tid, thread_ext, [d.strides[which] for d in p.thread])
-        )
-        swz = p.swizzles[which]
-        off = swz.apply_expr(off) if swz is not None else off
-        return off // p.vec  # exact: the plan aligned every offset to the vector
+        return p.offset(which, rnd, tid) // p.vec  # exact: the plan aligned every offset
 
     g_buf, s_buf = g.buffer, s.buffer
     vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer

@@ -55,27 +55,43 @@ class ScopePartition:
     def threads(self) -> int:
         return _product(d.extent for d in self.thread)
 
-    def access(self, rnd: int, tid: int) -> tuple[int, ...]:
-        """Element offset per operand of thread ``tid``'s vector in round ``rnd`` (ints only).
+    def offset(self, which: int, rnd: Any, tid: Any) -> Any:
+        """Element offset on operand ``which`` of thread ``tid``'s vector in round ``rnd``.
 
-        The same arithmetic the emitter writes in TIR, swizzle included: tests and tools
-        use it to check and draw a plan without building a kernel.
+        Works on ints (tests and tools check or draw a plan with it) and on TIR
+        expressions (the emitter writes the same arithmetic into the kernel).
         """
-        out = []
-        for i, base in enumerate(self.bases):
-            off = int(base)
-            off += _digits(rnd, self.outer, i) + _digits(tid, self.thread, i)
-            swz = self.swizzles[i]
-            out.append(swz.apply(off) if swz is not None else off)
-        return tuple(out)
+        off = (
+            self.bases[which]
+            + dims_offset(rnd, self.outer, which)
+            + dims_offset(tid, self.thread, which)
+        )
+        swz = self.swizzles[which]
+        return swz.apply(off) if swz is not None else off
+
+    def access(self, rnd: int, tid: int) -> tuple[int, ...]:
+        """Element offsets of thread ``tid``'s vector in round ``rnd``, one per operand."""
+        return tuple(int(self.offset(i, rnd, tid)) for i in range(len(self.bases)))
 
 
-def _digits(index: int, dims: tuple[Dim, ...], which: int) -> int:
-    off = 0
-    for d in reversed(dims):
-        off += (index % d.extent) * d.strides[which]
-        index //= d.extent
-    return off
+def dims_offset(index: Any, dims: Sequence[Dim], which: int) -> Any:
+    """``sum(digit_i(index) * stride_i)`` over ``dims`` (outer -> inner) on operand ``which``.
+
+    ``index`` is an int or a TIR expression (``//`` and ``%`` are floordiv and floormod
+    there). The outermost digit needs no wrap (``index < prod(extents)``), and unit or
+    zero-stride digits add nothing, so the emitted arithmetic stays minimal.
+    """
+    total: Any = 0
+    inner = 1
+    for i in range(len(dims) - 1, -1, -1):
+        extent, stride = dims[i].extent, dims[i].strides[which]
+        if extent != 1 and stride != 0:
+            digit = index if inner == 1 else index // inner
+            if i > 0:
+                digit = digit % extent
+            total = total + digit * stride
+        inner *= extent
+    return total
 
 
 def _product(values) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tvm import tirx
 from tvm.tirx.layout import ComposeLayout
 
 from ..errors import Decline
@@ -47,17 +46,14 @@ class Swizzle:
     def mask(self) -> int:
         return (1 << self.bits) - 1
 
-    def apply(self, offset: int) -> int:
+    def apply(self, offset: Any) -> Any:
+        """The swizzled offset: on ints, or on a TIR expression (shift, and, xor: a few
+        integer ops per access)."""
+        if self.bits == 0:
+            return offset
         return offset ^ (
             ((offset >> (self.per_element + self.shift)) & self.mask) << self.per_element
         )
-
-    def apply_expr(self, offset: Any) -> Any:
-        """The same map on a TIR expression (shift, and, xor: a few integer ops per access)."""
-        if self.bits == 0:
-            return offset
-        high = tirx.bitwise_and(tirx.shift_right(offset, self.per_element + self.shift), self.mask)
-        return tirx.bitwise_xor(offset, tirx.shift_left(high, self.per_element))
 
     def __str__(self) -> str:
         return f"Swizzle<{self.bits},{self.per_element},{self.shift}>"
