@@ -90,6 +90,20 @@ def test_exception_in_our_variant_surfaces_with_variant_and_call(buggy_variant):
 
 
 @pytest.fixture
+def emits_nothing():
+    tcd.variant("copy", "emits_nothing", priority=99)(lambda plan, call: None)
+    yield
+    tcd.unregister("copy", "emits_nothing")
+
+
+def test_emitter_returning_no_function_is_a_bug_not_a_fallback(emits_nothing):
+    with pytest.raises(
+        tcd.VariantError, match="'emits_nothing' .* returned NoneType, not a PrimFunc"
+    ):
+        _compile(demos.gmem_smem_roundtrip())
+
+
+@pytest.fixture
 def marker_variant():
     """A user variant that takes copies into buffers named ``Marked``."""
     from tvm.script import tirx as T

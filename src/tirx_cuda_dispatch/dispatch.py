@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tvm.tirx import PrimFunc
+
 from .call import TileCall
 from .errors import Decline, VariantError
 from .registry import Variant, variants_for
@@ -109,6 +111,9 @@ def choose(call: TileCall, *, emit: bool = False, exhaustive: bool = False) -> O
                 ok, reason = False, d.reason
             except Exception as exc:
                 raise _bug(v, "emitter", call, exc) from exc
+            if ok and not isinstance(out.func, PrimFunc):
+                wrong = TypeError(f"returned {type(out.func).__name__}, not a PrimFunc")
+                raise _bug(v, "emitter", call, wrong)
         out.candidates.append(Candidate(v.name, ok, reason))
         if ok:
             out.chosen, out.plan = v, plan

@@ -26,6 +26,7 @@ import tvm
 import tvm_ffi
 from tvm.script import tirx as T
 from tvm.tirx.operator.tile_primitive import fail, predicate, register_dispatch
+from tvm.tirx.operator.tile_primitive.dispatcher import DispatchFail
 
 from .call import TileCall
 from .dispatch import Outcome, choose
@@ -82,29 +83,29 @@ def _bridge(op_call: Any, sctx: Any) -> Any:
     s = _SESSION.get()
     call = TileCall(op_call, sctx)
     try:
-        out = choose(call, emit=s.mode == "lower", exhaustive=s.mode == "explain")
-    except VariantError as exc:
+        return _dispatch_in_session(s, call)
+    except DispatchFail:
+        raise
+    except Exception as exc:  # noqa: BLE001  # TVM would swallow it: record, then decline
+        if not isinstance(exc, VariantError):
+            exc = VariantError(f"tirx_cuda_dispatch failed while dispatching {call}: {exc!r}")
         s.errors.append(exc)
         fail(str(exc))
+
+
+def _dispatch_in_session(s: Session, call: TileCall) -> Any:
+    out = choose(call, emit=s.mode == "lower", exhaustive=s.mode == "explain")
     s.outcomes.append(out)
     if s.mode == "explain":
         return _noop()
     if out.chosen is not None:
         return out.func
     if call.forced_variant is not None:
-        s.errors.append(
-            DispatchError(
-                _declined_message(out, f"dispatch={call.forced_variant!r} was forced and declined")
-            )
-        )
+        why = f"dispatch={call.forced_variant!r} was forced and declined"
+        s.errors.append(DispatchError(_declined_message(out, why)))
     elif s.fallback == "error":
-        s.errors.append(
-            DispatchError(
-                _declined_message(
-                    out, "no tirx_cuda_dispatch variant accepts this call (strict mode)"
-                )
-            )
-        )
+        why = "no tirx_cuda_dispatch variant accepts this call (strict mode)"
+        s.errors.append(DispatchError(_declined_message(out, why)))
     fail("no tirx_cuda_dispatch variant accepted:\n" + out.reasons_table())
 
 
