@@ -145,6 +145,12 @@ def test_declines_scope_narrowed_by_if():
     )
 
 
+def test_declines_tensors_beyond_32_bit_offsets():
+    func = demos.gmem_smem_roundtrip("float32", (32, 4096), "cta", ctas=2**16, cta_threads=256)
+    reason = tcd.explain(func)[0].candidates[0].reason
+    assert reason == "A holds 8589934592 elements; offsets must stay below 2**31"
+
+
 def test_strict_mode_error_names_rule_and_line():
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
     with pytest.raises(tcd.DispatchError) as err:

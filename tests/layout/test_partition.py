@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
 from tirx_cuda_dispatch.errors import Decline
@@ -66,3 +67,44 @@ def test_bijection_across_thread_counts_and_widths(threads, elem_bits):
     p = synthesize_partition([g, s], threads, elem_bits)
     assert p.threads == threads and p.rounds * threads * p.vec == 512
     _check_bijection([g, s], p)
+
+
+def _random_case(rng):
+    rows, cols = (int(x) for x in rng.choice([1, 2, 3, 4, 8, 16, 32], size=2))
+    g_cols = cols + int(rng.choice([0, 1, 4, 8, 32]))
+    g = MemoryView(
+        "A", ((rows, g_cols), (cols, 1)), int(rng.integers(0, 4)) * int(rng.choice([1, 2, 4, 8]))
+    )
+    kind = rng.choice(["row", "padded", "column", "swizzled"])
+    if kind == "row":
+        s = MemoryView("S", ((rows, cols), (cols, 1)), 0)
+    elif kind == "padded":
+        s = MemoryView("S", ((rows, cols + 4), (cols, 1)), 0)
+    elif kind == "column":
+        s = MemoryView("S", ((rows, 1), (cols, rows)), 0)
+    else:
+        s = MemoryView(
+            "S",
+            ((rows, cols), (cols, 1)),
+            0,
+            Swizzle(int(rng.integers(0, 4)), int(rng.integers(0, 4)), 3),
+        )
+    threads = int(rng.choice([1, 2, 4, 8, 32, 64, 128]))
+    elem_bits = int(rng.choice([8, 16, 32, 64]))
+    return g, s, threads, elem_bits
+
+
+def test_random_partitions_are_exact_or_declined():
+    rng = np.random.default_rng(7)
+    planned = 0
+    for _ in range(400):
+        g, s, threads, elem_bits = _random_case(rng)
+        try:
+            p = synthesize_partition([g, s], threads, elem_bits)
+        except Decline as d:
+            assert d.reason  # a reason, never an empty refusal
+            continue
+        planned += 1
+        assert p.threads == threads and p.vec_bits == p.vec * elem_bits
+        _check_bijection([g, s], p)
+    assert planned > 100  # the generator must mostly produce plannable cases

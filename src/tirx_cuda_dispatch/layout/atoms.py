@@ -65,6 +65,10 @@ def memory_view(opnd: Operand) -> MemoryView:
         raise Decline(f"{opnd.name} region extents {list(opnd.extents)} are not all constant")
     if len(opnd.buffer.strides) > 0:
         raise Decline(f"{opnd.name} has explicit buffer strides; describe them with a layout")
+    size = _static_size(opnd.shape)
+    if size is not None and size >= INT32_LIMIT:
+        # TVM's layout arithmetic and our offsets are 32-bit: decline rather than wrap.
+        raise Decline(f"{opnd.name} holds {size} elements; offsets must stay below 2**31")
     sliced = layout.slice(list(opnd.shape), _region_bounds(opnd))
     if sliced is None:
         raise Decline(f"{opnd.name} layout {layout} cannot be sliced to region {opnd.describe}")
@@ -96,6 +100,19 @@ def memory_view(opnd: Operand) -> MemoryView:
         base = base + elem_offset
     base_int = as_int(base)
     return MemoryView(opnd.name, tuple(atoms), base if base_int is None else base_int, swizzle)
+
+
+INT32_LIMIT = 2**31
+
+
+def _static_size(shape: tuple[Any, ...]) -> int | None:
+    n = 1
+    for ext in shape:
+        ext_i = as_int(ext)
+        if ext_i is None:
+            return None
+        n *= ext_i
+    return n
 
 
 def common_refinement(*atom_lists: tuple[Atom, ...]) -> list[tuple[int, tuple[int, ...]]]:
