@@ -50,9 +50,10 @@ def load_global_l2_only(dst_ptr: Any, src_ptr: Any, vec_bits: int) -> Any:
     """``*dst = ld.global.cg(src)``: copy one access from global memory, caching it in L2 only.
 
     Streaming copies read every byte once, so allocating the data in L1 only costs: on the
-    H200 this form streamed 0.7-2.4% faster than a plain (or ``.nc``) load and ahead of
-    TVM's built-in (docs/performance.md). The helper's whole meaning is that one line; the
-    name says it, so tools reading the TIR can rely on it.
+    H200 this form streamed up to 2.5% faster than a plain (read-only path) load and never
+    slower than any other form (bench/load_forms.py, docs/performance.md). The helper's
+    whole meaning is that one line; the name says it, so tools reading the TIR can rely
+    on it.
     """
     ctype = _ACCESS_CTYPES[vec_bits]
     name = f"tirx_cuda_dispatch_ld_global_cg_{vec_bits}"
