@@ -59,6 +59,20 @@ def time_interleaved(fns: dict, batch: int, reps: int) -> dict[str, list[float]]
     return times
 
 
+def checked_launch(kernel, a: torch.Tensor, what: str):
+    """Run ``kernel(a, b)`` once into a poisoned ``b``, require ``b == a`` bit for bit, and
+    return the launch as a no-argument function for timing."""
+    bits = torch.int16 if a.element_size() == 2 else torch.int32
+    a_tvm = tvm.runtime.from_dlpack(a)
+    b = torch.full_like(a, float("nan"))
+    b_tvm = tvm.runtime.from_dlpack(b)
+    kernel(a_tvm, b_tvm)
+    torch.cuda.synchronize()
+    if not torch.equal(a.view(bits), b.view(bits)):
+        raise SystemExit(f"{what} produced a wrong copy")
+    return lambda: kernel(a_tvm, b_tvm)
+
+
 def gpu_facts() -> dict:
     query = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem"
     out = subprocess.run(
@@ -78,19 +92,10 @@ def bench_config(name, dtype, tm, tn, scope, threads, total_bytes, batch, reps) 
     a = torch.randn(rows, tn, device="cuda").to(TORCH_DTYPE[dtype])
     ref = torch.empty_like(a)
     result = {"config": name, "bytes_moved": 2 * a.numel() * elem, "ctas": ctas}
-    a_tvm = tvm.runtime.from_dlpack(a)
-    bits = torch.int16 if elem == 2 else torch.int32
     fns = {"device_copy": lambda: ref.copy_(a)}
     for pipeline in ("tirx_cuda_dispatch", "tirx"):
-        ex = runtime.build(func, runtime.gpu_arch(), pipeline)
-        kernel = ex[runtime.entry_name(func)]
-        b = torch.full_like(a, float("nan"))
-        b_tvm = tvm.runtime.from_dlpack(b)
-        kernel(a_tvm, b_tvm)
-        torch.cuda.synchronize()
-        if not torch.equal(a.view(bits), b.view(bits)):
-            raise SystemExit(f"{name}: {pipeline} produced a wrong copy")
-        fns[pipeline] = lambda k=kernel, x=a_tvm, y=b_tvm: k(x, y)
+        kernel = runtime.build(func, runtime.gpu_arch(), pipeline)[runtime.entry_name(func)]
+        fns[pipeline] = checked_launch(kernel, a, f"{name}: {pipeline}")
     times = time_interleaved(fns, batch, reps)
     for key, ts in times.items():
         result[f"{key}_ms"] = float(np.median(ts))

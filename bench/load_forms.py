@@ -18,9 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import tvm  # noqa: E402
 import tvm_ffi  # noqa: E402
-from copy_stream import CONFIGS, TORCH_DTYPE, time_interleaved  # noqa: E402
+from copy_stream import CONFIGS, TORCH_DTYPE, checked_launch, time_interleaved  # noqa: E402
 
 from tirx_cuda_dispatch import demos, runtime  # noqa: E402
 
@@ -67,8 +66,6 @@ def main() -> int:
         func = demos.gmem_smem_roundtrip(dtype, (tm, tn), scope, ctas=ctas, cta_threads=threads)
         a = torch.randn(ctas * tm, tn, device="cuda").to(TORCH_DTYPE[dtype])
         ref = torch.empty_like(a)
-        a_tvm = tvm.runtime.from_dlpack(a)
-        bits = torch.int16 if elem == 2 else torch.int32
         fns = {}
         for name, (pipeline, rewrite) in FORMS.items():
             _REWRITE["fn"] = rewrite
@@ -76,13 +73,7 @@ def main() -> int:
                 kernel = runtime.build(func, runtime.gpu_arch(), pipeline)[runtime.entry_name(func)]
             finally:
                 _REWRITE["fn"] = None
-            b = torch.full_like(a, float("nan"))
-            b_tvm = tvm.runtime.from_dlpack(b)
-            kernel(a_tvm, b_tvm)
-            torch.cuda.synchronize()
-            if not torch.equal(a.view(bits), b.view(bits)):
-                raise SystemExit(f"{cfg_name}: {name} produced a wrong copy")
-            fns[name] = lambda k=kernel, x=a_tvm, y=b_tvm: k(x, y)
+            fns[name] = checked_launch(kernel, a, f"{cfg_name}: {name}")
         fns["device copy"] = lambda r=ref, x=a: r.copy_(x)
         times = time_interleaved(fns, batch=10, reps=30)
         moved = 2 * a.numel() * elem
