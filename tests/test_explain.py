@@ -19,8 +19,11 @@ def test_reports_in_program_order_with_required_keys():
     assert (first.op, first.scope, first.variant) == ("copy", "warp", "gmem_smem")
     assert first.plan["direction"] == "global->shared"
     assert second.plan["direction"] == "shared->global"
-    assert first.candidates == [tcd.dispatch.Candidate("gmem_smem", True, None)]
-    assert [list(c) for c in first.candidates] == [["gmem_smem", True, None]]
+    # Every variant of the op is reported in trial order, the chosen one and the others.
+    assert first.candidates[0] == tcd.dispatch.Candidate("gmem_smem", True, None)
+    assert [list(c) for c in first.candidates][0] == ["gmem_smem", True, None]
+    [reg] = [c for c in first.candidates if c.variant == "reg"]
+    assert not reg.accepted and "needs shared->local" in reg.reason
     assert "demos.py:" in first.location
     assert first.operands[0]["buffer"] == "A_smem" and first.operands[1]["scope"] == "global"
 
@@ -39,7 +42,7 @@ def test_text_and_json_rendering():
     assert "variant: gmem_smem" in text and "vec=8" in text and "outer=4" in text
     data = json.loads(reports.to_json())
     assert data[0]["plan"]["vec_bits"] == 128
-    assert data[0]["candidates"] == [["gmem_smem", True, None]]
+    assert data[0]["candidates"][0] == ["gmem_smem", True, None]
 
 
 def test_target_forms():

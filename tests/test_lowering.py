@@ -126,6 +126,6 @@ def marker_variant():
 
 def test_user_registered_variant_is_tried_first_and_reports_reasons(marker_variant):
     reports = tcd.explain(demos.gmem_smem_roundtrip())
-    assert [c.variant for c in reports[0].candidates] == ["marker", "gmem_smem"]
+    assert [c.variant for c in reports[0].candidates][:2] == ["marker", "gmem_smem"]
     assert reports[0].candidates[0].reason == "dst is A_smem, needs Marked"
     assert reports[0].variant == "gmem_smem"

@@ -57,3 +57,67 @@ def gmem_smem_roundtrip(
         copy(B[bx * tm:(bx + 1) * tm, c0:c1], A_smem[:, :])
     # fmt: on
     return gmem_smem
+
+
+def _scope_threads(scope: str, cta_threads: int | None) -> int:
+    threads = cta_threads or SCOPE_THREADS.get(scope, 32)
+    if threads % 32:
+        raise ValueError("cta_threads must be a multiple of 32")
+    return threads
+
+
+def reg_roundtrip(
+    r_layout: Any,
+    shape: tuple[int, ...],
+    dtype: str = "float32",
+    scope: str = "warp",
+    memory: str = "shared",
+    cta_threads: int | None = None,
+) -> Any:
+    """A ``shape`` tile of A goes through registers with layout ``r_layout`` into B
+    (seed 000's program): ``memory="shared"`` stages it global -> shared -> registers ->
+    shared -> global, ``memory="global"`` moves global -> registers -> global.
+
+    Nothing may pass by accident: the registers are first filled from B (which the caller
+    poisons), and the shared tile is overwritten with B's poison before the registers are
+    stored back, so a copy that does nothing leaves poison in B.
+    """
+    threads = _scope_threads(scope, cta_threads)
+    warps = threads // 32
+    copy = getattr(Tx, scope).copy
+    with_wg = warps % 4 == 0
+    staged = memory == "shared"
+    s_layout = TileLayout(S[shape])
+    full = tuple(slice(0, e) for e in shape)
+
+    # fmt: off
+    @T.prim_func
+    def reg_copy(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, shape, dtype)
+        B = T.match_buffer(B_ptr, shape, dtype)
+        T.device_entry()
+        T.cta_id([1])
+        if with_wg:
+            T.warpgroup_id([warps // 4])
+            T.warp_id_in_wg([4])
+        T.warp_id([warps])
+        T.lane_id([32])
+        T.thread_id([threads])
+        R = T.alloc_buffer(shape, dtype, scope="local", layout=r_layout)
+        copy(R[full], B[full])  # poison first: a load that does nothing shows
+        if staged:
+            A_smem = T.alloc_buffer(shape, dtype, scope="shared", layout=s_layout)
+            copy(A_smem[full], A[full])
+            T.cuda.cta_sync()
+            copy(R[full], A_smem[full])  # shared -> registers
+            T.cuda.cta_sync()
+            copy(A_smem[full], B[full])  # poison the tile: a store that does nothing shows
+            T.cuda.cta_sync()
+            copy(A_smem[full], R[full])  # registers -> shared
+            T.cuda.cta_sync()
+            copy(B[full], A_smem[full])
+        else:
+            copy(R[full], A[full])  # global -> registers
+            copy(B[full], R[full])  # registers -> global
+    # fmt: on
+    return reg_copy

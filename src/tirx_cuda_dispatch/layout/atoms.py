@@ -122,30 +122,41 @@ def common_refinement(*atom_lists: tuple[Atom, ...]) -> list[tuple[int, tuple[in
     split (outer part first). That needs the smaller extent to divide the larger; when it
     does not, the two views cannot be walked together by one loop nest and we decline.
     """
-    lists = [list(a) for a in atom_lists]
-    sizes = {_product(a) for a in lists}
+    tagged = [tuple((ext, stride, None) for ext, stride in atoms) for atoms in atom_lists]
+    return [(ext, tuple(stride for stride, _ in cells)) for ext, cells in refine_tagged(*tagged)]
+
+
+TaggedAtom = tuple[int, int, Any]  # (extent, stride, tag): the tag names what the stride counts
+
+
+def refine_tagged(
+    *atom_lists: tuple[TaggedAtom, ...],
+) -> list[tuple[int, tuple[tuple[int, Any], ...]]]:
+    """:func:`common_refinement` for atoms that carry a tag (a register layout's thread axis
+    or ``m``); a split atom keeps its tag. Rows are (extent, ((stride, tag) per list))."""
+    sizes = {_product([(a[0], a[1]) for a in atoms]) for atoms in atom_lists}
     if len(sizes) != 1:
         raise Decline(f"operands cover different element counts {sorted(sizes)}")
     # Work from the innermost atom outwards.
-    stacks = [list(reversed(a)) for a in lists]
-    rows: list[tuple[int, tuple[int, ...]]] = []
+    stacks = [list(reversed(atoms)) for atoms in atom_lists]
+    rows: list[tuple[int, tuple[tuple[int, Any], ...]]] = []
     while any(stacks):
         if not all(stacks):
             raise Decline("operand layouts do not refine to a common shape")
         step = min(s[0][0] for s in stacks)
-        strides = []
+        cells = []
         for s in stacks:
-            ext, stride = s[0]
+            ext, stride, tag = s[0]
             if ext % step:
                 raise Decline(
                     f"operand layouts do not nest: extent {ext} is not a multiple of {step}"
                 )
-            strides.append(stride)
+            cells.append((stride, tag))
             if ext == step:
                 s.pop(0)
             else:
-                s[0] = (ext // step, stride * step)
-        rows.append((step, tuple(strides)))
+                s[0] = (ext // step, stride * step, tag)
+        rows.append((step, tuple(cells)))
     return list(reversed(rows))
 
 

@@ -1,0 +1,179 @@
+"""copy -> reg: a synchronous copy between registers and shared or global memory, either way.
+
+Accepts: a CUDA target; scope thread / warp / warpgroup / cta with every thread of it
+active; a valid copy with exactly one side in registers (``local``) and the other in shared
+or global memory; a register layout whose thread axes name the scope's threads, each once;
+a memory side that slices to the region.
+
+Emits: the register layout already says which thread owns which element, so the
+partition is induced from it (:mod:`..layout.register`): each thread's private bundle,
+in register order, at the widest vector that the bundle's contiguous tail, the strides and
+the bases allow (thread-axis strides excluded: they count threads, not addresses). A
+serial loop then moves one vector per round between the flat per-thread registers and
+the thread's memory address (``ld``/``st`` ``.shared``/``.global``, PTX ISA "Data Movement
+and Conversion Instructions"); a swizzled shared offset goes through the swizzle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm.script import tirx as T
+
+from ..call import Operand, TileCall
+from ..codegen import access_view, thread_index
+from ..errors import Decline
+from ..layout.atoms import memory_view
+from ..layout.partition import ScopePartition
+from ..layout.register import SCOPE_AXES, induced_partition, register_view
+from ..layout.vector import vector_candidates
+from ..predicates import (
+    requires_all_threads_active,
+    requires_cuda,
+    requires_memory_pair,
+    requires_scope,
+    requires_valid_copy,
+)
+from ..registry import variant
+
+REG_PAIRS = (("shared", "local"), ("global", "local"), ("local", "shared"), ("local", "global"))
+
+
+def _sides(call: TileCall) -> tuple[Operand, Operand]:
+    """(register operand, memory operand)."""
+    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    return (dst, src) if dst.memory == "local" else (src, dst)
+
+
+def requires_register_layout(call: TileCall) -> tuple[bool, str | None]:
+    """The register layout slices to the region and names only the scope's thread axes."""
+    reg, _ = _sides(call)
+    try:
+        view = register_view(reg)
+    except Decline as why:
+        return False, str(why)
+    for axis in view.thread_axes:
+        if axis not in SCOPE_AXES[call.scope]:
+            return False, f"register layout thread axis {axis} does not match scope {call.scope}"
+    if call.scope != "thread" and not view.thread_axes:
+        return False, (
+            f"register layout of {reg.name} names no thread axis; at scope {call.scope} it must "
+            "say which thread owns each element"
+        )
+    return True, None
+
+
+def requires_memory_side_sliceable(call: TileCall) -> tuple[bool, str | None]:
+    """The shared/global side has a plain memory layout over the region."""
+    _, mem = _sides(call)
+    try:
+        memory_view(mem)
+    except Decline as why:
+        return False, str(why)
+    return True, None
+
+
+@dataclass(frozen=True)
+class RegPlan:
+    """Facts of one register<->memory copy: each thread's bundle and how it moves."""
+
+    direction: str  # "shared->local", "local->global", ...
+    dtype: str
+    elem_bits: int
+    partition: ScopePartition  # operands in the order (register, memory)
+
+    @property
+    def vec(self) -> int:
+        return self.partition.vec
+
+    @property
+    def vec_bits(self) -> int:
+        return self.partition.vec_bits
+
+    @property
+    def outer(self) -> int:
+        return self.partition.rounds
+
+    @property
+    def regs_per_thread(self) -> int:
+        return self.outer * self.vec
+
+    def facts(self) -> dict:
+        facts = {
+            "vec_bits": self.vec_bits,
+            "vec": self.vec,
+            "outer": self.outer,
+            "regs_per_thread": self.regs_per_thread,
+            "threads": self.partition.threads,
+            "direction": self.direction,
+        }
+        if self.partition.swizzles[1] is not None:
+            facts["swizzle"] = str(self.partition.swizzles[1])
+        if self.partition.narrower_because:
+            facts["narrower_because"] = self.partition.narrower_because
+        return facts
+
+    def __str__(self) -> str:
+        return (
+            f"reg {self.direction} {self.dtype}: {self.regs_per_thread} regs/thread as "
+            f"{self.outer} x {self.vec} ({self.vec_bits}-bit)"
+        )
+
+
+def plan(call: TileCall) -> RegPlan:
+    reg, mem = _sides(call)
+    if reg.elem_bits < 8:
+        raise Decline(f"{reg.dtype} elements are narrower than a byte; needs 8 bits or more")
+    partition = induced_partition(
+        [register_view(reg), memory_view(mem)],
+        anchor=0,
+        scope=call.scope,
+        threads=call.thread_count,
+        widths=vector_candidates(reg.elem_bits),
+    )
+    src = call.operand(1, "src")
+    direction = f"{src.memory}->{call.operand(0, 'dst').memory}"
+    return RegPlan(direction, reg.dtype, reg.elem_bits, partition)
+
+
+@variant(
+    "copy",
+    "reg",
+    priority=10,
+    predicates=[
+        requires_cuda,
+        requires_scope("thread", "warp", "warpgroup", "cta"),
+        requires_all_threads_active,
+        requires_valid_copy,
+        requires_memory_pair(REG_PAIRS),
+        requires_register_layout,
+        requires_memory_side_sliceable,
+    ],
+    plan=plan,
+)
+def emit(plan: RegPlan, call: TileCall):
+    """Serial round loop of vector copies between a thread's registers and memory."""
+    reg, mem = _sides(call)
+    p = plan.partition
+
+    def slot(which: int, rnd, tid):
+        """Index (in vectors) of operand ``which``'s access in round ``rnd`` of thread ``tid``."""
+        return p.offset(which, rnd, tid) // p.vec  # exact: the plan aligned every offset
+
+    r_buf, m_buf = reg.buffer, mem.buffer
+    vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
+    load = plan.direction.endswith("->local")
+
+    # fmt: off
+    @T.prim_func(check_well_formed=False)
+    def impl():
+        tid = T.meta_var(thread_index(call))
+        r_vecs = access_view(r_buf, vec_bits, elem_bits)
+        m_vecs = access_view(m_buf, vec_bits, elem_bits)
+        for rnd in range(rounds):
+            if load:
+                r_vecs[slot(0, rnd, tid)] = m_vecs[slot(1, rnd, tid)]
+            else:
+                m_vecs[slot(1, rnd, tid)] = r_vecs[slot(0, rnd, tid)]
+    # fmt: on
+    return impl

@@ -1,0 +1,330 @@
+"""The register-induced partition: a register operand's layout says which thread owns what.
+
+A register (``local``) buffer's layout maps each logical element to a thread-axis
+coordinate (``1 @ laneid``: lane ``i`` owns row ``i``) and to a register index (the ``m``
+axis). That *is* the partition, so nothing is synthesized:
+
+1. walk every operand's region together as common dimensions (:func:`.atoms.refine_tagged`),
+   each dimension carrying the anchor register layout's axis;
+2. the dimensions on a thread axis become the thread part. Their thread-index strides
+   (``laneid`` counts threads one by one, ``wid_in_wg`` 32 at a time, ...) must tile the
+   scope's threads exactly, once each, with the layout's replicas filling in: then the
+   thread part is a mixed radix of the scope's thread index, like a synthesized one;
+3. the ``m`` dimensions are each thread's private bundle. They are ordered by the anchor's
+   register stride (the register layout's order), fused where contiguous on every operand,
+   and the widest vector is taken off the innermost one;
+4. alignment is checked on the address terms one thread adds: strides of the bundle
+   dimensions, the memory-side strides of the thread dimensions, and the bases. The
+   anchor's thread-axis strides are left out: they count threads, not addresses.
+
+The result is the same :class:`.partition.ScopePartition` the synthesized partition
+produces, so emitters and tools read both the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tvm.tirx.layout import ComposeLayout, TileLayout
+
+from ..call import Operand, as_int
+from ..errors import Decline
+from .atoms import MemoryView, refine_tagged
+from .partition import Dim, ScopePartition, _fuse
+from .vector import vector_misfit
+
+MEMORY_AXIS = "m"
+
+
+@dataclass(frozen=True)
+class ThreadAxis:
+    """One thread axis as a digit of the scope's thread index: ``(t // divisor) % extent``."""
+
+    divisor: int
+    extent: int | None  # None: the rest of the scope (``tx``, ``warpid``, ``wgid`` at cta)
+
+
+# PTX ISA's %laneid and TVM's warp/warpgroup axes, in units of the scope's thread index.
+THREAD_AXES = {
+    "laneid": ThreadAxis(1, 32),
+    "wid_in_wg": ThreadAxis(32, 4),
+    "tid_in_wg": ThreadAxis(1, 128),
+    "warpid": ThreadAxis(32, None),
+    "wgid": ThreadAxis(128, None),
+    "tx": ThreadAxis(1, None),
+}
+
+# Which thread axes name threads *inside* each scope.
+SCOPE_AXES = {
+    "thread": (),
+    "warp": ("laneid",),
+    "warpgroup": ("laneid", "wid_in_wg", "tid_in_wg"),
+    "cta": ("laneid", "wid_in_wg", "tid_in_wg", "warpid", "wgid", "tx"),
+}
+
+
+@dataclass(frozen=True)
+class RegisterView:
+    """A register operand's region: atoms tagged with the axis they run along."""
+
+    operand: str
+    atoms: tuple[tuple[int, int, str], ...]  # (extent, stride, axis), outer -> inner
+    replicas: tuple[tuple[int, int, str], ...]  # thread iters that hold copies of the data
+    base: int  # register index of the region's first element
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for ext, _, _ in self.atoms:
+            n *= ext
+        return n
+
+    @property
+    def thread_axes(self) -> tuple[str, ...]:
+        seen = [a for _, _, a in self.atoms + self.replicas if a != MEMORY_AXIS]
+        return tuple(dict.fromkeys(seen))
+
+
+def register_view(opnd: Operand) -> RegisterView:
+    """The :class:`RegisterView` of a ``local`` operand; declines with the reason otherwise."""
+    layout = opnd.layout
+    if layout is None:
+        raise Decline(f"register operand {opnd.name} has no layout")
+    if isinstance(layout, ComposeLayout):
+        raise Decline(f"register operand {opnd.name} has a swizzled layout; registers have none")
+    if any(e is None for e in opnd.extents):
+        raise Decline(f"{opnd.name} region extents {list(opnd.extents)} are not all constant")
+    bounds = [(lo, lo + ext) for lo, ext in opnd.region]
+    sliced = layout.slice(list(opnd.shape), bounds)
+    if not isinstance(sliced, TileLayout):
+        raise Decline(
+            f"register layout of {opnd.name} ({layout}) cannot be sliced to {opnd.describe}"
+        )
+    atoms = tuple(_const_iter(opnd, it) for it in sliced.shard)
+    replicas = tuple(_const_iter(opnd, it) for it in sliced.replica)
+    for ext, _, axis in replicas:
+        if axis == MEMORY_AXIS:
+            raise Decline(f"register layout of {opnd.name} replicates along registers ({ext})")
+    base = 0
+    for axis, value in sliced.offset.items():
+        name, value_i = str(axis.name), as_int(value)
+        if value_i is None:
+            raise Decline(f"register layout of {opnd.name} has a non-constant {name} offset")
+        if name == MEMORY_AXIS:
+            base = value_i
+        elif value_i != 0:
+            raise Decline(
+                f"register layout of {opnd.name} shifts thread axis {name} by {value_i}; "
+                "ownership must start at thread 0"
+            )
+    for _, _, axis in atoms + replicas:
+        if axis != MEMORY_AXIS and axis not in THREAD_AXES:
+            raise Decline(f"register layout of {opnd.name} uses axis {axis}, not a thread axis")
+    return RegisterView(
+        opnd.name, tuple(a for a in atoms if a[0] != 1), tuple(r for r in replicas), base
+    )
+
+
+def _const_iter(opnd: Operand, it: Any) -> tuple[int, int, str]:
+    ext, stride = as_int(it.extent), as_int(it.stride)
+    if ext is None or stride is None:
+        raise Decline(f"register layout of {opnd.name} has a non-constant iterator {it}")
+    return ext, stride, str(it.axis.name)
+
+
+View = MemoryView | RegisterView
+
+
+def _tagged_atoms(view: View) -> tuple[tuple[int, int, str], ...]:
+    if isinstance(view, RegisterView):
+        return view.atoms
+    return tuple((ext, stride, MEMORY_AXIS) for ext, stride in view.atoms)
+
+
+def _thread_stride(axis: str, stride: int, extent: int, scope: str, threads: int) -> int:
+    """How many of the scope's thread indices one step along ``axis`` by ``stride`` spans."""
+    spec = THREAD_AXES[axis]
+    limit = spec.extent if spec.extent is not None else threads // spec.divisor
+    if stride * extent > limit:
+        raise Decline(
+            f"thread axis {axis} runs to {stride * extent} but has {limit} values in scope {scope}"
+        )
+    return spec.divisor * stride
+
+
+def induced_partition(
+    views: Sequence[View],
+    anchor: int,
+    scope: str,
+    threads: int,
+    widths: Sequence[tuple[int, int]],
+) -> ScopePartition:
+    """The partition that register view ``views[anchor]`` induces over all ``views``.
+
+    ``views`` cover the same logical elements (broadcast operands lifted beforehand);
+    ``widths`` are the (bits, elements) access widths to try, widest first. Offsets of the
+    result are per operand, in its own elements (a register operand's are register indices).
+    """
+    reg = views[anchor]
+    if not isinstance(reg, RegisterView):
+        raise TypeError("the anchor of an induced partition is a register operand")
+    names = [v.operand for v in views]
+    for axis in reg.thread_axes:
+        if axis not in SCOPE_AXES[scope]:
+            raise Decline(
+                f"register layout thread axis {axis} of {reg.operand} does not match scope "
+                f"{scope} (whose threads are named by {'/'.join(SCOPE_AXES[scope]) or 'none'})"
+            )
+    rows = refine_tagged(*(_tagged_atoms(v) for v in views))
+
+    thread_dims: list[tuple[int, Dim]] = []  # (thread-index stride, dim)
+    bundle: list[Dim] = []
+    for extent, cells in rows:
+        a_stride, a_axis = cells[anchor]
+        if a_stride == 0:
+            raise Decline(f"register layout of {reg.operand} puts several elements in one place")
+        if a_axis == MEMORY_AXIS:
+            for (stride, axis), name in zip(cells, names, strict=True):
+                if axis != MEMORY_AXIS and stride != 0:
+                    raise Decline(
+                        f"{name} spreads over thread axis {axis} elements that {reg.operand} "
+                        "keeps in one thread's registers; the layouts must agree on ownership"
+                    )
+            bundle.append(Dim(extent, tuple(stride for stride, _ in cells)))
+            continue
+        t_stride = _thread_stride(a_axis, a_stride, extent, scope, threads)
+        strides = []
+        for i, ((stride, axis), name) in enumerate(zip(cells, names, strict=True)):
+            if i == anchor:
+                strides.append(0)  # counts threads: never part of one thread's address
+            elif axis == MEMORY_AXIS or stride == 0:
+                strides.append(stride)  # memory, or a register copy every thread holds
+            elif _thread_stride(axis, stride, extent, scope, threads) == t_stride:
+                strides.append(0)  # the same threads own these elements
+            else:
+                raise Decline(
+                    f"{name} places elements on {axis} (stride {stride}) where {reg.operand} "
+                    f"places them on {a_axis} (stride {a_stride}); the layouts must agree "
+                    "on which thread owns each element"
+                )
+        thread_dims.append((t_stride, Dim(extent, tuple(strides))))
+    for extent, stride, axis in reg.replicas:
+        t_stride = _thread_stride(axis, stride, extent, scope, threads)
+        thread_dims.append((t_stride, Dim(extent, tuple(0 for _ in views))))
+
+    _check_covers_scope(reg, thread_dims, scope, threads)
+    thread_dims.sort(key=lambda d: -d[0])
+    thread = tuple(d for _, d in thread_dims)
+
+    # Registers in the anchor's order (stable for equal strides), contiguous runs fused.
+    bundle.sort(key=lambda d: -d.strides[anchor])
+    bundle = _fuse(bundle) or [Dim(1, tuple(1 for _ in views))]
+    tail = bundle[-1]
+    address_strides = [
+        (f"{names[i]} {what}", d.strides[i])
+        for what, dims in (("dimension", bundle[:-1]), ("per-thread", thread))
+        for d in dims
+        for i in range(len(views))
+    ]
+    bases = [v.base for v in views]
+    caps = [v.swizzle.unit for v in views if isinstance(v, MemoryView) and v.swizzle]
+    refusals: list[str] = []
+    for bits, elems in widths:
+        misfit = None
+        if caps and elems > min(caps):
+            misfit = f"wider than one {min(caps)}-element swizzle unit"
+        misfit = misfit or vector_misfit(
+            elems,
+            (tail.extent, tail.strides),
+            address_strides,
+            list(zip(names, bases, strict=True)),
+        )
+        if misfit is not None:
+            refusals.append(f"{bits}-bit: {misfit}")
+            continue
+        outer = list(bundle[:-1])
+        if tail.extent > elems:
+            outer.append(Dim(tail.extent // elems, tuple(s * elems for s in tail.strides)))
+        return ScopePartition(
+            outer=tuple(outer),
+            thread=thread,
+            vec=elems,
+            vec_bits=bits,
+            bases=tuple(bases),
+            swizzles=tuple(v.swizzle if isinstance(v, MemoryView) else None for v in views),
+            narrower_because=refusals[0] if refusals else None,
+        )
+    raise Decline("no access width fits: " + "; ".join(refusals))
+
+
+def _check_covers_scope(
+    reg: RegisterView, dims: list[tuple[int, Dim]], scope: str, threads: int
+) -> None:
+    """Thread dimensions must name each of the scope's threads exactly once."""
+    covered = 1
+    for t_stride, dim in sorted(dims, key=lambda d: d[0]):
+        if t_stride != covered:
+            break
+        covered *= dim.extent
+    else:
+        if covered == threads:
+            return
+    axes = "/".join(reg.thread_axes) or "none"
+    raise Decline(
+        f"register layout thread axis {axes} of {reg.operand} does not match scope {scope}: "
+        f"it tells {_product(d.extent for _, d in dims)} threads apart (thread-index strides "
+        f"{sorted(t for t, _ in dims)}), the scope has {threads}; each thread must own "
+        "exactly one bundle"
+    )
+
+
+def _product(values) -> int:
+    n = 1
+    for v in values:
+        n *= v
+    return n
+
+
+def lift_to(
+    atoms: Sequence[tuple[int, int, Any]],
+    extents: Sequence[int],
+    target: Sequence[int],
+    name: str,
+) -> tuple[tuple[int, int, Any], ...]:
+    """Broadcast an operand's atoms (over region ``extents``) to region ``target``.
+
+    Shapes align on the right, as numpy's do; a dimension of extent 1 (or a missing leading
+    one) against a larger one repeats the operand there: an atom of stride 0.
+    """
+    extents = [1] * (len(target) - len(extents)) + list(extents)
+    if len(extents) > len(target):
+        raise Decline(f"{name} has more dimensions ({len(extents)}) than the result")
+    for e, t in zip(extents, target, strict=True):
+        if e not in (1, t):
+            raise Decline(f"{name} extents {list(extents)} do not broadcast to {list(target)}")
+    # Split the atoms at dimension boundaries, innermost first.
+    stack = list(atoms)
+    per_dim: list[list[tuple[int, int, Any]]] = []
+    for e in reversed(extents):
+        group: list[tuple[int, int, Any]] = []
+        need = e
+        while need > 1:
+            if not stack:
+                raise Decline(f"{name} layout does not cover its region")
+            ext, stride, tag = stack.pop()
+            if need % ext == 0:
+                group.insert(0, (ext, stride, tag))
+                need //= ext
+            elif ext % need == 0:
+                group.insert(0, (need, stride, tag))
+                stack.append((ext // need, stride * need, tag))
+                need = 1
+            else:
+                raise Decline(f"{name} layout does not split at its dimension boundaries")
+        per_dim.insert(0, group)
+    lifted: list[tuple[int, int, Any]] = []
+    for group, e, t in zip(per_dim, extents, target, strict=True):
+        lifted += group if e == t else [(t, 0, MEMORY_AXIS)]
+    return tuple(a for a in lifted if a[0] != 1)
