@@ -121,3 +121,90 @@ def reg_roundtrip(
             copy(B[full], R[full])  # registers -> global
     # fmt: on
     return reg_copy
+
+
+ELEMENTWISE_FAMILIES = {
+    "zero": "zero",
+    "fill": "fill",
+    **{op: "unary" for op in ("sqrt", "exp", "exp2", "log2", "reciprocal", "silu")},
+    **{op: "binary" for op in ("add", "sub", "mul", "fdiv", "maximum")},
+    "fma": "fma",
+    "cast": "cast",
+}
+
+
+def elementwise_roundtrip(
+    op: str,
+    r_layout: Any,
+    shape: tuple[int, ...],
+    dtype: str = "float32",
+    scope: str = "warp",
+    src_dtype: str | None = None,
+    cta_threads: int | None = None,
+    scalar: Any = None,
+    bias: Any = None,
+    scale: Any = None,
+    c_shape: tuple[int, ...] | None = None,
+    c_layout: Any = None,
+) -> Any:
+    """``B = op(A[, C[, D]])`` through registers (seed 001's program): the inputs are loaded
+    global -> registers (layout ``r_layout``; C with ``c_layout`` and ``c_shape`` when it
+    broadcasts), the op runs on the registers, the result is stored registers -> global.
+
+    ``scalar`` replaces C for binary ops and is the value of ``fill``; ``bias``/``scale``
+    are unary math's optional scalars; ``src_dtype`` is A's dtype for ``cast``.
+    """
+    family = ELEMENTWISE_FAMILIES[op]
+    threads = _scope_threads(scope, cta_threads)
+    warps = threads // 32
+    with_wg = warps % 4 == 0
+    src_dtype = src_dtype or dtype
+    c_shape = c_shape or shape
+    c_layout = c_layout if c_layout is not None else r_layout
+    ns = getattr(Tx, scope)
+    copy, fn = ns.copy, getattr(ns, op)
+    full = tuple(slice(0, e) for e in shape)
+    c_full = tuple(slice(0, e) for e in c_shape)
+    has_scalar = scalar is not None
+
+    # fmt: off
+    @T.prim_func
+    def elementwise(A_ptr: T.handle, C_ptr: T.handle, D_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, shape, src_dtype)
+        C = T.match_buffer(C_ptr, c_shape, dtype)
+        D = T.match_buffer(D_ptr, shape, dtype)
+        B = T.match_buffer(B_ptr, shape, dtype)
+        T.device_entry()
+        T.cta_id([1])
+        if with_wg:
+            T.warpgroup_id([warps // 4])
+            T.warp_id_in_wg([4])
+        T.warp_id([warps])
+        T.lane_id([32])
+        T.thread_id([threads])
+        RA = T.alloc_buffer(shape, src_dtype, scope="local", layout=r_layout)
+        RC = T.alloc_buffer(c_shape, dtype, scope="local", layout=c_layout)
+        RD = T.alloc_buffer(shape, dtype, scope="local", layout=r_layout)
+        RB = T.alloc_buffer(shape, dtype, scope="local", layout=r_layout)
+        copy(RB[full], B[full])  # poison: an op that writes nothing shows
+        copy(RA[full], A[full])
+        copy(RC[c_full], C[c_full])
+        copy(RD[full], D[full])
+        if family == "zero":
+            fn(RB[full])
+        elif family == "fill":
+            fn(RB[full], scalar)
+        elif family == "unary":
+            fn(RB[full], RA[full], bias, scale)
+        elif family == "binary":
+            if has_scalar:
+                fn(RB[full], RA[full], scalar)
+            else:
+                fn(RB[full], RA[full], RC[c_full])
+        elif family == "fma":
+            fn(RB[full], RA[full], RC[c_full], RD[full])
+        else:
+            fn(RB[full], RA[full])
+        copy(B[full], RB[full])
+    # fmt: on
+    return elementwise

@@ -25,7 +25,7 @@ from ..codegen import access_view, thread_index
 from ..errors import Decline
 from ..layout.atoms import memory_view
 from ..layout.partition import ScopePartition
-from ..layout.register import SCOPE_AXES, induced_partition, register_view
+from ..layout.register import induced_partition, register_view, thread_axes_misfit
 from ..layout.vector import vector_candidates
 from ..predicates import (
     requires_all_threads_active,
@@ -49,18 +49,10 @@ def requires_register_layout(call: TileCall) -> tuple[bool, str | None]:
     """The register layout slices to the region and names only the scope's thread axes."""
     reg, _ = _sides(call)
     try:
-        view = register_view(reg)
+        misfit = thread_axes_misfit(register_view(reg), call.scope)
     except Decline as why:
         return False, str(why)
-    for axis in view.thread_axes:
-        if axis not in SCOPE_AXES[call.scope]:
-            return False, f"register layout thread axis {axis} does not match scope {call.scope}"
-    if call.scope != "thread" and not view.thread_axes:
-        return False, (
-            f"register layout of {reg.name} names no thread axis; at scope {call.scope} it must "
-            "say which thread owns each element"
-        )
-    return True, None
+    return misfit is None, misfit
 
 
 def requires_memory_side_sliceable(call: TileCall) -> tuple[bool, str | None]:

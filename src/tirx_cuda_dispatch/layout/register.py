@@ -134,6 +134,21 @@ def _const_iter(opnd: Operand, it: Any) -> tuple[int, int, str]:
     return ext, stride, str(it.axis.name)
 
 
+def thread_axes_misfit(view: RegisterView, scope: str) -> str | None:
+    """Why ``view``'s thread axes cannot name the threads of ``scope``, or None."""
+    for axis in view.thread_axes:
+        if axis not in SCOPE_AXES[scope]:
+            return (
+                f"register layout thread axis {axis} of {view.operand} does not match scope {scope}"
+            )
+    if scope != "thread" and not view.thread_axes:
+        return (
+            f"register layout of {view.operand} names no thread axis; at scope {scope} it must "
+            "say which thread owns each element"
+        )
+    return None
+
+
 View = MemoryView | RegisterView
 
 
@@ -199,8 +214,18 @@ def induced_partition(
         for i, ((stride, axis), name) in enumerate(zip(cells, names, strict=True)):
             if i == anchor:
                 strides.append(0)  # counts threads: never part of one thread's address
+            elif isinstance(views[i], MemoryView):
+                strides.append(stride)  # shared/global: any thread can reach it
             elif axis == MEMORY_AXIS or stride == 0:
-                strides.append(stride)  # memory, or a register copy every thread holds
+                # A register operand that does not spread this dimension over threads must
+                # hold all of it in each of them: a copy in every thread.
+                if not _held_by_every_thread(views[i], t_stride, extent, scope, threads):
+                    raise Decline(
+                        f"{name} keeps in one thread elements that {reg.operand} spreads over "
+                        f"{a_axis} (stride {a_stride}), and does not replicate them over those "
+                        "threads; the layouts must agree on which thread owns each element"
+                    )
+                strides.append(stride)
             elif _thread_stride(axis, stride, extent, scope, threads) == t_stride:
                 strides.append(0)  # the same threads own these elements
             else:
@@ -257,6 +282,20 @@ def induced_partition(
             narrower_because=refusals[0] if refusals else None,
         )
     raise Decline("no access width fits: " + "; ".join(refusals))
+
+
+def _held_by_every_thread(
+    view: RegisterView, t_stride: int, extent: int, scope: str, threads: int
+) -> bool:
+    """Whether ``view`` holds its data in each of the threads ``t_stride * j`` (j < extent)
+    tells apart: it names no thread at all, or one of its replicas spans those threads."""
+    if not view.thread_axes:
+        return True
+    for r_extent, r_stride, axis in view.replicas:
+        r_t = _thread_stride(axis, r_stride, r_extent, scope, threads)
+        if t_stride % r_t == 0 and t_stride * extent <= r_t * r_extent:
+            return True
+    return False
 
 
 def _check_covers_scope(

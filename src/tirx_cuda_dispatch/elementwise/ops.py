@@ -1,0 +1,260 @@
+"""The elementwise ops TVM 0.27 defines for CUDA, as data: operands, dtype rules, math.
+
+Each :class:`ElementwiseOp` says how to read a call's arguments (which are tensor regions,
+which scalars), which dtype combinations it accepts, the scalar TIR expression of one
+element, and the packed two-element forms (PTX ISA "Half Precision Floating-Point
+Instructions": ``add/sub/mul/fma/max .f16x2 .bf16x2``; "cvt ... .f16x2.f32"; and on
+sm_100 ``add/sub/mul/fma .f32x2``) whose results equal the scalar form bit for bit.
+A variant picks from this table; the table knows nothing about partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tvm import tirx
+from tvm.ir import TensorRegion, is_prim_expr
+from tvm.script import tirx as T
+
+from ..errors import Decline
+
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input of an elementwise call: a tensor region (argument ``index``) or a scalar."""
+
+    role: str  # "src", "src2", "bias", "scale", "value", ...
+    index: int | None  # argument index of a tensor region, None for a scalar
+    scalar: Any = None  # the scalar expression
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.index is None
+
+
+@dataclass(frozen=True)
+class ElementwiseOp:
+    name: str
+    family: str  # unary / binary / fma / cast / fill / zero
+    roles: tuple[str, ...]  # the inputs after dst, in argument order
+    float_only: bool
+    compute: Callable[[dict[str, Any], str], Any]  # (value per role, dst dtype) -> value
+    packed: tuple[str, ...] = ()  # keys of PACKED_FORMS
+
+    def inputs(self, args: Sequence[Any]) -> list[Input]:
+        """The call's inputs (tensor regions or scalars) in the op's roles."""
+        out = []
+        for i, role in enumerate(self.roles, start=1):
+            arg = args[i] if i < len(args) else None
+            if arg is None:
+                continue
+            if isinstance(arg, TensorRegion):
+                out.append(Input(role, i))
+            elif is_prim_expr(arg):
+                out.append(Input(role, None, arg))
+            else:
+                raise Decline(
+                    f"{self.name} {role} is a {type(arg).__name__}, needs a region or scalar"
+                )
+        return out
+
+
+def _const(dtype: str, value: float) -> Any:
+    return tirx.const(value, dtype)
+
+
+def _silu(x: Any) -> Any:
+    return x / (_const(str(x.ty), 1.0) + T.exp(_const(str(x.ty), 0.0) - x))
+
+
+def _unary(fn: Callable[[Any], Any]) -> Callable[[dict[str, Any], str], Any]:
+    """``fn(src * scale + bias)``: TVM's unary math takes an optional scale and bias."""
+
+    def compute(v: dict[str, Any], dtype: str) -> Any:
+        x = v["src"]
+        if "scale" in v:
+            x = x * v["scale"]
+        if "bias" in v:
+            x = x + v["bias"]
+        return fn(x)
+
+    return compute
+
+
+def _binary(fn: Callable[[Any, Any], Any]) -> Callable[[dict[str, Any], str], Any]:
+    return lambda v, dtype: fn(v["src"], v["src2"])
+
+
+def _cast(v: dict[str, Any], dtype: str) -> Any:
+    return T.Cast(dtype, v["src"])
+
+
+def _fma(v: dict[str, Any], dtype: str) -> Any:
+    return v["src"] * v["scale"] + v["bias"]  # CUDA contracts this to one rounding (fma)
+
+
+@dataclass(frozen=True)
+class PackedForm:
+    """A pair of elements in one instruction, rounding exactly as the scalar form does."""
+
+    key: str  # e.g. "max_f16x2"
+    out_dtype: str  # element dtype of the result
+    in_dtype: str  # element dtype of the inputs
+    min_sm: int
+    statement: str  # one C statement over d, a, b, c (pointers to pairs)
+
+    @property
+    def helper(self) -> str:
+        return f"tirx_cuda_dispatch_{self.key}"
+
+    def source(self, n_inputs: int) -> str:
+        out_t, in_t = _PAIR_CTYPE[self.out_dtype], _PAIR_CTYPE[self.in_dtype]
+        names = "abc"[:n_inputs]
+        params = ", ".join(["void* d_"] + [f"const void* {n}_" for n in names])
+        casts = "".join(f"  const {in_t}* {n} = (const {in_t}*){n}_;\n" for n in names)
+        return (
+            f"__forceinline__ __device__ void {self.helper}({params}) {{\n"
+            f"  {out_t}* d = ({out_t}*)d_;\n{casts}  {self.statement}\n}}\n"
+        )
+
+
+_PAIR_CTYPE = {"float16": "half2", "bfloat16": "nv_bfloat162", "float32": "float2"}
+
+
+def _f32x2(mnemonic: str, n: int) -> str:
+    """Inline PTX for sm_100's packed f32 pair (a .b64 register holds both)."""
+    ops = ", ".join(f"%{i}" for i in range(n + 1))
+    ins = ", ".join(f'"l"(*(const unsigned long long*){x})' for x in "abc"[:n])
+    return f'asm("{mnemonic}.rn.f32x2 {ops};" : "=l"(*(unsigned long long*)d) : {ins});'
+
+
+def _packed(key: str, out_dtype: str, in_dtype: str, min_sm: int, stmt: str) -> PackedForm:
+    return PackedForm(key, out_dtype, in_dtype, min_sm, stmt)
+
+
+# PTX ISA 9.7.4 (half precision .f16x2/.bf16x2), 9.7.3 (.f32x2, sm_100), 9.7.9.21 (cvt pack).
+PACKED_FORMS = {
+    f.key: f
+    for f in [
+        *(
+            _packed(f"{op}_{t}", dt, dt, sm, f"*d = __h{op}2(*a, *b);")
+            for t, dt, sm in (("f16x2", "float16", 53), ("bf16x2", "bfloat16", 90))
+            for op in ("add", "sub", "mul")
+        ),
+        _packed("max_f16x2", "float16", "float16", 80, "*d = __hmax2(*a, *b);"),
+        _packed("max_bf16x2", "bfloat16", "bfloat16", 90, "*d = __hmax2(*a, *b);"),
+        _packed("fma_f16x2", "float16", "float16", 53, "*d = __hfma2(*a, *b, *c);"),
+        _packed("fma_bf16x2", "bfloat16", "bfloat16", 90, "*d = __hfma2(*a, *b, *c);"),
+        _packed("cvt_f16x2_f32", "float16", "float32", 53, "*d = __float22half2_rn(*a);"),
+        _packed("cvt_bf16x2_f32", "bfloat16", "float32", 80, "*d = __float22bfloat162_rn(*a);"),
+        _packed("add_f32x2", "float32", "float32", 100, _f32x2("add", 2)),
+        _packed("sub_f32x2", "float32", "float32", 100, _f32x2("sub", 2)),
+        _packed("mul_f32x2", "float32", "float32", 100, _f32x2("mul", 2)),
+        _packed("fma_f32x2", "float32", "float32", 100, _f32x2("fma", 3)),
+    ]
+}
+
+
+def _pairs(op: str, *dtypes: str) -> tuple[str, ...]:
+    short = {"float16": "f16x2", "bfloat16": "bf16x2", "float32": "f32x2"}
+    return tuple(f"{op}_{short[d]}" for d in dtypes)
+
+
+UNARY_ROLES = ("src", "bias", "scale")
+OPS = {
+    op.name: op
+    for op in [
+        ElementwiseOp("zero", "zero", (), False, lambda v, dt: _const(dt, 0)),
+        ElementwiseOp("fill", "fill", ("value",), False, lambda v, dt: v["value"]),
+        *(
+            ElementwiseOp(name, "unary", UNARY_ROLES, True, _unary(fn))
+            for name, fn in (
+                ("sqrt", T.sqrt),
+                ("exp", T.exp),
+                ("exp2", T.exp2),
+                ("log2", T.log2),
+                ("reciprocal", lambda x: _const(str(x.ty), 1.0) / x),
+                ("silu", _silu),
+            )
+        ),
+        ElementwiseOp(
+            "add",
+            "binary",
+            ("src", "src2"),
+            False,
+            _binary(lambda a, b: a + b),
+            _pairs("add", "float16", "bfloat16", "float32"),
+        ),
+        ElementwiseOp(
+            "sub",
+            "binary",
+            ("src", "src2"),
+            False,
+            _binary(lambda a, b: a - b),
+            _pairs("sub", "float16", "bfloat16", "float32"),
+        ),
+        ElementwiseOp(
+            "mul",
+            "binary",
+            ("src", "src2"),
+            False,
+            _binary(lambda a, b: a * b),
+            _pairs("mul", "float16", "bfloat16", "float32"),
+        ),
+        ElementwiseOp("fdiv", "binary", ("src", "src2"), True, _binary(lambda a, b: a / b)),
+        ElementwiseOp(
+            "maximum",
+            "binary",
+            ("src", "src2"),
+            False,
+            _binary(T.max),
+            _pairs("max", "float16", "bfloat16"),
+        ),
+        ElementwiseOp(
+            "fma",
+            "fma",
+            ("src", "scale", "bias"),
+            False,
+            _fma,
+            _pairs("fma", "float16", "bfloat16", "float32"),
+        ),
+        ElementwiseOp("cast", "cast", ("src",), False, _cast, ("cvt_f16x2_f32", "cvt_bf16x2_f32")),
+    ]
+}
+
+
+def check_dtypes(op: ElementwiseOp, dst_dtype: str, inputs: dict[str, str]) -> str | None:
+    """Why the dtype combination is not accepted (naming the operand), or None.
+
+    ``inputs`` maps each input's role to ``"name dtype"``'s dtype part, keyed by role.
+    """
+    if op.float_only and dst_dtype not in FLOATS:
+        return f"{op.name} needs a floating-point dtype ({'/'.join(FLOATS)}), dst is {dst_dtype}"
+    for role, dtype in inputs.items():
+        if op.family == "cast":
+            if dtype == dst_dtype:
+                continue
+            numeric = ("float", "bfloat", "int", "uint")
+            if not dtype.startswith(numeric) or not dst_dtype.startswith(numeric):
+                return f"cast from {dtype} to {dst_dtype} is not a numeric conversion"
+        elif dtype != dst_dtype:
+            return (
+                f"{op.name} {role} is {dtype} but dst is {dst_dtype}; every operand must have "
+                f"the dst dtype (write scalars as T.{dst_dtype}(...), or cast first)"
+            )
+    return None
+
+
+def packed_form(
+    op: ElementwiseOp, dst_dtype: str, src_dtype: str, sm: int | None
+) -> PackedForm | None:
+    """The pair form of ``op`` for these dtypes on SM ``sm``, if the table has one."""
+    for key in op.packed:
+        form = PACKED_FORMS[key]
+        if form.out_dtype == dst_dtype and form.in_dtype == src_dtype and (sm or 0) >= form.min_sm:
+            return form
+    return None

@@ -1,0 +1,217 @@
+"""elementwise -> reg: an elementwise op over register tiles, each thread on its own bundle.
+
+Accepts: a CUDA target; scope thread / warp / warpgroup / cta with every thread of it
+active; every tensor operand in registers (``local``) with a layout; the dtype combination
+the op's rule allows (:mod:`.ops`); a dst register layout whose thread axes name the
+scope's threads, each once; inputs that keep each element in the thread that owns it in
+dst (or hold a copy in every thread); inputs may broadcast (extent-1 dimensions, scalars).
+
+Emits: the dst layout induces the partition (:mod:`..layout.register`), so each thread
+applies the op to its own registers: a serial loop over the bundle, one packed pair per
+iteration where the target has an exact pair form for the op and dtypes
+(``__hadd2``/``__hmax2``/``__hfma2`` on half and bfloat16 pairs, ``cvt.rn.f16x2.f32``,
+``add/sub/mul/fma.rn.f32x2`` on sm_100) and the pairs are contiguous and aligned, else
+one element per iteration in the op's scalar form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tvm.script import tirx as T
+
+from ..call import Operand, TileCall
+from ..codegen import storage_words, thread_index
+from ..errors import Decline
+from ..layout.partition import ScopePartition
+from ..layout.register import (
+    RegisterView,
+    induced_partition,
+    lift_to,
+    register_view,
+    thread_axes_misfit,
+)
+from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
+from ..registry import predicate, variant
+from .ops import OPS, ElementwiseOp, Input, PackedForm, check_dtypes, packed_form
+
+
+def _dst(call: TileCall) -> Operand:
+    dst = call.operand(0, "dst")
+    if dst is None:
+        raise Decline(f"{call.op} dst is not a tensor region")
+    return dst
+
+
+def _tensor_inputs(op: ElementwiseOp, call: TileCall) -> list[tuple[Input, Operand]]:
+    return [(i, call.operand(i.index, i.role)) for i in op.inputs(call.args) if not i.is_scalar]
+
+
+def requires_register_operands(op: ElementwiseOp):
+    def register_operands(call: TileCall) -> tuple[bool, str | None]:
+        try:
+            operands = [_dst(call)] + [o for _, o in _tensor_inputs(op, call)]
+        except Decline as why:
+            return False, str(why)
+        for o in operands:
+            if o.memory != "local":
+                return False, f"{o.role} {o.name} is {o.scope}; every operand must be local"
+            if o.layout is None:
+                return False, f"{o.role} {o.name} has no layout"
+        return True, None
+
+    return predicate(register_operands, "register_operands")
+
+
+def requires_dtype_rule(op: ElementwiseOp):
+    def dtype_rule(call: TileCall) -> tuple[bool, str | None]:
+        dtypes = {}
+        for inp in op.inputs(call.args):
+            opnd = None if inp.is_scalar else call.operand(inp.index, inp.role)
+            dtypes[inp.role] = str(inp.scalar.ty) if opnd is None else opnd.dtype
+        why = check_dtypes(op, _dst(call).dtype, dtypes)
+        return why is None, why
+
+    return predicate(dtype_rule, "dtype_rule")
+
+
+def requires_anchor_layout(call: TileCall) -> tuple[bool, str | None]:
+    """dst's register layout induces the partition: it must name the scope's threads."""
+    try:
+        misfit = thread_axes_misfit(register_view(_dst(call)), call.scope)
+    except Decline as why:
+        return False, str(why)
+    return misfit is None, misfit
+
+
+@dataclass(frozen=True)
+class ElementwisePlan:
+    """Facts of one elementwise op over registers: each thread's bundle and its steps."""
+
+    op: str
+    dtype: str  # dst dtype
+    partition: ScopePartition  # operands: dst, then the tensor inputs in argument order
+    packed: PackedForm | None
+
+    @property
+    def vec(self) -> int:
+        return self.partition.vec
+
+    @property
+    def outer(self) -> int:
+        return self.partition.rounds
+
+    def facts(self) -> dict:
+        return {
+            "vec": self.vec,
+            "outer": self.outer,
+            "regs_per_thread": self.vec * self.outer,
+            "packed": self.packed.key if self.packed else None,
+            "threads": self.partition.threads,
+        }
+
+    def __str__(self) -> str:
+        form = self.packed.key if self.packed else "scalar"
+        return f"reg {self.op} {self.dtype}: {self.outer} steps x {self.vec} ({form})"
+
+
+def _lifted(opnd: Operand, dst: Operand) -> RegisterView:
+    view = register_view(opnd)
+    atoms = lift_to(view.atoms, opnd.extents, dst.extents, opnd.name)
+    return RegisterView(view.operand, atoms, view.replicas, view.base)
+
+
+def make_plan(op: ElementwiseOp):
+    def plan(call: TileCall) -> ElementwisePlan:
+        dst = _dst(call)
+        tensors = _tensor_inputs(op, call)
+        views = [register_view(dst)] + [_lifted(o, dst) for _, o in tensors]
+        src_dtype = tensors[0][1].dtype if tensors else dst.dtype
+        all_tensors = len(tensors) == len(op.inputs(call.args))
+        form = packed_form(op, dst.dtype, src_dtype, call.sm) if all_tensors else None
+        bits = dst.elem_bits
+        widths = ([(2 * bits, 2)] if form else []) + [(bits, 1)]
+        partition = induced_partition(views, 0, call.scope, call.thread_count, widths)
+        return ElementwisePlan(op.name, dst.dtype, partition, form if partition.vec == 2 else None)
+
+    return plan
+
+
+def make_emit(op: ElementwiseOp):
+    def emit(plan: ElementwisePlan, call: TileCall):
+        """Serial loop over each thread's bundle: one pair or one element per step."""
+        dst = _dst(call)
+        inputs = op.inputs(call.args)
+        tensors = [call.operand(i.index, i.role) for i in inputs if not i.is_scalar]
+        p, form = plan.partition, plan.packed
+
+        def flat(o: Operand, lanes: int) -> Any:
+            """A flat view of ``o``'s registers, ``lanes`` elements per item."""
+            dtype = o.dtype if lanes == 1 else f"{o.dtype}x{lanes}"
+            words = storage_words(o.buffer, o.elem_bits, o.elem_bits * lanes)
+            return T.decl_buffer((words,), dtype, data=o.buffer.data, scope="local")
+
+        def value_of(views: list[Any], rnd: Any, tid: Any) -> Any:
+            vals, k = {}, 0
+            for inp in inputs:
+                if inp.is_scalar:
+                    vals[inp.role] = inp.scalar
+                else:
+                    k += 1
+                    vals[inp.role] = views[k][p.offset(k, rnd, tid)]
+            return op.compute(vals, dst.dtype)
+
+        packed = form is not None
+        lanes = 2 if packed else 1
+        source = form.source(len(tensors)) if form else None
+        operands = [dst] + tensors
+        if len(operands) > 4:
+            raise Decline(f"{op.name} has {len(operands)} tensor operands; at most 4 are supported")
+        # Pad to four so the body below declares a fixed set of views.
+        padded = operands + [dst] * (4 - len(operands))
+
+        # fmt: off
+        @T.prim_func(check_well_formed=False)
+        def impl():
+            tid = T.meta_var(thread_index(call))
+            v0 = flat(padded[0], lanes)
+            v1 = flat(padded[1], lanes)
+            v2 = flat(padded[2], lanes)
+            v3 = flat(padded[3], lanes)
+            views = T.meta_var([v0, v1, v2, v3][: len(operands)])
+            for rnd in range(p.rounds):
+                if packed:
+                    T.evaluate(T.cuda.func_call(
+                        form.helper,
+                        *[T.address_of(views[k][p.offset(k, rnd, tid) // 2])
+                          for k in range(len(views))],
+                        source_code=source,
+                    ))
+                else:
+                    views[0][p.offset(0, rnd, tid)] = value_of(views, rnd, tid)
+        # fmt: on
+        return impl
+
+    return emit
+
+
+def _register(op: ElementwiseOp) -> None:
+    variant(
+        op.name,
+        "reg",
+        priority=10,
+        predicates=[
+            requires_cuda,
+            requires_scope("thread", "warp", "warpgroup", "cta"),
+            requires_all_threads_active,
+            requires_register_operands(op),
+            requires_dtype_rule(op),
+            requires_anchor_layout,
+        ],
+        plan=make_plan(op),
+    )(make_emit(op))
+
+
+for _op in OPS.values():
+    _register(_op)
