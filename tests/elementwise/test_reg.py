@@ -242,3 +242,11 @@ def test_gpu_scopes(scope, layout, shape, threads, rng, gpu):
     np.testing.assert_allclose(
         out[3].astype(np.float64), expected.astype(np.float64), rtol=2e-3, atol=2e-3
     )
+
+
+@pytest.mark.parametrize(
+    "op, intrinsic", [("fdiv", "__fdiv_rn("), ("sqrt", "__fsqrt_rn("), ("reciprocal", "__frcp_rn(")]
+)
+def test_float32_division_and_sqrt_are_correctly_rounded(op, intrinsic):
+    # CUDA's '/' and sqrtf are approximate under fast-math flags; these intrinsics are not.
+    assert intrinsic in toolchain.cuda_source(_kernel(op), "sm_90a")
