@@ -51,7 +51,10 @@ def test_every_op_and_float_dtype_lowers(op, dtype):
     report = _report(func, op)
     assert report.variant == "reg", report.candidates
     assert report.plan["regs_per_thread"] == 8
-    toolchain.cuda_source(func, "sm_90a")  # lowers and generates code
+    if dtype == "float16":  # NVRTC compiles one dtype per op (CI time); GPU tests build all
+        assert toolchain.kernel_sass(func, "sm_90a")
+    else:
+        assert "elementwise_kernel" in toolchain.cuda_source(func, "sm_90a")
 
 
 @pytest.mark.parametrize(
