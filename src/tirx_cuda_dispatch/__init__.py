@@ -12,6 +12,7 @@ and the global function ``tirx_cuda_dispatch.transform.LowerTIRx``::
 from __future__ import annotations
 
 from . import copy as _copy  # noqa: F401  (registers the copy variants)
+from . import copy_async as _copy_async  # noqa: F401  (registers the copy_async variants)
 from . import elementwise as _elementwise  # noqa: F401  (registers the elementwise variants)
 from . import pipeline as _pipeline
 from .call import Operand, TileCall

@@ -129,7 +129,7 @@ def sass(cubin: bytes) -> str:
     return proc.stdout
 
 
-_OPCODE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
+_OPCODE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)", re.MULTILINE)
 
 
 def opcodes(sass_text: str) -> Counter:
