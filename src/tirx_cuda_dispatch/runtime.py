@@ -30,7 +30,8 @@ def build(func: Any, arch: str | None = None, pipeline: str = PIPELINE_NAME) -> 
     if arch is None:
         raise RuntimeError("no CUDA GPU found and no arch given")
     target = tvm.target.Target({"kind": "cuda", "arch": arch})
-    return tvm.compile(func, target=target, tir_pipeline=pipeline)
+    with target:  # TVM's NVRTC callback reads the arch from Target.current()
+        return tvm.compile(func, target=target, tir_pipeline=pipeline)
 
 
 def entry_name(func: Any) -> str:

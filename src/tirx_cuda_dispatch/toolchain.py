@@ -140,7 +140,10 @@ def opcodes(sass_text: str) -> Counter:
 def cuda_source(func_or_mod, arch: str = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> str:
     """The CUDA source TVM generates for ``func_or_mod`` through ``pipeline``."""
     target = tvm.target.Target({"kind": "cuda", "arch": arch})
-    ex = tvm.compile(func_or_mod, target=target, tir_pipeline=pipeline)
+    # On a machine with a GPU, TVM's NVRTC callback compiles for Target.current() or else
+    # the local GPU: scope the target so that sm_100a source is not built for an sm_90 GPU.
+    with target:
+        ex = tvm.compile(func_or_mod, target=target, tir_pipeline=pipeline)
     return ex.mod.imports[0].inspect_source()
 
 
