@@ -132,10 +132,6 @@ def emit(plan: GmemSmemPlan, call: TileCall):
     g, s = (src, dst) if plan.direction == "global->shared" else (dst, src)
     p = plan.partition
 
-    def slot(which: int, rnd, tid):
-        """Index (in vectors) of operand ``which``'s access in round ``rnd`` of thread ``tid``."""
-        return p.offset(which, rnd, tid) // p.vec  # exact: the plan aligned every offset
-
     g_buf, s_buf = g.buffer, s.buffer
     vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
     to_shared = plan.direction == "global->shared"
@@ -149,11 +145,11 @@ def emit(plan: GmemSmemPlan, call: TileCall):
         for rnd in range(rounds):
             if to_shared:
                 T.evaluate(load_global_l2_only(
-                    T.address_of(s_vecs[slot(1, rnd, tid)]),
-                    T.address_of(g_vecs[slot(0, rnd, tid)]),
+                    T.address_of(s_vecs[p.slot(1, rnd, tid)]),
+                    T.address_of(g_vecs[p.slot(0, rnd, tid)]),
                     vec_bits,
                 ))
             else:
-                g_vecs[slot(0, rnd, tid)] = s_vecs[slot(1, rnd, tid)]
+                g_vecs[p.slot(0, rnd, tid)] = s_vecs[p.slot(1, rnd, tid)]
     # fmt: on
     return impl

@@ -25,7 +25,7 @@ from ..codegen import access_view, thread_index
 from ..errors import Decline
 from ..layout.atoms import memory_view
 from ..layout.partition import ScopePartition
-from ..layout.register import induced_partition, register_view, thread_axes_misfit
+from ..layout.register import induced_partition, register_layout_misfit, register_view
 from ..layout.vector import vector_candidates
 from ..predicates import (
     requires_all_threads_active,
@@ -47,11 +47,7 @@ def _sides(call: TileCall) -> tuple[Operand, Operand]:
 
 def requires_register_layout(call: TileCall) -> tuple[bool, str | None]:
     """The register layout slices to the region and names only the scope's thread axes."""
-    reg, _ = _sides(call)
-    try:
-        misfit = thread_axes_misfit(register_view(reg), call.scope)
-    except Decline as why:
-        return False, str(why)
+    misfit = register_layout_misfit(_sides(call)[0], call.scope)
     return misfit is None, misfit
 
 
@@ -148,10 +144,6 @@ def emit(plan: RegPlan, call: TileCall):
     reg, mem = _sides(call)
     p = plan.partition
 
-    def slot(which: int, rnd, tid):
-        """Index (in vectors) of operand ``which``'s access in round ``rnd`` of thread ``tid``."""
-        return p.offset(which, rnd, tid) // p.vec  # exact: the plan aligned every offset
-
     r_buf, m_buf = reg.buffer, mem.buffer
     vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
     load = plan.direction.endswith("->local")
@@ -164,8 +156,8 @@ def emit(plan: RegPlan, call: TileCall):
         m_vecs = access_view(m_buf, vec_bits, elem_bits)
         for rnd in range(rounds):
             if load:
-                r_vecs[slot(0, rnd, tid)] = m_vecs[slot(1, rnd, tid)]
+                r_vecs[p.slot(0, rnd, tid)] = m_vecs[p.slot(1, rnd, tid)]
             else:
-                m_vecs[slot(1, rnd, tid)] = r_vecs[slot(0, rnd, tid)]
+                m_vecs[p.slot(1, rnd, tid)] = r_vecs[p.slot(0, rnd, tid)]
     # fmt: on
     return impl

@@ -29,8 +29,8 @@ from ..layout.register import (
     RegisterView,
     induced_partition,
     lift_to,
+    register_layout_misfit,
     register_view,
-    thread_axes_misfit,
 )
 from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
 from ..registry import predicate, variant
@@ -78,10 +78,7 @@ def requires_dtype_rule(op: ElementwiseOp):
 
 def requires_anchor_layout(call: TileCall) -> tuple[bool, str | None]:
     """dst's register layout induces the partition: it must name the scope's threads."""
-    try:
-        misfit = thread_axes_misfit(register_view(_dst(call)), call.scope)
-    except Decline as why:
-        return False, str(why)
+    misfit = register_layout_misfit(_dst(call), call.scope)  # dst checked by register_operands
     return misfit is None, misfit
 
 
@@ -159,7 +156,7 @@ def make_emit(op: ElementwiseOp):
                     vals[inp.role] = inp.scalar
                 else:
                     k += 1
-                    vals[inp.role] = views[k][p.offset(k, rnd, tid)]
+                    vals[inp.role] = views[k][p.slot(k, rnd, tid)]
             return op.compute(vals, dst.dtype)
 
         packed = form is not None
@@ -184,12 +181,12 @@ def make_emit(op: ElementwiseOp):
                 if packed:
                     T.evaluate(T.cuda.func_call(
                         form.helper,
-                        *[T.address_of(views[k][p.offset(k, rnd, tid) // 2])
+                        *[T.address_of(views[k][p.slot(k, rnd, tid)])
                           for k in range(len(views))],
                         source_code=source,
                     ))
                 else:
-                    views[0][p.offset(0, rnd, tid)] = value_of(views, rnd, tid)
+                    views[0][p.slot(0, rnd, tid)] = value_of(views, rnd, tid)
         # fmt: on
         return impl
 

@@ -69,6 +69,11 @@ class ScopePartition:
         swz = self.swizzles[which]
         return swz.apply(off) if swz is not None else off
 
+    def slot(self, which: int, rnd: Any, tid: Any) -> Any:
+        """:meth:`offset` in units of one access (``vec`` elements): the index into a view
+        whose element is one access. Exact: the plan aligned every offset to ``vec``."""
+        return self.offset(which, rnd, tid) // self.vec
+
     def access(self, rnd: int, tid: int) -> tuple[int, ...]:
         """Element offsets of thread ``tid``'s vector in round ``rnd``, one per operand."""
         return tuple(int(self.offset(i, rnd, tid)) for i in range(len(self.bases)))

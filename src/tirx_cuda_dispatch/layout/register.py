@@ -23,6 +23,7 @@ produces, so emitters and tools read both the same way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -147,6 +148,14 @@ def thread_axes_misfit(view: RegisterView, scope: str) -> str | None:
             "say which thread owns each element"
         )
     return None
+
+
+def register_layout_misfit(opnd: Operand, scope: str) -> str | None:
+    """Why ``opnd``'s register layout cannot induce a partition at ``scope``, or None."""
+    try:
+        return thread_axes_misfit(register_view(opnd), scope)
+    except Decline as why:
+        return str(why)
 
 
 View = MemoryView | RegisterView
@@ -313,17 +322,10 @@ def _check_covers_scope(
     axes = "/".join(reg.thread_axes) or "none"
     raise Decline(
         f"register layout thread axis {axes} of {reg.operand} does not match scope {scope}: "
-        f"it tells {_product(d.extent for _, d in dims)} threads apart (thread-index strides "
+        f"it tells {math.prod(d.extent for _, d in dims)} threads apart (thread-index strides "
         f"{sorted(t for t, _ in dims)}), the scope has {threads}; each thread must own "
         "exactly one bundle"
     )
-
-
-def _product(values) -> int:
-    n = 1
-    for v in values:
-        n *= v
-    return n
 
 
 def lift_to(
