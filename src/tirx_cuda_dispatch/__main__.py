@@ -26,7 +26,9 @@ def _kernel_text(cuda_source: str) -> str:
 
 def _memory_opcodes(counts) -> str:
     keep = {
-        k: v for k, v in sorted(counts.items()) if re.match(r"(LD|ST)(G|S|L)?\b|LDG|STG|LDS|STS", k)
+        k: v
+        for k, v in sorted(counts.items())
+        if re.match(r"(LD|ST)(G|S|L)?\b|LDG|STG|LDS|STS|LDSM|STSM|LDTM|STTM", k)
     }
     return ", ".join(f"{k} x{v}" for k, v in keep.items()) or "(none)"
 
@@ -51,6 +53,14 @@ def _seed_programs():
         c, d = (runtime.random_array((32, 8), "float32", rng) for _ in range(2))
         return [a, c, d, runtime.poison_like(a)]
 
+    def fragment_inputs(rng):
+        a = runtime.random_array((8, 4, 2, 2), "float16", rng)
+        return [a, runtime.poison_like(a), runtime.poison_like(np.zeros((32, 4), "float16"))]
+
+    # Seed 002: two 8x8 float16 matrices, the m8n8 fragment, a row-major shared tile.
+    fragment = TileLayout(S[(8, 4, 2, 2) : (4 @ Axis.laneid, 1 @ Axis.laneid, 2, 1)])
+    row_major = TileLayout(S[(8, 4, 2, 2) : (16, 2, 8, 1)])
+
     return [
         (
             "copy -> gmem_smem: a warp copies a 32x32 float32 tile global -> shared -> global",
@@ -63,6 +73,13 @@ def _seed_programs():
             " (lane i owns row i)",
             demos.reg_roundtrip(rows, (32, 8), "float32"),
             one((32, 8)),
+            lambda arrays: (1, arrays[0]),
+        ),
+        (
+            "copy -> ldstmatrix: a warp round-trips two 8x8 float16 matrices shared -> "
+            "registers -> shared (ldmatrix/stmatrix .x2)",
+            demos.ldstmatrix_roundtrip(fragment, row_major, (8, 4, 2, 2), 4),
+            fragment_inputs,
             lambda arrays: (1, arrays[0]),
         ),
         (

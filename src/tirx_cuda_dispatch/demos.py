@@ -123,6 +123,61 @@ def reg_roundtrip(
     return reg_copy
 
 
+def ldstmatrix_roundtrip(
+    r_layout: Any,
+    s_layout: Any,
+    shape: tuple[int, ...],
+    regs: int,
+    dtype: str = "float16",
+    scope: str = "warp",
+    cta_threads: int | None = None,
+) -> Any:
+    """A ``shape`` tile of A goes global -> shared (layout ``s_layout``) -> registers
+    (``r_layout``, ``regs`` per thread) -> shared -> B global (seed 002's program); F
+    receives every thread's registers right after the shared -> register copy.
+
+    As in :func:`reg_roundtrip`, the registers start out holding B's poison and the shared
+    tile is overwritten with it before the registers are stored back.
+    """
+    threads = _scope_threads(scope, cta_threads)
+    warps = threads // 32
+    copy = getattr(Tx, scope).copy
+    with_wg = warps % 4 == 0
+    full = tuple(slice(0, e) for e in shape)
+
+    # fmt: off
+    @T.prim_func
+    def fragment_copy(A_ptr: T.handle, B_ptr: T.handle, F_ptr: T.handle):
+        A = T.match_buffer(A_ptr, shape, dtype)
+        B = T.match_buffer(B_ptr, shape, dtype)
+        F = T.match_buffer(F_ptr, (threads, regs), dtype)
+        T.device_entry()
+        T.cta_id([1])
+        if with_wg:
+            T.warpgroup_id([warps // 4])
+            T.warp_id_in_wg([4])
+        T.warp_id([warps])
+        T.lane_id([32])
+        tid = T.thread_id([threads])
+        A_smem = T.alloc_buffer(shape, dtype, scope="shared", layout=s_layout)
+        R = T.alloc_buffer(shape, dtype, scope="local", layout=r_layout)
+        R_flat = T.decl_buffer((regs,), dtype, data=R.data, scope="local")
+        copy(A_smem[full], A[full])
+        copy(R[full], B[full])  # poison the registers
+        T.cuda.cta_sync()
+        copy(R[full], A_smem[full])  # shared -> registers (ldmatrix)
+        for i in range(regs):
+            F[tid, i] = R_flat[i]
+        T.cuda.cta_sync()
+        copy(A_smem[full], B[full])  # poison the tile
+        T.cuda.cta_sync()
+        copy(A_smem[full], R[full])  # registers -> shared (stmatrix)
+        T.cuda.cta_sync()
+        copy(B[full], A_smem[full])
+    # fmt: on
+    return fragment_copy
+
+
 ELEMENTWISE_FAMILIES = {
     "zero": "zero",
     "fill": "fill",

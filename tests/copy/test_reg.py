@@ -157,7 +157,8 @@ def test_strict_mode_names_the_line_and_every_reason():
     text = str(err.value)
     assert "demos.py:" in text and "copy(R[full], B[full])" in text
     assert re.search(
-        r"gmem_smem +declined: .*\n +reg +declined: register layout thread axis "
+        r"gmem_smem +declined: .*\n +ldstmatrix +declined: .*\n +reg +declined: "
+        r"register layout thread axis "
         r"laneid of R does not match scope cta",
         text,
     )

@@ -13,6 +13,7 @@ from tirx_cuda_dispatch.layout.register import (
     RegisterView,
     induced_partition,
     lift_to,
+    register_table,
 )
 from tirx_cuda_dispatch.layout.vector import vector_candidates
 
@@ -205,3 +206,30 @@ def test_register_operand_without_the_anchors_threads_must_replicate():
     unreplicated = RegisterView("C", ((32, 0, "m"), (8, 1, "laneid")), ((4, 8, "laneid"),), 0)
     with pytest.raises(Decline, match="does not replicate them"):
         induced_partition([dst, unreplicated], 0, "warp", 32, [(32, 1)])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_register_table_matches_the_owner_oracle(case):
+    reg, _, scope, threads, _ = CASES[case]
+    table = register_table(reg, scope, threads)
+    expected = {}
+    for i in range(reg.size):
+        owners, register = _owner(reg, i, threads)
+        for t in owners:
+            expected[(t, register)] = i
+    got = {
+        (t, r): int(table.elements[t, col])
+        for t in range(threads)
+        for col, r in enumerate(table.registers)
+        if table.elements[t, col] >= 0
+    }
+    assert got == expected
+    assert table.holder_gaps() is None
+
+
+def test_register_table_reports_gaps_and_collisions():
+    half = RegisterView("R", ((16, 1, "laneid"), (8, 1, "m")), (), 0)
+    assert register_table(half, "warp", 32).holder_gaps() == (16, 0)
+    clash = RegisterView("R", ((2, 0, "m"), (32, 1, "laneid")), (), 0)
+    with pytest.raises(Decline, match="several elements in one place"):
+        register_table(clash, "warp", 32)

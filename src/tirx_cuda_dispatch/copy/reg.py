@@ -128,6 +128,7 @@ def plan(call: TileCall) -> RegPlan:
     "copy",
     "reg",
     priority=10,
+    order=1,  # after ldstmatrix: where the layouts are m8n8 fragments, the matrix copy wins
     predicates=[
         requires_cuda,
         requires_scope("thread", "warp", "warpgroup", "cta"),

@@ -9,9 +9,12 @@ shared partition algorithm works on those.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import tvm
 from tvm import sym
 from tvm.tirx.layout import ComposeLayout, TileLayout
@@ -100,6 +103,28 @@ def memory_view(opnd: Operand) -> MemoryView:
         base = base + elem_offset
     base_int = as_int(base)
     return MemoryView(opnd.name, tuple(atoms), base if base_int is None else base_int, swizzle)
+
+
+def mixed_radix_digits(extents: Sequence[int]) -> list[np.ndarray]:
+    """Digits of every index ``0 .. prod(extents)-1`` in the mixed radix ``extents``
+    (outer -> inner): one array per extent, the way atoms split a region's index."""
+    index = np.arange(math.prod(extents), dtype=np.int64)
+    digits: list[np.ndarray] = []
+    for ext in reversed(extents):
+        digits.insert(0, index % ext)
+        index = index // ext
+    return digits
+
+
+def element_offsets(view: MemoryView) -> np.ndarray:
+    """Offset of each region element relative to the region's base, before any swizzle,
+    indexed by the region's row-major element index."""
+    offsets = np.zeros(view.size, dtype=np.int64)
+    for digit, (_, stride) in zip(
+        mixed_radix_digits([ext for ext, _ in view.atoms]), view.atoms, strict=True
+    ):
+        offsets += digit * stride
+    return offsets
 
 
 INT32_LIMIT = 2**31

@@ -28,11 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
 from ..call import Operand, as_int
 from ..errors import Decline
-from .atoms import MemoryView, refine_tagged
+from .atoms import MemoryView, mixed_radix_digits, refine_tagged
 from .partition import Dim, ScopePartition, _fuse
 from .vector import vector_misfit
 
@@ -291,6 +292,58 @@ def induced_partition(
             narrower_because=refusals[0] if refusals else None,
         )
     raise Decline("no access width fits: " + "; ".join(refusals))
+
+
+@dataclass(frozen=True)
+class RegisterTable:
+    """The register-induced partition as a table: which element each thread holds where.
+
+    ``elements[t, i]`` is the region's row-major index of the element that thread ``t`` of
+    the scope keeps in register ``registers[i]``, or -1 where it keeps none. Warp-collective
+    instructions (ldmatrix) need the whole table, not only one thread's bundle.
+    """
+
+    registers: tuple[int, ...]  # register indices the region uses, ascending
+    elements: np.ndarray  # [threads, len(registers)]
+
+    def holder_gaps(self) -> tuple[int, int] | None:
+        """(thread, register) of the first slot no element fills, or None when all are full."""
+        empty = np.argwhere(self.elements < 0)
+        if len(empty) == 0:
+            return None
+        t, i = empty[0]
+        return int(t), self.registers[int(i)]
+
+
+def register_table(view: RegisterView, scope: str, threads: int) -> RegisterTable:
+    """Every (thread, register) -> element of ``view`` at ``scope`` (``threads`` threads)."""
+    digits = mixed_radix_digits([ext for ext, _, _ in view.atoms])
+    thread = np.zeros(view.size, dtype=np.int64)
+    register = np.full(view.size, view.base, dtype=np.int64)
+    for digit, (ext, stride, axis) in zip(digits, view.atoms, strict=True):
+        if axis == MEMORY_AXIS:
+            register += digit * stride
+        else:
+            thread += digit * _thread_stride(axis, stride, ext, scope, threads)
+    holders = thread[:, None]
+    for ext, stride, axis in view.replicas:
+        t_stride = _thread_stride(axis, stride, ext, scope, threads)
+        holders = (holders[:, :, None] + t_stride * np.arange(ext)[None, None, :]).reshape(
+            view.size, -1
+        )
+    if holders.max(initial=0) >= threads:
+        raise Decline(
+            f"register layout of {view.operand} names thread {int(holders.max())}; "
+            f"scope {scope} has {threads}"
+        )
+    registers, column = np.unique(register, return_inverse=True)
+    element = np.broadcast_to(np.arange(view.size)[:, None], holders.shape).ravel()
+    slot = (holders * len(registers) + column[:, None]).ravel()
+    if len(np.unique(slot)) != len(slot):
+        raise Decline(f"register layout of {view.operand} puts several elements in one place")
+    table = np.full(threads * len(registers), -1, dtype=np.int64)
+    table[slot] = element
+    return RegisterTable(tuple(int(r) for r in registers), table.reshape(threads, len(registers)))
 
 
 def _held_by_every_thread(

@@ -1,0 +1,381 @@
+"""copy -> ldstmatrix: MMA fragments between registers and shared memory, ldmatrix/stmatrix.
+
+Accepts: a CUDA target of sm_75 or newer (ldmatrix) or sm_90 or newer (stmatrix); scope
+warp / warpgroup / cta made of whole warps, every thread active; a valid copy between
+registers (``local``) and shared memory, either way; 16-bit elements. Tried before ``reg``
+at the same priority: when the layouts are not m8n8 fragments the plan declines with the
+reason and ``reg`` takes the copy.
+
+The fit (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): one instruction moves
+``num`` (1, 2, 4) 8x8 matrices of 16-bit elements. Lanes ``8j .. 8j+7`` supply the
+addresses of the 8 rows of matrix ``j``, each row 16 contiguous, 16-byte aligned bytes;
+lane ``i`` receives, in its ``j``-th 32-bit register, row ``i // 4``, columns
+``2 (i % 4)`` and ``2 (i % 4) + 1`` of matrix ``j``. With ``.trans`` it receives column
+``i // 4``, rows ``2 (i % 4)`` and ``2 (i % 4) + 1`` instead. stmatrix is the mirror image.
+
+Rather than pattern-matching the layouts' iterators, the plan reads the whole partition
+the register layout induces (:func:`..layout.register.register_table`: thread, register
+-> element) against the shared offsets of those elements, and *derives* each register
+word's matrix and each row's address from it; it checks every lane of every warp. Row
+addresses must then be a sum of per-bit terms of the thread index (a mixed radix: lane
+bits 0-2 pick the row, 3-4 the matrix, the rest the warp), which covers the seed's
+``[T/32, 8, 4, M/(2 num), num, 2]`` grouping and fragments whose matrices are not evenly
+spaced (the m16n8k16 A fragment: matrices at rows 0/8 x columns 0/8). The emitter unrolls
+one instruction per group of ``num`` register words (m_outer groups).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tvm.script import tirx as T
+
+from ..call import Operand, TileCall, as_int
+from ..codegen import storage_words, thread_index
+from ..errors import Decline
+from ..layout.atoms import element_offsets, memory_view, prove_multiple
+from ..layout.register import register_table, register_view
+from ..layout.swizzle import Swizzle
+from ..predicates import (
+    requires_all_threads_active,
+    requires_cuda,
+    requires_memory_pair,
+    requires_scope,
+    requires_valid_copy,
+)
+from ..registry import variant
+
+MATRIX_PAIRS = (("shared", "local"), ("local", "shared"))
+MATRIX_COUNTS = (4, 2, 1)  # widest first
+ROW_ELEMS = 8  # one matrix row: 8 16-bit elements, 16 bytes
+LANES = 32
+# Lane i's j-th register holds (row, column) and (row, column + 1) of the stored matrix;
+# .trans stores it transposed: (row, column), (row + 1, column) with the roles swapped.
+_LANE = np.arange(LANES)[:, None]
+_HALF = np.arange(2)[None, :]
+_STORED_ROW = {False: np.broadcast_to(_LANE // 4, (LANES, 2)), True: 2 * (_LANE % 4) + _HALF}
+_STORED_COL = {False: 2 * (_LANE % 4) + _HALF, True: np.broadcast_to(_LANE // 4, (LANES, 2))}
+MIN_SM = {"ld": 75, "st": 90}  # PTX ISA: ldmatrix sm_75+, stmatrix sm_90+
+
+
+def _sides(call: TileCall) -> tuple[Operand, Operand]:
+    """(register operand, shared operand)."""
+    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    return (dst, src) if dst.memory == "local" else (src, dst)
+
+
+def _direction(call: TileCall) -> str:
+    return "ld" if call.operand(0, "dst").memory == "local" else "st"
+
+
+def requires_whole_warps(call: TileCall) -> tuple[bool, str | None]:
+    """ldmatrix/stmatrix are warp-collective: the scope is made of whole warps."""
+    threads = call.thread_count
+    if threads is None or threads % LANES:
+        return False, f"scope {call.scope} has {threads} threads; needs whole warps of 32"
+    return True, None
+
+
+def requires_16_bit(call: TileCall) -> tuple[bool, str | None]:
+    """The instructions move .b16 elements: float16, bfloat16, int16, uint16."""
+    reg, _ = _sides(call)
+    if reg.elem_bits != 16:
+        return False, (
+            f"{reg.name} is {reg.dtype}; ldmatrix/stmatrix move 16-bit elements (.b16: "
+            "float16, bfloat16, int16, uint16)"
+        )
+    return True, None
+
+
+def requires_matrix_arch(call: TileCall) -> tuple[bool, str | None]:
+    """ldmatrix needs sm_75 or newer, stmatrix sm_90 or newer."""
+    direction = _direction(call)
+    need, name = MIN_SM[direction], "ldmatrix" if direction == "ld" else "stmatrix"
+    if call.sm is None or call.sm < need:
+        return False, f"{name} needs sm_{need} or newer; target is {call.arch or 'unknown'}"
+    return True, None
+
+
+@dataclass(frozen=True)
+class Digit:
+    """``((t >> shift) & (2**width - 1)) * stride``: one mixed-radix term of thread ``t``."""
+
+    shift: int
+    width: int
+    stride: int
+
+    def of(self, t: Any) -> Any:
+        return ((t >> self.shift) & ((1 << self.width) - 1)) * self.stride
+
+
+@dataclass(frozen=True)
+class MatrixInstruction:
+    """One ldmatrix/stmatrix: the register words of its matrices and each thread's row."""
+
+    words: tuple[int, ...]  # 32-bit register word per matrix (register element 2w, 2w+1)
+    offset: int  # shared offset (elements, from the region base) of thread 0's row
+    digits: tuple[Digit, ...]  # + sum(d.of(t)): the row thread t supplies
+
+
+@dataclass(frozen=True)
+class LdStMatrixPlan:
+    """Facts of one fragment copy: the instruction form and each instruction's operands."""
+
+    direction: str  # "ld" (shared -> registers) or "st"
+    num: int
+    trans: bool
+    instructions: tuple[MatrixInstruction, ...]
+    dtype: str
+    threads: int
+    base: Any  # the shared region's base offset (int or PrimExpr)
+    swizzle: Swizzle | None
+    bank_conflict: int  # most rows of one matrix on one 16-byte bank group (1 = none)
+
+    @property
+    def m_outer(self) -> int:
+        return len(self.instructions)
+
+    @property
+    def ptx(self) -> str:
+        name = "ldmatrix" if self.direction == "ld" else "stmatrix"
+        trans = ".trans" if self.trans else ""
+        return f"{name}.sync.aligned.m8n8.x{self.num}{trans}.shared.b16"
+
+    def facts(self) -> dict:
+        facts = {
+            "num": self.num,
+            "trans": self.trans,
+            "m_outer": self.m_outer,
+            "direction": self.direction,
+            "instruction": self.ptx,
+            "threads": self.threads,
+            "bank_conflict": self.bank_conflict,
+        }
+        if self.swizzle is not None:
+            facts["swizzle"] = str(self.swizzle)
+        return facts
+
+    def __str__(self) -> str:
+        return f"{self.m_outer} x {self.ptx} ({self.dtype}, {self.threads} threads)"
+
+
+def _row_starts(offsets: np.ndarray, trans: bool) -> tuple[np.ndarray | None, str | None]:
+    """Row start addresses [warps, words, 8] that make ``offsets`` [warps, 32, words, 2]
+    an m8n8 fragment (``.trans`` or not), or None and why not."""
+    row = _STORED_ROW[trans][None, :, None, :]
+    col = _STORED_COL[trans][None, :, None, :]
+    start = offsets - col  # every element says where its stored row starts
+    warps, _, words, _ = offsets.shape
+    rows = np.zeros((warps, words, ROW_ELEMS), dtype=np.int64)
+    w_idx = np.arange(warps)[:, None, None, None]
+    k_idx = np.arange(words)[None, None, :, None]
+    rows[w_idx, k_idx, np.broadcast_to(row, offsets.shape)] = start
+    bad = np.argwhere(rows[w_idx, k_idx, np.broadcast_to(row, offsets.shape)] != start)
+    if len(bad) == 0:
+        return rows, None
+    w, lane, k, h = (int(x) for x in bad[0])
+    r, c = int(_STORED_ROW[trans][lane, h]), int(_STORED_COL[trans][lane, h])
+    pair = offsets[w, lane, k]
+    if trans:
+        want = f"rows {2 * (lane % 4)} and {2 * (lane % 4) + 1} of column {lane // 4}"
+    else:
+        want = f"columns {2 * (lane % 4)} and {2 * (lane % 4) + 1} of row {lane // 4}"
+    return None, (
+        f"lane {lane} (warp {w}) holds shared offsets {int(pair[0])}, {int(pair[1])} in "
+        f"register word {k}, where the fragment puts {want} (element ({r}, {c}) of a "
+        f"matrix whose rows are 8 contiguous elements)"
+    )
+
+
+def _digits(values: np.ndarray) -> tuple[Digit, ...] | None:
+    """``values[t] - values[0]`` as a sum of per-bit terms of ``t`` merged into mixed-radix
+    digits, or None when it is not one."""
+    n = len(values)
+    rel = values - values[0]
+    bits = max(n - 1, 0).bit_length()
+    per_bit = [int(rel[1 << b]) for b in range(bits)]
+    t = np.arange(n)
+    predicted = sum(((t >> b) & 1) * per_bit[b] for b in range(bits)) if bits else 0
+    if not np.array_equal(rel, np.broadcast_to(predicted, rel.shape)):
+        return None
+    digits, b = [], 0
+    while b < bits:
+        if per_bit[b] == 0:
+            b += 1
+            continue
+        width = 1
+        while b + width < bits and per_bit[b + width] == per_bit[b] << width:
+            width += 1
+        digits.append(Digit(b, width, per_bit[b]))
+        b += width
+    return tuple(digits)
+
+
+def _group(rows: np.ndarray, words: list[int], num: int) -> list[MatrixInstruction] | None:
+    """Instructions of ``num`` consecutive words each, or None when the rows the threads
+    of one instruction supply are not a mixed radix of the thread index."""
+    warps = rows.shape[0]
+    lane = np.arange(LANES)
+    matrix = (lane >> 3) % num  # lanes past 8 * num supply ignored, but valid, addresses
+    out = []
+    for g in range(len(words) // num):
+        chosen = np.arange(g * num, (g + 1) * num)
+        supplied = rows[:, chosen[matrix], lane % ROW_ELEMS].reshape(warps * LANES)
+        digits = _digits(supplied)
+        if digits is None:
+            return None
+        out.append(MatrixInstruction(tuple(words[i] for i in chosen), int(supplied[0]), digits))
+    return out
+
+
+def _bank_conflict(rows: np.ndarray, swizzle: Swizzle | None, base: int) -> int:
+    """Most rows of one 8x8 matrix that fall on one 16-byte group of banks: the
+    instruction serves a matrix (8 rows x 16 bytes) per shared-memory wavefront."""
+    worst = 1
+    phys = rows + base
+    if swizzle is not None:
+        phys = np.vectorize(swizzle.apply)(phys)
+    groups = (phys // ROW_ELEMS) % 8
+    for w in range(groups.shape[0]):
+        for k in range(groups.shape[1]):
+            worst = max(worst, max(Counter(groups[w, k].tolist()).values()))
+    return worst
+
+
+def plan(call: TileCall) -> LdStMatrixPlan:
+    reg, smem = _sides(call)
+    threads = call.thread_count
+    mem = memory_view(smem)
+    table = register_table(register_view(reg), call.scope, threads)
+    gap = table.holder_gaps()
+    if gap is not None:
+        raise Decline(
+            f"register layout of {reg.name} leaves thread {gap[0]} without register {gap[1]}; "
+            "ldmatrix/stmatrix are warp-collective, every thread holds the same registers"
+        )
+    regs = table.registers
+    if len(regs) % 2 or any(regs[i] != regs[0] + i for i in range(len(regs))) or regs[0] % 2:
+        raise Decline(
+            f"register layout of {reg.name} uses registers {list(regs)}; ldmatrix/stmatrix "
+            "fill whole 32-bit words: an even number of registers from an even index"
+        )
+    words = [r // 2 for r in regs[::2]]
+    offsets = element_offsets(mem)[table.elements]  # [threads, registers]
+    offsets = offsets.reshape(threads // LANES, LANES, len(words), 2)
+
+    found, why = {}, {}
+    for trans in (False, True):
+        found[trans], why[trans] = _row_starts(offsets, trans)
+    trans = found[False] is None
+    rows = found[trans]
+    if rows is None:
+        raise Decline(
+            f"register layout of {reg.name} is not an m8n8 fragment of {smem.name}: "
+            f"plain: {why[False]}; .trans: {why[True]}"
+        )
+    _check_rows_aligned(rows, mem.base, mem.swizzle, smem.name)
+
+    for num in MATRIX_COUNTS:
+        if len(words) % num:
+            continue
+        instructions = _group(rows, words, num)
+        if instructions is not None:
+            break
+    else:
+        raise Decline(
+            f"the rows of {smem.name} that the threads would supply are not a mixed radix "
+            "of the thread index for any matrix count 4/2/1"
+        )
+    base_i = as_int(mem.base)
+    return LdStMatrixPlan(
+        direction=_direction(call),
+        num=num,
+        trans=trans,
+        instructions=tuple(instructions),
+        dtype=reg.dtype,
+        threads=threads,
+        base=mem.base,
+        swizzle=mem.swizzle,
+        bank_conflict=_bank_conflict(rows, mem.swizzle, base_i or 0),
+    )
+
+
+def _check_rows_aligned(rows: np.ndarray, base: Any, swizzle: Swizzle | None, name: str) -> None:
+    """Every row 16-byte aligned, and kept contiguous by the swizzle."""
+    if swizzle is not None and swizzle.unit < ROW_ELEMS:
+        raise Decline(
+            f"{name}'s swizzle {swizzle} keeps {swizzle.unit}-element units together; an "
+            f"ldmatrix row is {ROW_ELEMS} contiguous 16-bit elements (16 bytes)"
+        )
+    stride = int(rows[0, 0, 1] - rows[0, 0, 0])
+    if stride % ROW_ELEMS:
+        padded = -(-stride // ROW_ELEMS) * ROW_ELEMS
+        raise Decline(
+            f"shared row stride {stride} of {name} is not a multiple of {ROW_ELEMS} elements "
+            f"(16 bytes, one ldmatrix row): pad the row to {padded}"
+        )
+    misaligned = np.argwhere(rows % ROW_ELEMS)
+    if len(misaligned):
+        w, k, r = (int(x) for x in misaligned[0])
+        raise Decline(
+            f"row {r} of register word {k}'s matrix (warp {w}) starts at offset "
+            f"{int(rows[w, k, r])} of the {name} region, not a multiple of {ROW_ELEMS} "
+            "elements (16 bytes)"
+        )
+    if not prove_multiple(base, ROW_ELEMS):
+        proof = "" if as_int(base) is not None else "provably "
+        raise Decline(
+            f"{name} region base offset {base} is not {proof}a multiple of {ROW_ELEMS} "
+            "elements (16 bytes): every ldmatrix row must be 16-byte aligned"
+        )
+
+
+@variant(
+    "copy",
+    "ldstmatrix",
+    priority=10,
+    predicates=[
+        requires_cuda,
+        requires_scope("warp", "warpgroup", "cta"),
+        requires_whole_warps,
+        requires_all_threads_active,
+        requires_valid_copy,
+        requires_memory_pair(MATRIX_PAIRS),
+        requires_16_bit,
+        requires_matrix_arch,
+    ],
+    plan=plan,
+)
+def emit(plan: LdStMatrixPlan, call: TileCall):
+    """One ldmatrix/stmatrix per group of num register words, unrolled."""
+    reg, smem = _sides(call)
+    r_buf, s_buf = reg.buffer, smem.buffer
+    r_words = storage_words(r_buf, 16, 32)
+    s_elems = storage_words(s_buf, 16, 16)
+
+    def issue_all(t: Any, words: Any, shared: Any) -> None:
+        for ins in plan.instructions:
+            offset = plan.base + ins.offset
+            for digit in ins.digits:
+                offset = offset + digit.of(t)
+            if plan.swizzle is not None:
+                offset = plan.swizzle.apply(offset)
+            row = shared.ptr_to([offset])
+            regs = [words[w] for w in ins.words]
+            if plan.direction == "ld":
+                T.evaluate(T.ptx[plan.ptx](*regs, row))
+            else:
+                T.evaluate(T.ptx[plan.ptx](row, *regs))
+
+    # fmt: off
+    @T.prim_func(check_well_formed=False)
+    def impl():
+        t = T.meta_var(thread_index(call))
+        words = T.decl_buffer((r_words,), "uint32", data=r_buf.data, scope="local")
+        shared = T.decl_buffer((s_elems,), "uint16", data=s_buf.data, scope=s_buf.scope())
+        issue_all(t, words, shared)
+    # fmt: on
+    return impl

@@ -1,0 +1,330 @@
+"""copy -> ldstmatrix (seed 002): plans, declines, SASS, GPU round trips and fragments."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
+from tvm.tirx.layout import Axis, ComposeLayout, S, TileLayout
+
+import tirx_cuda_dispatch as tcd
+from tirx_cuda_dispatch import demos, runtime, toolchain
+from tirx_cuda_dispatch.copy.ldstmatrix import Digit, _digits
+
+lane = Axis.laneid
+WARP_AXIS = {"warp": None, "warpgroup": Axis.wid_in_wg, "cta": Axis.warpid}
+SCOPE_WARPS = {"warp": 1, "warpgroup": 4, "cta": 4}
+
+
+def fragment(num: int, row_blocks: int = 1, scope: str = "warp", col_groups: int = 1):
+    """An m8n8 fragment layout: each warp holds ``row_blocks`` x ``col_groups`` x ``num``
+    8x8 matrices side by side; lane i holds row i // 4, columns 2 (i % 4) + {0, 1}.
+    Returns (layout, tile shape, registers per thread)."""
+    warps, axis = SCOPE_WARPS[scope], WARP_AXIS[scope]
+    extents = (row_blocks, 8, col_groups, num, 4, 2)
+    strides = (col_groups * num * 2, 4 @ lane, num * 2, 2, 1 @ lane, 1)
+    if warps > 1:
+        extents, strides = (warps, *extents), (1 @ axis, *strides)
+    shape = (warps * row_blocks * 8, col_groups * num * 8)
+    return TileLayout(S[extents:strides]), shape, row_blocks * col_groups * num * 2
+
+
+def row_major(shape):
+    return TileLayout(S[shape])
+
+
+def column_major(shape):
+    return TileLayout(S[shape : (1, shape[0])])
+
+
+# The m16n8k16 A fragment: a0a1 (g, 2c), a2a3 (g+8, 2c), a4a5 (g, 2c+8), a6a7 (g+8, 2c+8).
+A_FRAGMENT = TileLayout(S[(2, 8, 2, 4, 2) : (2, 4 @ lane, 4, 1 @ lane, 1)])
+
+
+def _reports(func, arch="sm_90a", variant="ldstmatrix"):
+    return [r for r in tcd.explain(func, arch) if r.variant == variant]
+
+
+def _reason(func, arch="sm_90a", call=0):
+    shared_copies = [
+        r
+        for r in tcd.explain(func, arch)
+        if sorted(o["scope"] for o in r.operands) == ["local", "shared"]
+    ]
+    [cand] = [c for c in shared_copies[call].candidates if c.variant == "ldstmatrix"]
+    assert not cand.accepted
+    return cand.reason, shared_copies[call].variant
+
+
+# -- plans --------------------------------------------------------------------------------
+CASES = {
+    # name: (layout, shape, regs, scope, cta threads, shared layout maker, (num, trans, m_outer))
+    **{
+        f"warp_x{num}{'_trans' if trans else ''}": (
+            *fragment(num),
+            "warp",
+            None,
+            column_major if trans else row_major,
+            (num, trans, 1),
+        )
+        for num in (1, 2, 4)
+        for trans in (False, True)
+    },
+    "warp_x4_m_outer2": (*fragment(4, row_blocks=2), "warp", None, row_major, (4, False, 2)),
+    "warp_x4_m_outer2_trans": (
+        *fragment(4, row_blocks=2),
+        "warp",
+        None,
+        column_major,
+        (4, True, 2),
+    ),
+    "warp_x1_pairs_into_x2": (*fragment(1, row_blocks=2), "warp", None, row_major, (2, False, 1)),
+    "warp_x4_m_outer4": (
+        *fragment(4, row_blocks=2, col_groups=2),
+        "warp",
+        None,
+        row_major,
+        (4, False, 4),
+    ),
+    "warpgroup_x2": (*fragment(2, scope="warpgroup"), "warpgroup", None, row_major, (2, False, 1)),
+    "warpgroup_x4_trans": (
+        *fragment(4, scope="warpgroup"),
+        "warpgroup",
+        None,
+        column_major,
+        (4, True, 1),
+    ),
+    "cta_x4": (*fragment(4, scope="cta"), "cta", 128, row_major, (4, False, 1)),
+    "cta_x2_trans_m_outer2": (
+        *fragment(2, row_blocks=2, scope="cta"),
+        "cta",
+        128,
+        column_major,
+        (4, True, 1),
+    ),
+    "a_fragment": (A_FRAGMENT, (16, 16), 8, "warp", None, row_major, (4, False, 1)),
+    "a_fragment_trans": (A_FRAGMENT, (16, 16), 8, "warp", None, column_major, (4, True, 1)),
+}
+
+SWIZZLED = {
+    # name: (layout, shape, regs, shared layout)
+    "a_fragment_swizzle32": (
+        A_FRAGMENT,
+        (16, 16),
+        8,
+        mma_shared_layout("float16", SwizzleMode.SWIZZLE_32B_ATOM, (16, 16)),
+    ),
+    "x4_swizzle64": (
+        *fragment(4, row_blocks=2),
+        mma_shared_layout("float16", SwizzleMode.SWIZZLE_64B_ATOM, (16, 32)),
+    ),
+    "x4_swizzle128": (
+        *fragment(4, row_blocks=2, col_groups=2),
+        mma_shared_layout("float16", SwizzleMode.SWIZZLE_128B_ATOM, (16, 64)),
+    ),
+}
+
+
+def _case_func(name, dtype="float16"):
+    layout, shape, regs, scope, threads, shared, _ = CASES[name]
+    return demos.ldstmatrix_roundtrip(layout, shared(shape), shape, regs, dtype, scope, threads)
+
+
+def _swizzled_func(name, dtype="float16"):
+    layout, shape, regs, shared = SWIZZLED[name]
+    return demos.ldstmatrix_roundtrip(layout, shared, shape, regs, dtype)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_plans(name):
+    *_, scope, _, _, (num, trans, m_outer) = CASES[name]
+    reports = _reports(_case_func(name))
+    assert [r.plan["direction"] for r in reports] == ["ld", "st"]
+    for r in reports:
+        assert (r.plan["num"], r.plan["trans"], r.plan["m_outer"]) == (num, trans, m_outer)
+        assert r.scope == scope
+        assert r.plan["instruction"].endswith(f".x{num}{'.trans' if trans else ''}.shared.b16")
+
+
+def test_seed_demo_plan():
+    """Seed 002's program: num = 2 row-major tiles, M, N = 8, 16."""
+    r_layout = TileLayout(S[(8, 4, 2, 2) : (4 @ lane, 1 @ lane, 2, 1)])
+    s_layout = TileLayout(S[(8, 4, 2, 2) : (16, 2, 8, 1)])
+    func = demos.ldstmatrix_roundtrip(r_layout, s_layout, (8, 4, 2, 2), 4)
+    [ld, st] = _reports(func)
+    assert ld.plan["num"] == 2 and not ld.plan["trans"] and ld.plan["m_outer"] == 1
+    assert st.plan["direction"] == "st"
+
+
+def test_bank_conflict_degree():
+    """Rows 32 bytes apart put two rows of a matrix on each bank group; the 32-byte swizzle
+    spreads them out (the issue's 60.0 vs 112.7 B/clk/SM on the H200)."""
+    [plain, _] = _reports(_case_func("a_fragment"))
+    [swizzled, _] = _reports(_swizzled_func("a_fragment_swizzle32"))
+    assert plain.plan["bank_conflict"] == 2
+    assert swizzled.plan["bank_conflict"] == 1
+    assert swizzled.plan["swizzle"] == "Swizzle<1,3,3>"
+
+
+@pytest.mark.parametrize("name", sorted(SWIZZLED))
+def test_swizzled_plans(name):
+    for r in _reports(_swizzled_func(name)):
+        assert r.plan["num"] == 4 and not r.plan["trans"] and r.plan["bank_conflict"] == 1
+
+
+# -- declines -----------------------------------------------------------------------------
+def test_declines_float32_and_reg_takes_it():
+    reason, chosen = _reason(_case_func("warp_x2", "float32"))
+    assert "R is float32; ldmatrix/stmatrix move 16-bit elements" in reason
+    assert chosen == "reg"
+
+
+def test_declines_row_stride_not_multiple_of_8():
+    layout, shape, regs = fragment(2)
+    shared = TileLayout(S[shape : (36, 1)])
+    reason, chosen = _reason(demos.ldstmatrix_roundtrip(layout, shared, shape, regs))
+    assert "shared row stride 36 of A_smem is not a multiple of 8 elements" in reason
+    assert "pad the row to 40" in reason
+    assert chosen == "reg"
+
+
+def test_declines_a_layout_that_is_not_a_fragment():
+    layout = TileLayout(S[(32, 8) : (1 @ lane, 1)])  # lane i owns row i
+    func = demos.ldstmatrix_roundtrip(layout, row_major((32, 8)), (32, 8), 8)
+    reason, chosen = _reason(func)
+    assert "register layout of R is not an m8n8 fragment of A_smem" in reason
+    assert "plain: lane 0 " in reason and ".trans: lane 0 " in reason
+    assert chosen == "reg"
+
+
+def test_declines_stmatrix_before_sm90():
+    func = _case_func("warp_x4")
+    ld_reports = _reports(func, "sm_80")
+    assert [r.plan["direction"] for r in ld_reports] == ["ld"]  # ldmatrix exists on sm_80
+    reason, chosen = _reason(func, "sm_80", call=1)
+    assert reason == "stmatrix needs sm_90 or newer; target is sm_80"
+    assert chosen == "reg"
+
+
+def test_declines_ldmatrix_before_sm75():
+    reason, _ = _reason(_case_func("warp_x4"), "sm_70")
+    assert reason == "ldmatrix needs sm_75 or newer; target is sm_70"
+
+
+def test_declines_a_swizzle_unit_narrower_than_a_row():
+    layout, shape, regs = fragment(2)
+    shared = ComposeLayout(2, 1, 3, TileLayout(S[shape]))  # 4-element (8-byte) units
+    reason, chosen = _reason(demos.ldstmatrix_roundtrip(layout, shared, shape, regs))
+    assert "keeps 4-element units together" in reason and chosen == "reg"
+
+
+def test_declines_a_misaligned_region():
+    layout, _, regs = fragment(1)
+    shared = TileLayout(S[(8, 16)])
+    func = _offset_region(layout, shared, regs)
+    reason, _ = _reason(func)
+    assert "A_smem region base offset 4 is not a multiple of 8 elements (16 bytes)" in reason
+
+
+def _offset_region(layout, shared, regs):
+    """An 8x8 region four columns into an 8x16 shared tile: rows start at 4 + 16 r."""
+    from tvm.script import tirx as T
+    from tvm.script.tirx import tile as Tx
+
+    # fmt: off
+    @T.prim_func
+    def offset_region(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (8, 8), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        A_smem = T.alloc_buffer((8, 16), "float16", scope="shared", layout=shared)
+        R = T.alloc_buffer((8, 8), "float16", scope="local", layout=layout)
+        Tx.warp.copy(R[:, :], A_smem[:, 4:12])
+        Tx.warp.copy(A[:, :], R[:, :])
+    # fmt: on
+    return offset_region
+
+
+# -- the row-address decomposition --------------------------------------------------------
+def test_digits_merge_bits_into_a_mixed_radix():
+    t = np.arange(32)
+    # The A fragment's x4 rows: row (t % 8) + 8 (bit 3) of a 16-wide tile, column 8 (bit 4).
+    assert _digits((t % 8) * 16 + ((t >> 3) & 1) * 128 + ((t >> 4) & 1) * 8) == (
+        Digit(0, 4, 16),  # bits 0-3 are one digit: rows 0..15
+        Digit(4, 1, 8),
+    )
+    assert _digits((t % 8) * 16 + ((t >> 3) & 1) * 8) == (
+        Digit(0, 3, 16),
+        Digit(3, 1, 8),
+    )
+    assert _digits(t * 8) == (Digit(0, 5, 8),)
+    assert _digits(np.array([0, 3, 5, 9])) is None  # thread 3 would supply 3 + 5 = 8
+
+
+# -- emitted code -------------------------------------------------------------------------
+@pytest.mark.parametrize("num", [1, 2, 4])
+@pytest.mark.parametrize("trans", [False, True])
+def test_sass_has_the_matrix_instructions(num, trans):
+    name = f"warp_x{num}{'_trans' if trans else ''}"
+    ops = toolchain.opcodes(toolchain.kernel_sass(_case_func(name), "sm_90a"))
+    # nvdisasm spells .trans as MT88 and .x1 with no count: LDSM.16.M88, LDSM.16.MT88.4
+    form = ("MT88" if trans else "M88") + ("" if num == 1 else f".{num}")
+    assert ops[f"LDSM.16.{form}"] == 1 and ops[f"STSM.16.{form}"] == 1, ops
+    assert not any(op.startswith(("LDL", "STL")) for op in ops), ops
+
+
+def test_m_outer_is_unrolled_one_instruction_per_group():
+    ops = toolchain.opcodes(toolchain.kernel_sass(_case_func("warp_x4_m_outer4"), "sm_90a"))
+    assert ops["LDSM.16.M88.4"] == 4 and ops["STSM.16.M88.4"] == 4
+
+
+# -- GPU: round trips and the fragment each lane receives ---------------------------------
+def expected_registers(layout, shape, threads, regs, a):
+    """F[t, r] predicted from TVM's own layout.apply: which element lands in which register."""
+    out = np.zeros((threads, regs), dtype=a.dtype)
+    seen = np.zeros((threads, regs), dtype=bool)
+    for coord in np.ndindex(*shape):
+        where = {str(k): int(v) for k, v in layout.apply(*coord, shape=shape).items()}
+        t = (
+            where.get("laneid", 0)
+            + 32 * where.get("wid_in_wg", 0)
+            + 32 * where.get("warpid", 0)
+            + where.get("tid_in_wg", 0)
+            + where.get("tx", 0)
+        )
+        out[t, where["m"]] = a[coord]
+        seen[t, where["m"]] = True
+    assert seen.all()
+    return out
+
+
+def _gpu_roundtrip(func, layout, shape, regs, threads, dtype, rng, gpu):
+    a = runtime.random_array(shape, dtype, rng)
+    poison = runtime.poison_like(a)
+    f = runtime.poison_like(np.zeros((threads, regs), dtype=a.dtype))
+    out = runtime.run(runtime.build(func, gpu), runtime.entry_name(func), [a, poison, f])
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+    want = expected_registers(layout, shape, threads, regs, a)
+    np.testing.assert_array_equal(runtime.bits(out[2]), runtime.bits(want))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_fragment_roundtrip(name, dtype, rng, gpu):
+    layout, shape, regs, scope, threads, _, _ = CASES[name]
+    threads = threads or {"warp": 32, "warpgroup": 128}[scope]
+    assert _reports(_case_func(name, dtype))  # the matrix instructions are what runs
+    _gpu_roundtrip(_case_func(name, dtype), layout, shape, regs, threads, dtype, rng, gpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(SWIZZLED))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_swizzled_roundtrip(name, dtype, rng, gpu):
+    layout, shape, regs, _ = SWIZZLED[name]
+    assert _reports(_swizzled_func(name, dtype))
+    _gpu_roundtrip(_swizzled_func(name, dtype), layout, shape, regs, 32, dtype, rng, gpu)
