@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import tvm
 
@@ -60,8 +62,16 @@ def test_strict_pipeline_raises_too():
 def test_forced_variant_that_declines_is_an_error():
     with pytest.raises(tcd.DispatchError) as err:
         _lower(warp_g2s(3, 5, dispatch="gmem_smem"))
-    assert "dispatch='gmem_smem' was forced and declined" in str(err.value)
-    assert "not divisible" in str(err.value)
+    text = str(err.value)
+    assert "dispatch='gmem_smem' was forced and declined" in text
+    assert "kernels.py:" in text and "Tx.warp.copy(A_s[:, :], A[:, :]" in text  # the line
+    assert "not divisible" in text and "pad the tile to 32 elements" in text  # what to change
+    # every other variant with its reason, in trial order
+    assert re.search(
+        r"the other variants \(not tried: dispatch= forces gmem_smem\):\n"
+        r" +ldstmatrix +declined: .*\n +reg +declined: ",
+        text,
+    )
 
 
 def test_forced_variant_that_accepts_is_used():

@@ -1,4 +1,7 @@
-"""``tirx-dispatch`` / ``python -m tirx_cuda_dispatch``: the demo and the variant listing.
+"""``tirx-dispatch`` / ``python -m tirx_cuda_dispatch``: what tile primitives became, and why.
+
+Commands: ``demo`` (the main job), ``explain``, ``lower``, ``run``, ``draw`` on a user's
+``FILE.py[:FUNC]``, and ``variants``. Exit codes are listed in :data:`EXIT_CODES`.
 
 ``demo`` lowers the seed program of each landed variant through our pipeline, prints its
 explain() report and the emitted CUDA kernel, compiles it with NVRTC and shows the memory
@@ -9,12 +12,15 @@ sqrt is correctly rounded, so even that check is exact).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOWERING, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4
 
 
 def _kernel_text(cuda_source: str) -> str:
@@ -34,7 +40,8 @@ def _memory_opcodes(counts) -> str:
 
 
 def _seed_programs():
-    """(title, program, inputs(rng) -> arrays, expected(arrays) -> (output index, array))."""
+    """(title, program, inputs(rng) -> arrays, expected(arrays) -> (output index, array),
+    arch or None for the command's)."""
     from tvm.tirx.layout import Axis, S, TileLayout
 
     from . import demos, runtime
@@ -67,6 +74,7 @@ def _seed_programs():
             demos.gmem_smem_roundtrip("float32", (32, 32), scope="warp"),
             one((32, 32)),
             lambda arrays: (1, arrays[0]),
+            None,
         ),
         (
             "copy -> reg: a warp round-trips a 32x8 float32 tile shared -> registers -> shared"
@@ -74,6 +82,7 @@ def _seed_programs():
             demos.reg_roundtrip(rows, (32, 8), "float32"),
             one((32, 8)),
             lambda arrays: (1, arrays[0]),
+            None,
         ),
         (
             "copy -> ldstmatrix: a warp round-trips two 8x8 float16 matrices shared -> "
@@ -81,12 +90,22 @@ def _seed_programs():
             demos.ldstmatrix_roundtrip(fragment, row_major, (8, 4, 2, 2), 4),
             fragment_inputs,
             lambda arrays: (1, arrays[0]),
+            None,
         ),
         (
             "elementwise -> reg: a warp takes sqrt of a 32x8 float32 register tile",
             demos.elementwise_roundtrip("sqrt", rows, (32, 8), "float32"),
             sqrt_inputs,
             lambda arrays: (3, np.sqrt(arrays[0])),
+            None,
+        ),
+        (
+            "copy_async -> tcgen05_ldst: a warpgroup round-trips a 128x8 float16 tile registers "
+            "-> tensor memory -> registers (Blackwell only: lowered for sm_100a)",
+            demos.tcgen05_roundtrip(),
+            one((128, 8), "float16"),
+            lambda arrays: (1, arrays[0]),
+            "sm_100a",
         ),
     ]
 
@@ -96,17 +115,19 @@ def demo(arch: str) -> int:
 
     gpu = runtime.gpu_arch()
     failed = False
-    for title, func, inputs, expected in _seed_programs():
+    for title, func, inputs, expected, own_arch in _seed_programs():
+        target_arch = own_arch or arch
         print(f"== {title}")
-        print(explain(func, arch))
-        source = toolchain.cuda_source(func, arch)
-        print(f"\n-- emitted CUDA kernel ({arch}) --")
+        print(explain(func, target_arch))
+        source = toolchain.cuda_source(func, target_arch)
+        print(f"\n-- emitted CUDA kernel ({target_arch}) --")
         print(_kernel_text(source).strip())
-        sass = toolchain.sass(toolchain.nvrtc_compile(source, arch))
-        print(f"\n-- SASS memory instructions (NVRTC, {arch}) --")
+        sass = toolchain.sass(toolchain.nvrtc_compile(source, target_arch))
+        print(f"\n-- SASS memory instructions (NVRTC, {target_arch}) --")
         print(_memory_opcodes(toolchain.opcodes(sass)))
-        if gpu is None:
-            print("\nno CUDA GPU here: round trip not run (the lowering above is the demo)\n")
+        if gpu is None or not _can_run(gpu, target_arch):
+            why = "no CUDA GPU here" if gpu is None else f"the GPU here is {gpu}"
+            print(f"\n{why}: {target_arch} round trip not run (the lowering above is the demo)\n")
             continue
         arrays = inputs(np.random.default_rng(0))
         out = runtime.run(runtime.build(func, gpu), runtime.entry_name(func), arrays)
@@ -115,6 +136,12 @@ def demo(arch: str) -> int:
         failed |= not same
         print(f"\nround trip on the GPU ({gpu}): {'exact' if same else 'WRONG'}\n")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _can_run(gpu: str, arch: str) -> bool:
+    """sm_100a code runs on Blackwell only; the other seeds run on any sm_90+ GPU."""
+    needs_blackwell = arch.startswith(("sm_10", "sm_11"))
+    return gpu.startswith(("sm_10", "sm_11")) or not needs_blackwell
 
 
 def variants() -> int:
@@ -128,17 +155,190 @@ def variants() -> int:
     return EXIT_OK
 
 
+# -- commands on the user's programs ----------------------------------------------------
+class CliError(Exception):
+    """A user-facing failure: the message, and the exit code that goes with it."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+def load_namespace(path: str) -> dict[str, Any]:
+    """Run the user's file as a module (not as ``__main__``: its own check does not start)."""
+    import runpy
+
+    if not Path(path).is_file():
+        raise CliError(f"no such file: {path}", EXIT_USAGE)
+    try:
+        return runpy.run_path(path, run_name="__tirx_dispatch__")
+    except Exception as exc:  # the user's program failed to load: say so, with its error
+        raise CliError(f"{path} failed to load: {type(exc).__name__}: {exc}", EXIT_USAGE) from exc
+
+
+def load_program(spec: str) -> tuple[str, Any]:
+    """``FILE.py[:FUNC]`` -> (name, PrimFunc or IRModule). Without FUNC the file must
+    define exactly one."""
+    import tvm
+
+    path, _, name = spec.partition(":")
+    namespace = load_namespace(path)
+    programs = {
+        k: v for k, v in namespace.items() if isinstance(v, tvm.tirx.PrimFunc | tvm.IRModule)
+    }
+    if name:
+        if name not in programs:
+            found = ", ".join(sorted(programs)) or "none"
+            raise CliError(
+                f"{path} has no PrimFunc or IRModule named {name} (found: {found})", EXIT_USAGE
+            )
+        return name, programs[name]
+    if len(programs) != 1:
+        found = ", ".join(sorted(programs)) or "none"
+        raise CliError(
+            f"{path} defines {len(programs)} PrimFuncs/IRModules ({found}); name one: {path}:NAME",
+            EXIT_USAGE,
+        )
+    return next(iter(programs.items()))
+
+
+def _explain(spec: str, arch: str, as_json: bool) -> int:
+    from . import explain
+
+    name, program = load_program(spec)
+    report = explain(program, arch)
+    if as_json:
+        print(json.dumps({"program": name, "arch": arch, "calls": report.as_dicts()}, indent=2))
+    else:
+        print(f"{name} ({arch}):")
+        print(report)
+    return EXIT_OK
+
+
+def _lower(spec: str, emit: str, arch: str, strict: bool) -> int:
+    from . import PIPELINE, STRICT_PIPELINE, toolchain
+
+    _, program = load_program(spec)
+    pipeline = STRICT_PIPELINE if strict else PIPELINE
+    if emit == "tir":
+        print(toolchain.lowered_tir(program, arch, pipeline).script())
+        return EXIT_OK
+    source = toolchain.cuda_source(program, arch, pipeline)
+    if emit == "cuda":
+        print(source)
+    elif emit == "ptx":
+        print(toolchain.nvrtc_ptx(source, arch))
+    else:
+        print(toolchain.sass(toolchain.nvrtc_compile(source, arch)))
+    return EXIT_OK
+
+
+def _run(spec: str) -> int:
+    from . import runtime
+
+    path, _, check = spec.partition(":")
+    check = check or "main"
+    namespace = load_namespace(path)
+    entry = namespace.get(check)
+    if not callable(entry):
+        raise CliError(f"{path} has no {check}() check to run", EXIT_USAGE)
+    gpu = runtime.gpu_arch()
+    if gpu is not None:
+        print(f"tirx-dispatch run: {path}:{check}() on the GPU ({gpu})")
+        code = entry()
+        return EXIT_OK if code in (None, 0) else EXIT_FAILED
+    print(
+        f"tirx-dispatch run: no CUDA GPU here and no CPU simulator yet; {path}:{check}() "
+        "lowers and compiles only, its check does not run"
+    )
+    entry()
+    return EXIT_UNAVAILABLE
+
+
+def _draw(spec: str, call_index: int, out: str, arch: str) -> int:
+    from . import draw, explain
+
+    _, program = load_program(spec)
+    reports = explain(program, arch)
+    if not 0 <= call_index < len(reports):
+        raise CliError(
+            f"--call {call_index}: the program has {len(reports)} tile-primitive calls "
+            f"(0..{len(reports) - 1})",
+            EXIT_USAGE,
+        )
+    report = reports[call_index]
+    if report.variant is None:
+        raise CliError(
+            f"call {call_index} ({report.location}) is lowered by none of our variants; "
+            "`tirx-dispatch explain` says why",
+            EXIT_UNAVAILABLE,
+        )
+    try:
+        pic = draw.picture(report.call_object, report.plan_object, report.variant)
+        path = draw.write(pic, out)
+    except draw.DrawError as why:
+        raise CliError(f"cannot draw call {call_index}: {why}", EXIT_UNAVAILABLE) from None
+    print(
+        f"{path}: call {call_index}, {report.variant}, worst bank conflict {pic.worst_conflict}-way"
+    )
+    return EXIT_OK
+
+
+EXIT_CODES = """exit codes: 0 ok; 1 a check found a wrong result; 2 usage (bad arguments, no such
+file or program); 3 lowering failed (strict mode: a call none of our variants accepts, or
+a forced variant that declines; the message lists every variant's reason); 4 not available
+here (no GPU to run on, PNG without matplotlib, a call that cannot be drawn)"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tirx-dispatch", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="tirx-dispatch",
+        description="See what TIRx tile primitives become on CUDA, and why.",
+        epilog=EXIT_CODES,
+    )
     sub = parser.add_subparsers(dest="command")
-    p_demo = sub.add_parser("demo", help="explain, lower and check the seed programs")
+    p_demo = sub.add_parser("demo", help="explain, lower and check the five seed programs")
     p_demo.add_argument("--arch", default="sm_90a")
     sub.add_parser("variants", help="list the registered variants in trial order")
+    p_explain = sub.add_parser("explain", help="each call: operands, variant, plan, reasons")
+    p_explain.add_argument("program", help="FILE.py[:FUNC]")
+    p_explain.add_argument("--arch", default="sm_90a")
+    p_explain.add_argument("--json", action="store_true", help="the report as JSON")
+    p_lower = sub.add_parser("lower", help="the lowered TIR, CUDA, PTX or SASS")
+    p_lower.add_argument("program", help="FILE.py[:FUNC]")
+    p_lower.add_argument("--emit", choices=("tir", "cuda", "ptx", "sass"), default="cuda")
+    p_lower.add_argument("--arch", default="sm_90a")
+    p_lower.add_argument("--strict", action="store_true", help="no fallback to TVM's variants")
+    p_run = sub.add_parser("run", help="run the file's own check (its main()) on the GPU")
+    p_run.add_argument("program", help="FILE.py[:CHECK], CHECK defaults to main")
+    p_draw = sub.add_parser("draw", help="picture one call: owners, registers, rounds, banks")
+    p_draw.add_argument("program", help="FILE.py[:FUNC]")
+    p_draw.add_argument("--call", type=int, default=0, help="which call, as explain numbers it")
+    p_draw.add_argument("-o", "--output", required=True, help="out.svg or out.png")
+    p_draw.add_argument("--arch", default="sm_90a")
     args = parser.parse_args(argv)
-    if args.command in (None, "demo"):
-        return demo(getattr(args, "arch", "sm_90a"))
-    if args.command == "variants":
-        return variants()
+
+    from .errors import DispatchError, VariantError
+
+    try:
+        if args.command in (None, "demo"):
+            return demo(getattr(args, "arch", "sm_90a"))
+        if args.command == "variants":
+            return variants()
+        if args.command == "explain":
+            return _explain(args.program, args.arch, args.json)
+        if args.command == "lower":
+            return _lower(args.program, args.emit, args.arch, args.strict)
+        if args.command == "run":
+            return _run(args.program)
+        if args.command == "draw":
+            return _draw(args.program, args.call, args.output, args.arch)
+    except CliError as err:
+        print(f"tirx-dispatch: {err}", file=sys.stderr)
+        return err.code
+    except (DispatchError, VariantError) as err:
+        print(f"tirx-dispatch: {err}", file=sys.stderr)
+        return EXIT_LOWERING
     parser.print_usage(sys.stderr)
     return EXIT_USAGE
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
-from tvm.tirx.layout import S, TileLayout
+from tvm.tirx.layout import S, TCol, TileLayout, TLane, tid_in_wg
 
 SCOPE_THREADS = {"warp": 32, "warpgroup": 128}
 
@@ -176,6 +176,63 @@ def ldstmatrix_roundtrip(
         copy(B[full], A_smem[full])
     # fmt: on
     return fragment_copy
+
+
+def tcgen05_roundtrip() -> Any:
+    """Seed 003's program: a warpgroup round-trips a 128x8 float16 tile registers -> tmem
+    -> registers (thread t owns row t, TMEM lane t). A -> B; B starts poisoned.
+
+    The copies emit no wait: completion is the caller's, so the kernel waits itself
+    (``tcgen05.wait::st`` before reading tensor memory back, ``tcgen05.wait::ld`` before
+    using the loaded registers). Runs only on Blackwell (sm_100a and newer).
+    """
+    WIDTH, dtype = 8, "float16"  # noqa: N806  (8 float16 = 4 registers: .32x32b.x4)
+    local_view = TileLayout(S[(128, WIDTH) : (1 @ tid_in_wg, 1)])  # thread t owns row t
+    tmem_view = TileLayout(S[(128, WIDTH) : (1 @ TLane, 1 @ TCol)])  # row r in TMEM lane r
+
+    # fmt: off
+    @T.prim_func
+    def tcgen05_copy(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (128, WIDTH), dtype)
+        B = T.match_buffer(B_ptr, (128, WIDTH), dtype)
+        T.device_entry()
+        warp_id = T.warp_id([4])
+        T.warpgroup_id([1])
+        tid = T.thread_id([128])
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        pool.commit()
+        if warp_id == 0:  # one warp allocates 32 TMEM columns (the minimum)
+            T.ptx["tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32"](
+                T.address_of(tmem_addr[0]), 32
+            )
+            T.ptx["tcgen05.fence::before_thread_sync"]()  # order the alloc before the barrier
+        T.tvm_storage_sync("shared")
+        T.ptx["tcgen05.fence::after_thread_sync"]()
+        # TVM 0.27 takes a constant allocated_addr (as its TMEMPool does): the tile starts at
+        # column 0, which the only allocation of a CTA alone on its SM gets; trap otherwise.
+        T.cuda.trap_when_assert_failed(tmem_addr[0] == 0)
+        tmem = T.decl_buffer((128, WIDTH), dtype, scope="tmem", allocated_addr=0, layout=tmem_view)
+        A_reg = T.alloc_local((WIDTH,), dtype)
+        B_reg = T.alloc_local((WIDTH,), dtype)
+        A_local = A_reg.view(128, WIDTH, layout=local_view)
+        B_local = B_reg.view(128, WIDTH, layout=local_view)
+        for i in range(WIDTH):
+            A_reg[i] = A[tid, i]
+        Tx.wg.copy_async(tmem[:, :], A_local[:, :])  # local -> tmem: tcgen05.st
+        T.ptx.tcgen05.wait__st.sync.aligned()  # the caller's wait
+        T.cuda.cta_sync()
+        Tx.wg.copy_async(B_local[:, :], tmem[:, :])  # tmem -> local: tcgen05.ld
+        T.ptx.tcgen05.wait__ld.sync.aligned()  # the caller's wait
+        for i in range(WIDTH):
+            B[tid, i] = B_reg[i]
+        T.ptx["tcgen05.fence::before_thread_sync"]()  # every warp's loads before the dealloc
+        T.cuda.cta_sync()
+        if warp_id == 0:
+            T.ptx["tcgen05.fence::after_thread_sync"]()
+            T.ptx["tcgen05.dealloc.cta_group::1.sync.aligned.b32"](tmem_addr[0], 32)
+    # fmt: on
+    return tcgen05_copy
 
 
 ELEMENTWISE_FAMILIES = {

@@ -72,17 +72,20 @@ def _bug(variant: Variant, stage: str, call: TileCall, exc: Exception) -> Varian
     )
 
 
-def choose(call: TileCall, *, emit: bool = False, exhaustive: bool = False) -> Outcome:
+def choose(
+    call: TileCall, *, emit: bool = False, exhaustive: bool = False, honour_forced: bool = True
+) -> Outcome:
     """Try our variants for ``call`` in order; the first that accepts is chosen.
 
     With ``emit`` the chosen variant's emitter runs too (an emitter that declines passes
     the call on to the next variant). With ``exhaustive`` the variants after the chosen one
     are still asked, so a report can say what each would have done. A forced
-    ``dispatch=`` name restricts the trial to that variant.
+    ``dispatch=`` name restricts the trial to that variant (unless ``honour_forced`` is
+    False: an error message then says what the others would have done).
     """
     out = Outcome(call)
     variants = variants_for(call.op)
-    if call.forced_variant is not None:
+    if call.forced_variant is not None and honour_forced:
         variants = [v for v in variants if v.name == call.forced_variant]
     for v in variants:
         if out.chosen is not None and not exhaustive:

@@ -55,6 +55,7 @@ class CallReport:
     candidates: list[Candidate] = field(default_factory=list)
     # The chosen variant's plan object itself (what the emitter receives); not serialized.
     plan_object: Any = field(default=None, repr=False, compare=False)
+    call_object: Any = field(default=None, repr=False, compare=False)  # the TileCall
 
     @classmethod
     def from_outcome(cls, index: int, out: Outcome) -> CallReport:
@@ -80,6 +81,7 @@ class CallReport:
             plan=plan_facts(out.plan),
             candidates=list(out.candidates),
             plan_object=out.plan,
+            call_object=call,
         )
 
     def as_dict(self) -> dict[str, Any]:

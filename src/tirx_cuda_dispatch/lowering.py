@@ -102,7 +102,16 @@ def _dispatch_in_session(s: Session, call: TileCall) -> Any:
         return out.func
     if call.forced_variant is not None:
         why = f"dispatch={call.forced_variant!r} was forced and declined"
-        s.errors.append(DispatchError(_declined_message(out, why)))
+        others = choose(call, exhaustive=True, honour_forced=False)
+        rest = [c for c in others.candidates if c.variant != call.forced_variant]
+        message = _declined_message(out, why)
+        if rest:
+            others.candidates = rest
+            message += (
+                f"\n  the other variants (not tried: dispatch= forces {call.forced_variant}):\n"
+                + others.reasons_table()
+            )
+        s.errors.append(DispatchError(message))
     elif s.fallback == "error":
         why = "no tirx_cuda_dispatch variant accepts this call (strict mode)"
         s.errors.append(DispatchError(_declined_message(out, why)))

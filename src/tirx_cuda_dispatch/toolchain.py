@@ -16,6 +16,7 @@ import tempfile
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import tvm
 
@@ -78,6 +79,15 @@ def cuda_include_dirs() -> tuple[Path, ...]:
 
 def nvrtc_compile(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> bytes:
     """Compile CUDA ``source`` to a cubin for ``arch`` with NVRTC."""
+    return _nvrtc(source, arch, name, "cubin")
+
+
+def nvrtc_ptx(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> str:
+    """The PTX NVRTC generates for CUDA ``source`` on the way to an ``arch`` cubin."""
+    return _nvrtc(source, arch, name, "ptx").rstrip(b"\0").decode()
+
+
+def _nvrtc(source: str, arch: str, name: str, output: str) -> bytes:
     from cuda.bindings import nvrtc
 
     def ok(result, what: str):
@@ -97,6 +107,11 @@ def nvrtc_compile(source: str, arch: str = "sm_90a", name: str = "kernel.cu") ->
             raise ToolchainError(
                 f"NVRTC could not compile for {arch}:\n{log.decode(errors='replace')}"
             )
+        if output == "ptx":
+            (size,) = ok(nvrtc.nvrtcGetPTXSize(prog), "ptx size")
+            ptx = b" " * size
+            ok(nvrtc.nvrtcGetPTX(prog, ptx), "ptx")
+            return ptx
         (size,) = ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
         cubin = b" " * size
         ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
@@ -145,6 +160,26 @@ def cuda_source(func_or_mod, arch: str = "sm_90a", pipeline: str = "tirx_cuda_di
     with target:
         ex = tvm.compile(func_or_mod, target=target, tir_pipeline=pipeline)
     return ex.mod.imports[0].inspect_source()
+
+
+def lowered_tir(func_or_mod, arch: str = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> Any:
+    """The device IRModule after ``pipeline`` and TVM's device finalization, right before
+    CUDA codegen (the form ``tvm.compile`` hands to the code generator)."""
+    from tvm.tirx.build import split_host_device_mods
+
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+    mod = func_or_mod
+    if isinstance(mod, tvm.tirx.PrimFunc):
+        mod = tvm.IRModule.from_expr(mod)
+    with target:
+        mod = tvm.tirx.transform.BindTarget(target.with_host("c"))(mod)
+        passes, _, finalize_device = tvm.tirx.get_tir_pipeline(pipeline)
+        mod = passes(mod)
+        _, device_mods = split_host_device_mods(mod)
+        lowered = [finalize_device()(m) for m in device_mods.values()]
+    if len(lowered) != 1:
+        raise ToolchainError(f"expected one CUDA device module, got {len(lowered)}")
+    return lowered[0]
 
 
 def kernel_sass(func_or_mod, arch: str = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> str:

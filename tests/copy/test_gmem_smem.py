@@ -123,7 +123,8 @@ def _reason(func):
 
 def test_declines_non_divisible_count():
     assert _reason(warp_g2s(3, 5)) == (
-        "region of 15 elements is not divisible by the 32 threads of scope warp"
+        "region of 15 elements is not divisible by the 32 threads of scope warp: pad the tile "
+        "to 32 elements or copy at a scope whose thread count divides it"
     )
 
 

@@ -25,7 +25,7 @@ from ..call import TileCall
 from ..codegen import access_view, load_global_l2_only, thread_index
 from ..errors import Decline
 from ..layout.atoms import memory_view
-from ..layout.partition import ScopePartition, synthesize_partition
+from ..layout.partition import MemoryAccesses, ScopePartition, synthesize_partition
 from ..predicates import (
     requires_all_threads_active,
     requires_cuda,
@@ -48,7 +48,8 @@ def requires_count_divisible_by_threads(call: TileCall) -> tuple[bool, str | Non
     if count % threads:
         return False, (
             f"region of {count} elements is not divisible by the {threads} threads of scope "
-            f"{call.scope}"
+            f"{call.scope}: pad the tile to {-(-count // threads) * threads} elements or copy "
+            "at a scope whose thread count divides it"
         )
     return True, None
 
@@ -77,6 +78,11 @@ class GmemSmemPlan:
     @property
     def threads(self) -> int:
         return self.partition.threads
+
+    def memory_accesses(self) -> MemoryAccesses:
+        """The shared side's accesses (the one with banks)."""
+        role = "dst" if self.direction == "global->shared" else "src"
+        return MemoryAccesses(role, self.partition.accesses(1))
 
     def facts(self) -> dict:
         p = self.partition

@@ -37,6 +37,7 @@ from ..call import Operand, TileCall, as_int
 from ..codegen import storage_words, thread_index
 from ..errors import Decline
 from ..layout.atoms import element_offsets, memory_view, prove_multiple
+from ..layout.partition import Access, MemoryAccesses
 from ..layout.register import register_table, register_view
 from ..layout.swizzle import Swizzle
 from ..predicates import (
@@ -143,6 +144,28 @@ class LdStMatrixPlan:
         name = "ldmatrix" if self.direction == "ld" else "stmatrix"
         trans = ".trans" if self.trans else ""
         return f"{name}.sync.aligned.m8n8.x{self.num}{trans}.shared.b16"
+
+    def memory_accesses(self) -> MemoryAccesses:
+        """Each lane's row address per instruction (lanes past 8 num supply none), with
+        the lane and register the ISA delivers each element of that row to."""
+        base = as_int(self.base) or 0
+        items = []
+        for g, ins in enumerate(self.instructions):
+            for warp in range(self.threads // LANES):
+                for j, word in enumerate(ins.words):
+                    for r in range(ROW_ELEMS):
+                        t = warp * LANES + j * ROW_ELEMS + r
+                        row = base + ins.offset + sum(d.of(t) for d in ins.digits)
+                        if self.swizzle is not None:
+                            row = self.swizzle.apply(row)
+                        owners = tuple(
+                            (warp * LANES + 4 * c + r // 2, 2 * word + r % 2)
+                            if self.trans
+                            else (warp * LANES + 4 * r + c // 2, 2 * word + c % 2)
+                            for c in range(ROW_ELEMS)
+                        )
+                        items.append(Access(g, t, row, ROW_ELEMS, owners))
+        return MemoryAccesses("src" if self.direction == "ld" else "dst", tuple(items))
 
     def facts(self) -> dict:
         facts = {

@@ -24,7 +24,7 @@ from ..call import Operand, TileCall
 from ..codegen import access_view, thread_index
 from ..errors import Decline
 from ..layout.atoms import memory_view
-from ..layout.partition import ScopePartition
+from ..layout.partition import MemoryAccesses, ScopePartition
 from ..layout.register import induced_partition, register_layout_misfit, register_view
 from ..layout.vector import vector_candidates
 from ..predicates import (
@@ -85,6 +85,10 @@ class RegPlan:
     @property
     def regs_per_thread(self) -> int:
         return self.outer * self.vec
+
+    def memory_accesses(self) -> MemoryAccesses:
+        role = "dst" if self.direction.startswith("local") else "src"
+        return MemoryAccesses(role, self.partition.accesses(1, registers=0))
 
     def facts(self) -> dict:
         facts = {

@@ -28,6 +28,26 @@ from .vector import vector_candidates, vector_misfit
 
 
 @dataclass(frozen=True)
+class Access:
+    """One thread's access to a memory operand in one round (or instruction)."""
+
+    round: int
+    thread: int
+    offset: int  # physical element offset in the operand's buffer (swizzle applied)
+    elements: int  # contiguous elements it moves
+    owners: tuple[tuple[int, int], ...] = ()  # (thread, register) per element, if registers
+
+
+@dataclass(frozen=True)
+class MemoryAccesses:
+    """Every access a plan makes to its shared or global operand (tools draw and count
+    them: bank conflicts, bytes moved). ``role`` names the operand: "dst" or "src"."""
+
+    role: str
+    items: tuple[Access, ...]
+
+
+@dataclass(frozen=True)
 class Dim:
     """One loop dimension of a partition: its extent and its stride on each operand."""
 
@@ -73,6 +93,19 @@ class ScopePartition:
         """:meth:`offset` in units of one access (``vec`` elements): the index into a view
         whose element is one access. Exact: the plan aligned every offset to ``vec``."""
         return self.offset(which, rnd, tid) // self.vec
+
+    def accesses(self, which: int, registers: int | None = None) -> tuple[Access, ...]:
+        """Every access to operand ``which``, rounds outer; ``registers`` names the register
+        operand whose offsets say where each element lives in the thread."""
+        out = []
+        for rnd in range(self.rounds):
+            for tid in range(self.threads):
+                owners = ()
+                if registers is not None:
+                    first = int(self.offset(registers, rnd, tid))
+                    owners = tuple((tid, first + k) for k in range(self.vec))
+                out.append(Access(rnd, tid, int(self.offset(which, rnd, tid)), self.vec, owners))
+        return tuple(out)
 
     def access(self, rnd: int, tid: int) -> tuple[int, ...]:
         """Element offsets of thread ``tid``'s vector in round ``rnd``, one per operand."""
