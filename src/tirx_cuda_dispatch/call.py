@@ -152,6 +152,11 @@ class TileCall:
         region = tuple((r.min, r.extent) for r in arg.region)
         return Operand(role, source, region)
 
+    def register_and_other(self) -> tuple[Operand, Operand]:
+        """A copy's (register operand, other operand): dst when dst is ``local``."""
+        dst, src = self.operand(0, "dst"), self.operand(1, "src")
+        return (dst, src) if dst.memory == "local" else (src, dst)
+
     @cached_property
     def operands(self) -> list[Operand]:
         """All tensor operands, with roles ``dst`` (argument 0) and ``src``/``srcN`` after it."""

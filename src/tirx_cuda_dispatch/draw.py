@@ -27,9 +27,9 @@ import numpy as np
 from .call import TileCall
 from .errors import Decline
 from .layout.atoms import element_offsets, memory_view
+from .layout.banks import bank, conflict_ways
 from .layout.partition import MemoryAccesses
 
-BANKS, BANK_BYTES, WAVEFRONT_BYTES = 32, 4, 128
 CELL_W, CELL_H, MARGIN, HEADER = 46, 36, 12, 92
 
 
@@ -86,10 +86,9 @@ def picture(call: TileCall, plan: Any, variant: str) -> Picture:
     elem_bytes = opnd.elem_bits // 8
     shared = opnd.memory == "shared"
 
-    degree = _conflicts(acc, elem_bytes) if shared else {}
+    degree = conflict_ways(acc.items, elem_bytes) if shared else [1] * len(acc.items)
     by_round: dict[int, int] = defaultdict(lambda: 1)
-    for a in acc.items:
-        ways = degree.get(id(a), 1)
+    for a, ways in zip(acc.items, degree, strict=True):
         by_round[a.round] = max(by_round[a.round], ways)
         for k in range(a.elements):
             index = where.get(a.offset + k)
@@ -100,7 +99,7 @@ def picture(call: TileCall, plan: Any, variant: str) -> Picture:
             cell.thread, cell.register, cell.round = thread, register, a.round
             cell.conflict = ways
             if shared:
-                cell.bank = ((a.offset + k) * elem_bytes // BANK_BYTES) % BANKS
+                cell.bank = bank(a.offset + k, elem_bytes)
     worst = max(by_round.values(), default=1)
     return Picture(
         title=f"{call.op} -> {variant}: {opnd.name}[{', '.join(str(e) for e in extents)}] "
@@ -119,30 +118,6 @@ def _where(call: TileCall) -> str:
     if loc.file is None or loc.line is None:
         return "<unknown location>"
     return f"{Path(loc.file).name}:{loc.line}" + (f": {loc.text.strip()}" if loc.text else "")
-
-
-def _conflicts(acc: MemoryAccesses, elem_bytes: int) -> dict[int, int]:
-    """Bank-conflict ways per access: a warp's request is served in wavefronts of 128
-    bytes (8 lanes of 16-byte accesses, 16 of 8-byte, 32 of 4 bytes or less); within one,
-    distinct 4-byte words on the same bank serialize."""
-    groups: dict[tuple, list] = defaultdict(list)
-    for a in acc.items:
-        access_bytes = max(a.elements * elem_bytes, BANK_BYTES)
-        lanes_per_wave = max(1, WAVEFRONT_BYTES // access_bytes)
-        lane = a.thread % 32
-        groups[(a.round, a.thread // 32, lane // lanes_per_wave)].append(a)
-    ways: dict[int, int] = {}
-    for group in groups.values():
-        words_on_bank: dict[int, set[int]] = defaultdict(set)
-        for a in group:
-            first = a.offset * elem_bytes // BANK_BYTES
-            last = ((a.offset + a.elements) * elem_bytes - 1) // BANK_BYTES
-            for word in range(first, last + 1):
-                words_on_bank[word % BANKS].add(word)
-        worst = max(len(w) for w in words_on_bank.values())
-        for a in group:
-            ways[id(a)] = worst
-    return ways
 
 
 # -- rendering ----------------------------------------------------------------------------

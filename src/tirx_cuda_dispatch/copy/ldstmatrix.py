@@ -26,7 +26,6 @@ one instruction per group of ``num`` register words (m_outer groups).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +36,7 @@ from ..call import Operand, TileCall, as_int
 from ..codegen import storage_words, thread_index
 from ..errors import Decline
 from ..layout.atoms import element_offsets, memory_view, prove_multiple
+from ..layout.banks import conflict_ways
 from ..layout.partition import Access, MemoryAccesses
 from ..layout.register import register_table, register_view
 from ..layout.swizzle import Swizzle
@@ -64,8 +64,7 @@ MIN_SM = {"ld": 75, "st": 90}  # PTX ISA: ldmatrix sm_75+, stmatrix sm_90+
 
 def _sides(call: TileCall) -> tuple[Operand, Operand]:
     """(register operand, shared operand)."""
-    dst, src = call.operand(0, "dst"), call.operand(1, "src")
-    return (dst, src) if dst.memory == "local" else (src, dst)
+    return call.register_and_other()
 
 
 def _direction(call: TileCall) -> str:
@@ -133,7 +132,12 @@ class LdStMatrixPlan:
     threads: int
     base: Any  # the shared region's base offset (int or PrimExpr)
     swizzle: Swizzle | None
-    bank_conflict: int  # most rows of one matrix on one 16-byte bank group (1 = none)
+
+    @property
+    def bank_conflict(self) -> int:
+        """Worst bank-conflict degree of the instructions (1 = none): each matrix is one
+        wavefront, so rows of a matrix on the same banks serialize."""
+        return max(conflict_ways(self.memory_accesses().items, 2), default=1)
 
     @property
     def m_outer(self) -> int:
@@ -254,20 +258,6 @@ def _group(rows: np.ndarray, words: list[int], num: int) -> list[MatrixInstructi
     return out
 
 
-def _bank_conflict(rows: np.ndarray, swizzle: Swizzle | None, base: int) -> int:
-    """Most rows of one 8x8 matrix that fall on one 16-byte group of banks: the
-    instruction serves a matrix (8 rows x 16 bytes) per shared-memory wavefront."""
-    worst = 1
-    phys = rows + base
-    if swizzle is not None:
-        phys = np.vectorize(swizzle.apply)(phys)
-    groups = (phys // ROW_ELEMS) % 8
-    for w in range(groups.shape[0]):
-        for k in range(groups.shape[1]):
-            worst = max(worst, max(Counter(groups[w, k].tolist()).values()))
-    return worst
-
-
 def plan(call: TileCall) -> LdStMatrixPlan:
     reg, smem = _sides(call)
     threads = call.thread_count
@@ -312,7 +302,6 @@ def plan(call: TileCall) -> LdStMatrixPlan:
             f"the rows of {smem.name} that the threads would supply are not a mixed radix "
             "of the thread index for any matrix count 4/2/1"
         )
-    base_i = as_int(mem.base)
     return LdStMatrixPlan(
         direction=_direction(call),
         num=num,
@@ -322,7 +311,6 @@ def plan(call: TileCall) -> LdStMatrixPlan:
         threads=threads,
         base=mem.base,
         swizzle=mem.swizzle,
-        bank_conflict=_bank_conflict(rows, mem.swizzle, base_i or 0),
     )
 
 

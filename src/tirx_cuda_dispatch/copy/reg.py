@@ -41,8 +41,7 @@ REG_PAIRS = (("shared", "local"), ("global", "local"), ("local", "shared"), ("lo
 
 def _sides(call: TileCall) -> tuple[Operand, Operand]:
     """(register operand, memory operand)."""
-    dst, src = call.operand(0, "dst"), call.operand(1, "src")
-    return (dst, src) if dst.memory == "local" else (src, dst)
+    return call.register_and_other()
 
 
 def requires_register_layout(call: TileCall) -> tuple[bool, str | None]:
