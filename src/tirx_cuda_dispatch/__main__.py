@@ -248,8 +248,9 @@ def _run(spec: str) -> int:
         code = entry()
         return EXIT_OK if code in (None, 0) else EXIT_FAILED
     print(
-        f"tirx-dispatch run: no CUDA GPU here and no CPU simulator yet; {path}:{check}() "
-        "lowers and compiles only, its check does not run"
+        f"tirx-dispatch run: no CUDA GPU here; {path}:{check}() lowers and compiles only, "
+        "its GPU check does not run (simulate kernels on the CPU with tirx_cuda_dispatch.sim, "
+        "docs/simulator.md)"
     )
     entry()
     return EXIT_UNAVAILABLE

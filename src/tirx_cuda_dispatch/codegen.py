@@ -8,6 +8,7 @@ in flight at once), and a simulator can read them without parsing PTX.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tvm import tirx
@@ -46,14 +47,43 @@ def access_view(buffer: Any, vec_bits: int, elem_bits: int) -> Any:
     )
 
 
+@dataclass(frozen=True)
+class HelperMeaning:
+    """What a generated ``__device__`` helper does, as data.
+
+    The helper's C body is for the compiler; tools that read the TIR (the simulator,
+    :mod:`..sim`) execute this instead, so no meaning lives only in a C string.
+    ``kind`` "copy": ``*dst = *src``, ``bits`` wide. ``kind`` "pairwise": ``dst[i] =
+    op(a[i], b[i], c[i])`` for a pair, ``op`` one of add/sub/mul/max/fma/cvt, on
+    ``in_dtype`` inputs giving ``out_dtype``, each element rounded as the scalar op.
+    """
+
+    kind: str
+    bits: int = 0
+    op: str = ""
+    out_dtype: str = ""
+    in_dtype: str = ""
+
+
+HELPER_MEANINGS: dict[str, HelperMeaning] = {}
+
+
+def helper_call(name: str, meaning: HelperMeaning, source: str, *args: Any) -> Any:
+    """``name(*args)``, a helper defined by ``source``, recorded with its ``meaning``."""
+    known = HELPER_MEANINGS.setdefault(name, meaning)
+    if known != meaning:
+        raise ValueError(f"helper {name} registered twice with different meanings")
+    return T.cuda.func_call(name, *args, source_code=source)
+
+
 def load_global_l2_only(dst_ptr: Any, src_ptr: Any, vec_bits: int) -> Any:
     """``*dst = ld.global.cg(src)``: copy one access from global memory, caching it in L2 only.
 
     Streaming copies read every byte once, so allocating the data in L1 only costs: on the
     H200 this form streamed up to 2.5% faster than a plain (read-only path) load and never
     slower than any other form (bench/load_forms.py, docs/performance.md). The helper's
-    whole meaning is that one line; the name says it, so tools reading the TIR can rely
-    on it.
+    whole meaning is that one line, recorded as a :class:`HelperMeaning` for tools that
+    read the TIR.
     """
     ctype = _ACCESS_CTYPES[vec_bits]
     name = f"tirx_cuda_dispatch_ld_global_cg_{vec_bits}"
@@ -61,7 +91,7 @@ def load_global_l2_only(dst_ptr: Any, src_ptr: Any, vec_bits: int) -> Any:
         f"__forceinline__ __device__ void {name}(void* dst, const void* src) {{\n"
         f"  *({ctype}*)dst = __ldcg((const {ctype}*)src);\n}}\n"
     )
-    return T.cuda.func_call(name, dst_ptr, src_ptr, source_code=source)
+    return helper_call(name, HelperMeaning("copy", bits=vec_bits), source, dst_ptr, src_ptr)
 
 
 def thread_index(call: TileCall) -> Any:

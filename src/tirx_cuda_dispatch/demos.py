@@ -178,9 +178,11 @@ def ldstmatrix_roundtrip(
     return fragment_copy
 
 
-def tcgen05_roundtrip() -> Any:
+def tcgen05_roundtrip(wait_st: bool = True) -> Any:
     """Seed 003's program: a warpgroup round-trips a 128x8 float16 tile registers -> tmem
     -> registers (thread t owns row t, TMEM lane t). A -> B; B starts poisoned.
+    ``wait_st=False`` leaves out the store's wait (a broken kernel, for the simulator's
+    negative control).
 
     The copies emit no wait: completion is the caller's, so the kernel waits itself
     (``tcgen05.wait::st`` before reading tensor memory back, ``tcgen05.wait::ld`` before
@@ -220,7 +222,8 @@ def tcgen05_roundtrip() -> Any:
         for i in range(WIDTH):
             A_reg[i] = A[tid, i]
         Tx.wg.copy_async(tmem[:, :], A_local[:, :])  # local -> tmem: tcgen05.st
-        T.ptx.tcgen05.wait__st.sync.aligned()  # the caller's wait
+        if wait_st:
+            T.ptx.tcgen05.wait__st.sync.aligned()  # the caller's wait
         T.cuda.cta_sync()
         Tx.wg.copy_async(B_local[:, :], tmem[:, :])  # tmem -> local: tcgen05.ld
         T.ptx.tcgen05.wait__ld.sync.aligned()  # the caller's wait

@@ -11,6 +11,7 @@ from tvm import sym
 from tvm.tirx.layout import ComposeLayout, S, TileLayout
 
 import tirx_cuda_dispatch as tcd
+from executors import WHERE, execute
 from kernels import per_warp_tiles, thread_rows, warp_g2local, warp_g2s
 from tirx_cuda_dispatch import demos, runtime, toolchain
 
@@ -257,24 +258,23 @@ GPU_CASES = [
 ]
 
 
-def _roundtrip(func, shape, dtype, rng, gpu, pipeline="tirx_cuda_dispatch"):
+def _roundtrip(func, shape, dtype, rng, where, gpu, pipeline="tirx_cuda_dispatch"):
     a = runtime.random_array(shape, dtype, rng)
     b = runtime.poison_like(a)
-    ex = runtime.build(func, gpu, pipeline)
-    _, out = runtime.run(ex, runtime.entry_name(func), [a, b])
+    _, out = execute(func, [a, b], where, gpu, pipeline)
     return a, out
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("dtype, scope, threads", GPU_CASES)
-def test_gpu_roundtrip(dtype, scope, threads, rng, gpu):
+def test_roundtrip(dtype, scope, threads, rng, where, gpu):
     ctas, tile = 6, (32, 64)
     func = demos.gmem_smem_roundtrip(dtype, tile, scope, ctas=ctas, cta_threads=threads)
-    a, out = _roundtrip(func, (ctas * tile[0], tile[1]), dtype, rng, gpu)
+    a, out = _roundtrip(func, (ctas * tile[0], tile[1]), dtype, rng, where, gpu)
     np.testing.assert_array_equal(runtime.bits(out), runtime.bits(a))
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize(
     "func, shape, dtype",
     [
@@ -284,12 +284,12 @@ def test_gpu_roundtrip(dtype, scope, threads, rng, gpu):
     ],
     ids=["per-warp-rows-f16", "thread-rows-f32", "thread-rows-u8"],
 )
-def test_gpu_roundtrip_warp_and_thread_regions(func, shape, dtype, rng, gpu):
-    a, out = _roundtrip(func, shape, dtype, rng, gpu)
+def test_roundtrip_warp_and_thread_regions(func, shape, dtype, rng, where, gpu):
+    a, out = _roundtrip(func, shape, dtype, rng, where, gpu)
     np.testing.assert_array_equal(runtime.bits(out), runtime.bits(a))
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize(
     "case",
     [
@@ -323,11 +323,11 @@ def test_gpu_roundtrip_warp_and_thread_regions(func, shape, dtype, rng, gpu):
         "f16-16bit",
     ],
 )
-def test_gpu_roundtrip_layouts_and_offsets(case, rng, gpu):
+def test_roundtrip_layouts_and_offsets(case, rng, where, gpu):
     tm, tn = case["tile"]
     cols, c0, ctas = case.get("cols", tn), case.get("col_offset", 0), case["ctas"]
     func = demos.gmem_smem_roundtrip(**case)
-    a, out = _roundtrip(func, (ctas * tm, cols), case["dtype"], rng, gpu)
+    a, out = _roundtrip(func, (ctas * tm, cols), case["dtype"], rng, where, gpu)
     expected = runtime.bits(runtime.poison_like(a)).copy()
     expected[:, c0 : c0 + tn] = runtime.bits(a)[:, c0 : c0 + tn]
     np.testing.assert_array_equal(runtime.bits(out), expected)

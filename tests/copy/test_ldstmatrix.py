@@ -8,6 +8,7 @@ from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_la
 from tvm.tirx.layout import Axis, ComposeLayout, S, TileLayout
 
 import tirx_cuda_dispatch as tcd
+from executors import WHERE, execute
 from tirx_cuda_dispatch import demos, runtime, toolchain
 from tirx_cuda_dispatch.copy.ldstmatrix import Digit, _digits
 
@@ -179,13 +180,15 @@ def test_declines_float32_and_reg_takes_it():
     assert chosen == "reg"
 
 
-def test_declines_row_stride_not_multiple_of_8():
+def test_declines_a_padded_layout_the_buffer_does_not_hold():
+    # An (8, 16) buffer with row stride 36 spans 268 elements; TVM allocates 128. The
+    # simulator's fuzzing caught the reg copy writing past the allocation: now every copy
+    # variant declines it (and the ldstmatrix alignment rule is not even reached).
     layout, shape, regs = fragment(2)
     shared = TileLayout(S[shape : (36, 1)])
     reason, chosen = _reason(demos.ldstmatrix_roundtrip(layout, shared, shape, regs))
-    assert "shared row stride 36 of A_smem is not a multiple of 8 elements" in reason
-    assert "pad the row to 40" in reason
-    assert chosen == "reg"
+    assert "spans 268 elements but the buffer holds 128" in reason
+    assert chosen is None or chosen != "reg"
 
 
 def test_declines_a_layout_that_is_not_a_fragment():
@@ -301,30 +304,30 @@ def expected_registers(layout, shape, threads, regs, a):
     return out
 
 
-def _gpu_roundtrip(func, layout, shape, regs, threads, dtype, rng, gpu):
+def _roundtrip(func, layout, shape, regs, threads, dtype, rng, where, gpu):
     a = runtime.random_array(shape, dtype, rng)
     poison = runtime.poison_like(a)
     f = runtime.poison_like(np.zeros((threads, regs), dtype=a.dtype))
-    out = runtime.run(runtime.build(func, gpu), runtime.entry_name(func), [a, poison, f])
+    out = execute(func, [a, poison, f], where, gpu)
     np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
     want = expected_registers(layout, shape, threads, regs, a)
     np.testing.assert_array_equal(runtime.bits(out[2]), runtime.bits(want))
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_gpu_fragment_roundtrip(name, dtype, rng, gpu):
+def test_fragment_roundtrip(name, dtype, rng, where, gpu):
     layout, shape, regs, scope, threads, _, _ = CASES[name]
     threads = threads or {"warp": 32, "warpgroup": 128}[scope]
     assert _reports(_case_func(name, dtype))  # the matrix instructions are what runs
-    _gpu_roundtrip(_case_func(name, dtype), layout, shape, regs, threads, dtype, rng, gpu)
+    _roundtrip(_case_func(name, dtype), layout, shape, regs, threads, dtype, rng, where, gpu)
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("name", sorted(SWIZZLED))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_gpu_swizzled_roundtrip(name, dtype, rng, gpu):
+def test_swizzled_roundtrip(name, dtype, rng, where, gpu):
     layout, shape, regs, _ = SWIZZLED[name]
     assert _reports(_swizzled_func(name, dtype))
-    _gpu_roundtrip(_swizzled_func(name, dtype), layout, shape, regs, 32, dtype, rng, gpu)
+    _roundtrip(_swizzled_func(name, dtype), layout, shape, regs, 32, dtype, rng, where, gpu)

@@ -9,6 +9,7 @@ import pytest
 from tvm.tirx.layout import Axis, R, S, TileLayout
 
 import tirx_cuda_dispatch as tcd
+from executors import WHERE, execute
 from tirx_cuda_dispatch import demos, runtime, toolchain
 
 lane, tx, tid_wg, wid_wg, warpid = Axis.laneid, Axis.tx, Axis.tid_in_wg, Axis.wid_in_wg, Axis.warpid
@@ -178,15 +179,13 @@ def test_loop_is_serial_not_unrolled():
 
 
 # -- GPU round trips ----------------------------------------------------------------------
-def _roundtrip(func, shape, dtype, rng, gpu):
+def _roundtrip(func, shape, dtype, rng, where, gpu):
     a = runtime.random_array(shape, dtype, rng)
-    out = runtime.run(
-        runtime.build(func, gpu), runtime.entry_name(func), [a, runtime.poison_like(a)]
-    )
+    out = execute(func, [a, runtime.poison_like(a)], where, gpu)
     np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("memory", ["shared", "global"])
 @pytest.mark.parametrize(
     "dtype, k",
@@ -199,21 +198,22 @@ def _roundtrip(func, shape, dtype, rng, gpu):
         ("uint8", 16),
     ],
 )
-def test_gpu_seed_roundtrip(memory, dtype, k, rng, gpu):
+def test_seed_roundtrip(memory, dtype, k, rng, where, gpu):
     _roundtrip(
         demos.reg_roundtrip(row_per_lane(k), (32, k), dtype, memory=memory),
         (32, k),
         dtype,
         rng,
+        where,
         gpu,
     )
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_gpu_layout_roundtrip(name, dtype, rng, gpu):
+def test_layout_roundtrip(name, dtype, rng, where, gpu):
     layout, shape, scope, threads = LAYOUTS[name]
     for memory in ("shared", "global"):
         func = demos.reg_roundtrip(layout, shape, dtype, scope, memory, threads)
-        _roundtrip(func, shape, dtype, rng, gpu)
+        _roundtrip(func, shape, dtype, rng, where, gpu)

@@ -26,6 +26,7 @@ from tvm.tirx.layout import (
 
 import tirx_cuda_dispatch as tcd
 import tirx_cuda_dispatch.copy_async  # noqa: F401  (registers the variant)
+from executors import WHERE_SM100, execute
 from tirx_cuda_dispatch import runtime, toolchain
 from tirx_cuda_dispatch.copy_async.tcgen05_ldst import SHAPES, half_warp_layout
 
@@ -526,37 +527,36 @@ def test_no_wait_is_emitted_the_waits_are_the_callers():
 
 
 # -- Blackwell round trips ----------------------------------------------------------------
-def _run(func, per, dtype, rng, gpu):
+def _run(func, per, dtype, rng, where, gpu):
     a = runtime.random_array((128, per), dtype, rng)
     b = runtime.poison_like(a)
-    ex = runtime.build(func, gpu, tcd.STRICT_PIPELINE)
-    _, out = runtime.run(ex, runtime.entry_name(func), [a, b])
+    _, out = execute(func, [a, b], where, gpu, tcd.STRICT_PIPELINE, target=ARCH)
     return a, out
 
 
 SAME_LAYOUT_CASES = [c for c in SIM_CASES if "ld_shape" not in c]
 
 
-@pytest.mark.sm100
+@pytest.mark.parametrize("where", WHERE_SM100)
 @pytest.mark.parametrize(
     "case",
     SAME_LAYOUT_CASES,
     ids=["-".join(str(v) for v in c.values()) for c in SAME_LAYOUT_CASES],
 )
-def test_gpu_roundtrip_is_exact(case, rng, gpu):
+def test_roundtrip_is_exact(case, rng, where, gpu):
     per = case["rows"] * case["cols"] // 128
-    a, out = _run(roundtrip(**case), per, case["dtype"], rng, gpu)
+    a, out = _run(roundtrip(**case), per, case["dtype"], rng, where, gpu)
     np.testing.assert_array_equal(runtime.bits(out), runtime.bits(a))
 
 
-@pytest.mark.sm100
+@pytest.mark.parametrize("where", WHERE_SM100)
 @pytest.mark.parametrize("ld_shape", ["16x64b", "16x128b", "16x256b", "16x32bx2"])
-def test_gpu_store_one_fragment_load_another(ld_shape, rng, gpu):
+def test_store_one_fragment_load_another(ld_shape, rng, where, gpu):
     """Store row-per-thread (.32x32b), load with a .16x* fragment: the registers must hold
     what the two layouts say, which checks the fragment figures on the hardware."""
     rows, cols, dtype = 128, 32, "float32"
     func = roundtrip(dtype, rows, cols, "32x32b", ld_shape)
-    a, out = _run(func, cols, dtype, rng, gpu)
+    a, out = _run(func, cols, dtype, rng, where, gpu)
     ld_layout = register_layout(ld_shape, rows, cols, dtype)
     expected = np.empty_like(a)
     for r in range(rows):

@@ -8,6 +8,7 @@ from tvm.script import tirx as T
 from tvm.tirx.layout import Axis, R, S, TileLayout
 
 import tirx_cuda_dispatch as tcd
+from executors import WHERE, execute
 from tirx_cuda_dispatch import demos, runtime, toolchain
 from tirx_cuda_dispatch.elementwise.ops import OPS
 
@@ -192,10 +193,10 @@ def _reference(op, a, c, d, dtype, scalar=None, bias=None, scale=None):
     return out.astype(_np(dtype))
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("op", sorted(OPS))
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_gpu_matches_numpy(op, dtype, rng, gpu):
+def test_matches_numpy(op, dtype, rng, where, gpu):
     fill = T.float32(1.5).astype(dtype) if op == "fill" else None
     func = _kernel(op, dtype, scalar=fill)
     src_dtype = "float32" if op == "cast" else dtype
@@ -204,7 +205,7 @@ def test_gpu_matches_numpy(op, dtype, rng, gpu):
         a = (np.abs(a.astype(np.float32)) + 0.25).astype(a.dtype)
     c, d = (runtime.random_array(SHAPE, dtype, rng) for _ in range(2))
     b = runtime.poison_like(c)
-    out = runtime.run(runtime.build(func, gpu), runtime.entry_name(func), [a, c, d, b])[3]
+    out = execute(func, [a, c, d, b], where, gpu)[3]
     expected = _reference(op, a, c, d, dtype)
     if op in EXACT:
         np.testing.assert_array_equal(runtime.bits(out), runtime.bits(expected))
@@ -214,22 +215,20 @@ def test_gpu_matches_numpy(op, dtype, rng, gpu):
         )
 
 
-@pytest.mark.gpu
-def test_gpu_unary_bias_scale_and_broadcast(rng, gpu):
+@pytest.mark.parametrize("where", WHERE)
+def test_unary_bias_scale_and_broadcast(rng, where, gpu):
     a, c, d = (runtime.random_array(SHAPE, "float32", rng) for _ in range(3))
     func = _kernel("exp", bias=T.float32(0.25), scale=T.float32(0.5))
-    out = runtime.run(runtime.build(func, gpu), "elementwise", [a, c, d, runtime.poison_like(a)])
+    out = execute(func, [a, c, d, runtime.poison_like(a)], where, gpu)
     np.testing.assert_allclose(out[3], np.exp(a * 0.5 + 0.25), rtol=1e-5)
     for c_layout, c_shape in [(ROW_BROADCAST, (1, 8)), (COL_BROADCAST, (32, 1))]:
         c = runtime.random_array(c_shape, "float32", rng)
         func = _kernel("mul", c_layout=c_layout, c_shape=c_shape)
-        out = runtime.run(
-            runtime.build(func, gpu), "elementwise", [a, c, d, runtime.poison_like(a)]
-        )
+        out = execute(func, [a, c, d, runtime.poison_like(a)], where, gpu)
         np.testing.assert_array_equal(out[3], a * c)
 
 
-@pytest.mark.gpu
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize(
     "scope, layout, shape, threads",
     [
@@ -237,10 +236,10 @@ def test_gpu_unary_bias_scale_and_broadcast(rng, gpu):
         ("cta", TileLayout(S[(8, 32, 2) : (1 @ Axis.warpid, 1 @ lane, 1)]), (256, 2), 256),
     ],
 )
-def test_gpu_scopes(scope, layout, shape, threads, rng, gpu):
+def test_scopes(scope, layout, shape, threads, rng, where, gpu):
     a, c, d = (runtime.random_array(shape, "float16", rng) for _ in range(3))
     func = _kernel("fma", "float16", layout, shape, scope, cta_threads=threads)
-    out = runtime.run(runtime.build(func, gpu), "elementwise", [a, c, d, runtime.poison_like(a)])
+    out = execute(func, [a, c, d, runtime.poison_like(a)], where, gpu)
     expected = _reference("fma", a, c, d, "float16")
     np.testing.assert_allclose(
         out[3].astype(np.float64), expected.astype(np.float64), rtol=2e-3, atol=2e-3

@@ -18,6 +18,7 @@ from tvm import tirx
 from tvm.ir import TensorRegion, is_prim_expr
 from tvm.script import tirx as T
 
+from ..codegen import HelperMeaning
 from ..errors import Decline
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -137,6 +138,12 @@ class PackedForm:
     @property
     def helper(self) -> str:
         return f"tirx_cuda_dispatch_{self.key}"
+
+    @property
+    def meaning(self) -> HelperMeaning:
+        """The helper's semantics as data (what the simulator executes)."""
+        op = self.key.split("_")[0]
+        return HelperMeaning("pairwise", op=op, out_dtype=self.out_dtype, in_dtype=self.in_dtype)
 
     def source(self, n_inputs: int) -> str:
         out_t, in_t = _PAIR_CTYPE[self.out_dtype], _PAIR_CTYPE[self.in_dtype]

@@ -22,7 +22,7 @@ from typing import Any
 from tvm.script import tirx as T
 
 from ..call import Operand, TileCall
-from ..codegen import storage_words, thread_index
+from ..codegen import helper_call, storage_words, thread_index
 from ..errors import Decline
 from ..layout.partition import ScopePartition
 from ..layout.register import (
@@ -179,11 +179,12 @@ def make_emit(op: ElementwiseOp):
             views = T.meta_var([v0, v1, v2, v3][: len(operands)])
             for rnd in range(p.rounds):
                 if packed:
-                    T.evaluate(T.cuda.func_call(
+                    T.evaluate(helper_call(
                         form.helper,
+                        form.meaning,
+                        source,
                         *[T.address_of(views[k][p.slot(k, rnd, tid)])
                           for k in range(len(views))],
-                        source_code=source,
                     ))
                 else:
                     views[0][p.slot(0, rnd, tid)] = value_of(views, rnd, tid)

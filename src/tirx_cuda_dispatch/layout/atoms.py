@@ -58,6 +58,20 @@ def _region_bounds(opnd: Operand) -> list[tuple[Any, Any]]:
     return [(lo, lo + ext) for lo, ext in opnd.region]
 
 
+def _check_span_fits_shape(opnd: Operand, layout: Any, size: int | None) -> None:
+    """TVM 0.27 allocates a buffer by its shape, not by its layout's span: a padded layout
+    on an ``(8, 8)`` buffer addresses past the 64 elements the kernel allocates (found by
+    the simulator's fuzzing: both pipelines wrote out of bounds). Decline such operands."""
+    tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
+    span = as_int(tile.span()) if isinstance(tile, TileLayout) else None
+    if size is not None and span is not None and span > size:
+        raise Decline(
+            f"{opnd.name}'s layout {layout} spans {span} elements but the buffer holds "
+            f"{size} (shape {list(opnd.shape)}; TVM allocates by shape): declare the buffer "
+            f"with a shape that covers the padding"
+        )
+
+
 def memory_view(opnd: Operand) -> MemoryView:
     """The :class:`MemoryView` of a global/shared operand; declines with the reason otherwise."""
     layout = opnd.layout
@@ -72,6 +86,7 @@ def memory_view(opnd: Operand) -> MemoryView:
     if size is not None and size >= INT32_LIMIT:
         # TVM's layout arithmetic and our offsets are 32-bit: decline rather than wrap.
         raise Decline(f"{opnd.name} holds {size} elements; offsets must stay below 2**31")
+    _check_span_fits_shape(opnd, layout, size)
     sliced = layout.slice(list(opnd.shape), _region_bounds(opnd))
     if sliced is None:
         raise Decline(f"{opnd.name} layout {layout} cannot be sliced to region {opnd.describe}")

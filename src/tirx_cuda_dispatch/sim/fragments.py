@@ -1,0 +1,500 @@
+"""Register-fragment maps of PTX warp data-movement instructions, derived from the PTX ISA.
+
+This module is the simulator's *independent oracle* for which thread register holds which
+matrix / Tensor Memory (TMEM) element. It was written from the PTX ISA text alone, never
+from this project's variants (``copy/ldstmatrix.py``, ``copy_async/tcgen05_ldst.py``,
+``layout/*``) nor TVM, so that tests can check those against it. Pure Python + numpy.
+
+ISA sections read (numbering of the PTX ISA 8.7/8.8 manual; PTX ISA 9.x renumbers the
+tcgen05 chapter 9.7.16 -> 9.7.17 and the table/figure numbers shift by a few):
+
+* 9.7.14.5.15 "Warp-level matrix load instruction: ldmatrix" (address table, Figure 104
+  "ldmatrix fragment layout for one 8x8 Matrix with 16-bit elements", the sm_75 note).
+* 9.7.14.5.16 "Warp-level matrix store instruction: stmatrix" (Figure 107).
+* 9.7.14.5.x "Matrix Fragments for mma.m16n8k8" -- only for the "Elements (low to high)"
+  convention of packing two 16-bit elements in one ``.b32`` register.
+* 9.7.16.2.3 "Data Movement Shape" and 9.7.16.2.3.1 "Memory Layout": 9.7.16.2.3.1.1-5
+  "Matrix fragments for shape .32x32b / .16x64b / .16x128b / .16x256b / .16x32bx2"
+  (Figures 183-187).
+* 9.7.16.8.1 "Access restrictions", 9.7.16.8.2 "Packing and Unpacking" (Figure 193),
+  9.7.16.8.3 "tcgen05.ld" (Table 49) and 9.7.16.8.4 "tcgen05.st" (Table 50).
+
+Ambiguities and the choices made here:
+
+1. The per-thread layouts of ldmatrix (Figure 104) and of tcgen05.ld/st (Figures 183-187)
+   and the pack/unpack picture (Figure 193) are *images*; the ISA's prose only says how
+   many lanes / bits a warp touches. The exact thread -> (row, column) maps below were
+   read off those figures' published transcriptions in NVIDIA CUTLASS
+   (``cute/atom/copy_traits_sm75.hpp`` ``SM75_U32x1_LDSM_N`` / ``SM75_U16x2_LDSM_T`` and
+   ``cute/atom/copy_traits_sm100.hpp`` ``SM100_TMEM_LOAD_{32dp32b,16dp64b,16dp128b,
+   16dp256b,16dp32b}*`` and their ``_16b`` (pack) variants), decoded by hand into the
+   closed forms below; CUTLASS is NVIDIA's own encoding of those figures and is
+   unrelated to this project and to TVM. Every closed form is checked against the
+   ISA prose (lane counts, bits per lane, register counts of Table 49) in the tests.
+2. ldmatrix: the ISA does not say in words which 16-bit half of ``r`` holds which column.
+   We take the lower-address element (even column) in the low 16 bits: each group of four
+   threads "loads 16 bytes", i.e. thread ``k`` of the group gets bytes ``4k..4k+3`` of the
+   row as one little-endian 32-bit word, and the mma fragment tables list the two elements
+   of a ``.f16x2`` register "low to high" as ``a0, a1`` (column ``2k`` then ``2k+1``).
+3. ldmatrix ``.trans``: the ISA only says "the matrix is loaded in column-major format".
+   We read it as: the eight supplied addresses still point at eight 16-byte memory rows,
+   and the fragment of Figure 104 is applied to the transpose of that 8x8 block, so lane
+   ``l`` half ``h`` receives memory row ``2*(l%4)+h``, element ``l//4``.
+4. ``.pack::16b`` / ``.unpack::16b``: the ISA says two 16-bit chunks "from adjacent
+   columns" are packed into one 32-bit register. We take the *low* 16 bits of each 32-bit
+   TMEM cell; the even (lower-address) column goes to the register's low half. The ISA
+   does not say what ``tcgen05.st.unpack::16b`` leaves in the upper 16 bits of a cell;
+   :func:`tcgen05_unpack16` writes zeros there and callers must not rely on them.
+5. ``.16x32bx2``: "two accesses into Tensor Memory of the shape .16x32b ... the first
+   access by taddr and ... the second ... by taddr+immHalfSplitoff". Which threads do
+   which access is only in Figure 187: threads 0-15 do the first, threads 16-31 the second
+   (the SASS spelling ``16dp32bit_t0_t15`` / ``_t16_t31`` says the same).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WARP_SIZE = 32
+"""Threads per warp."""
+
+# ---------------------------------------------------------------------------------------
+# ldmatrix / stmatrix, shape .m8n8, 16-bit elements
+# ---------------------------------------------------------------------------------------
+
+LDMATRIX_NUMS: tuple[int, ...] = (1, 2, 4)
+"""Valid ``.num`` values (``.x1 .x2 .x4``) of ldmatrix/stmatrix (ISA 9.7.14.5.15/16)."""
+
+M8N8_ROWS = 8
+"""Rows of one ``.m8n8`` matrix; each row is 16 bytes = 8 elements of 16 bits."""
+M8N8_COLS = 8
+
+
+def _check_num(num: int) -> None:
+    if num not in LDMATRIX_NUMS:
+        raise ValueError(f"ldmatrix/stmatrix .num must be one of {LDMATRIX_NUMS}, got {num}")
+
+
+def _check_lane(lane: int, limit: int = WARP_SIZE) -> None:
+    if not 0 <= lane < limit:
+        raise ValueError(f"lane must be in [0, {limit}), got {lane}")
+
+
+def _check_half(half: int) -> None:
+    if half not in (0, 1):
+        raise ValueError(f"half must be 0 (low 16 bits) or 1 (high 16 bits), got {half}")
+
+
+def ldmatrix_row_address_lanes(num: int) -> list[tuple[int, int]]:
+    """Which (matrix, row) each lane's address operand names, for ``.x1 .x2 .x4``.
+
+    ISA 9.7.14.5.15 (and the identical table in 9.7.14.5.16 stmatrix): "The eight addresses
+    required for each matrix are provided by eight threads ... Each address corresponds to
+    the start of a matrix row. Addresses addr0-addr7 correspond to the rows of the first
+    matrix, addresses addr8-addr15 correspond to the rows of the second matrix, and so
+    on", with threads 0-7 giving addr0-addr7, threads 8-15 addr8-addr15, etc. So lane
+    ``l`` supplies row ``l % 8`` of matrix ``l // 8``.
+
+    The result is indexed by lane and has ``8 * num`` entries (lanes 0-7 for ``.x1``, 0-15
+    for ``.x2``, 0-31 for ``.x4``). The other lanes' addresses appear as "-" in the ISA
+    table: they name no row and are not used. The ISA adds one caveat: "For .target sm_75
+    or below, all threads must contain valid addresses. Otherwise, the behavior is
+    undefined. For .num = .x1 and .num = .x2, addresses contained in lower threads can be
+    copied to higher threads to achieve the expected behavior." (stmatrix needs sm_90 and
+    has no such note.)
+    """
+    _check_num(num)
+    return [(lane // M8N8_ROWS, lane % M8N8_ROWS) for lane in range(M8N8_ROWS * num)]
+
+
+def ldmatrix_fragment(lane: int, half: int, trans: bool) -> tuple[int, int]:
+    """(row, col) of the element in 16-bit ``half`` of ``lane``'s register for one matrix.
+
+    ``row`` is the matrix row whose start address some lane supplied (see
+    :func:`ldmatrix_row_address_lanes`), ``col`` the 16-bit element index inside that
+    16-byte row; ``half`` 0 is bits 0-15 of the ``.b32`` register, 1 is bits 16-31. The
+    same map applies to every matrix: register ``r[m]`` holds matrix ``m`` ("When .num =
+    .x2, the elements of the second matrix are loaded in the next destination register").
+
+    Non-transposed (ISA 9.7.14.5.15, Figure 104): "a group of four consecutive threads
+    loads 16 bytes ... Each thread in a warp loads fragments of a row, with thread 0
+    receiving the first fragment in its register r, and so on. A group of four threads
+    loads an entire row": lane ``l`` holds row ``l // 4``, columns ``2*(l%4)`` (low half)
+    and ``2*(l%4)+1`` (high half; see the module notes for the half order).
+
+    ``.trans`` ("the matrix is loaded in column-major format"): the same fragment of the
+    transposed block, i.e. lane ``l`` half ``h`` holds row ``2*(l%4)+h``, column ``l//4``.
+
+    stmatrix (ISA 9.7.14.5.16, Figure 107) uses the same fragment in the other direction:
+    "Each thread in a warp stores fragments of a row, with thread 0 storing the first
+    fragment from its register r, and so on. A group of four threads stores an entire row
+    of the matrix", with the same address table and the same ``.trans`` meaning.
+    """
+    _check_lane(lane)
+    _check_half(half)
+    group_row = lane // 4
+    pair_col = 2 * (lane % 4) + half
+    if trans:
+        return (pair_col, group_row)
+    return (group_row, pair_col)
+
+
+def ldmatrix_destination(lane: int, reg: int, trans: bool) -> tuple[int, int]:
+    """(row, col) in matrix ``reg`` of the element in the *low* half of ``lane``'s ``r[reg]``.
+
+    ``reg`` (0..num-1) is both the register index and the matrix index. The high half holds
+    ``(row, col + 1)`` without ``.trans`` and ``(row + 1, col)`` with it. Equivalent to
+    ``ldmatrix_fragment(lane, 0, trans)``; kept for callers that think per register.
+    """
+    if reg not in range(max(LDMATRIX_NUMS)):
+        raise ValueError(f"reg must be in [0, {max(LDMATRIX_NUMS)}), got {reg}")
+    return ldmatrix_fragment(lane, 0, trans)
+
+
+def _as_matrices(matrices: np.ndarray) -> np.ndarray:
+    mats = np.asarray(matrices)
+    if mats.ndim != 3 or mats.shape[1:] != (M8N8_ROWS, M8N8_COLS):
+        raise ValueError(f"expected (num, 8, 8) 16-bit matrices, got shape {mats.shape}")
+    _check_num(mats.shape[0])
+    return mats.astype(np.uint16)
+
+
+def ldmatrix_load(matrices: np.ndarray, trans: bool = False) -> np.ndarray:
+    """Simulate ``ldmatrix.sync.aligned.m8n8.x{num}{.trans}.b16`` on already-gathered rows.
+
+    ``matrices[m, i, :]`` are the eight 16-bit elements at the address lane ``8*m + i``
+    supplied (memory order). Returns the destination registers as ``uint32`` of shape
+    ``(32, num)``: ``out[lane, m]`` is ``r[m]`` of that lane.
+    """
+    mats = _as_matrices(matrices)
+    num = mats.shape[0]
+    out = np.zeros((WARP_SIZE, num), dtype=np.uint32)
+    for lane in range(WARP_SIZE):
+        for m in range(num):
+            word = 0
+            for half in (0, 1):
+                row, col = ldmatrix_fragment(lane, half, trans)
+                word |= int(mats[m, row, col]) << (16 * half)
+            out[lane, m] = word
+    return out
+
+
+def stmatrix_store(regs: np.ndarray, trans: bool = False) -> np.ndarray:
+    """Simulate ``stmatrix.sync.aligned.m8n8.x{num}{.trans}.b16``: inverse of ldmatrix_load.
+
+    ``regs`` is ``uint32`` of shape ``(32, num)`` (``regs[lane, m]`` = source ``r[m]``).
+    Returns ``(num, 8, 8)`` ``uint16``: ``out[m, i, :]`` is what lands at the 16 bytes
+    addressed by lane ``8*m + i``.
+    """
+    r = np.asarray(regs)
+    if r.ndim != 2 or r.shape[0] != WARP_SIZE:
+        raise ValueError(f"expected (32, num) registers, got shape {r.shape}")
+    num = r.shape[1]
+    _check_num(num)
+    out = np.zeros((num, M8N8_ROWS, M8N8_COLS), dtype=np.uint16)
+    for lane in range(WARP_SIZE):
+        for m in range(num):
+            word = int(r[lane, m]) & 0xFFFFFFFF
+            for half in (0, 1):
+                row, col = ldmatrix_fragment(lane, half, trans)
+                out[m, row, col] = (word >> (16 * half)) & 0xFFFF
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# tcgen05.ld / tcgen05.st
+# ---------------------------------------------------------------------------------------
+
+TCGEN05_SHAPES: tuple[str, ...] = ("32x32b", "16x64b", "16x128b", "16x256b", "16x32bx2")
+"""``.shape`` values of tcgen05.ld/st (ISA 9.7.16.2.3 "Data Movement Shape")."""
+
+# Registers per thread at .x1 -- the ".x1" row of Table 49 (ld) / Table 50 (st).
+_REGS_X1 = {"32x32b": 1, "16x64b": 1, "16x32bx2": 1, "16x128b": 2, "16x256b": 4}
+# Largest .num -- where the Table 49/50 column stops before "NA".
+_MAX_NUM = {"32x32b": 128, "16x64b": 128, "16x32bx2": 128, "16x128b": 64, "16x256b": 32}
+# TMEM lanes one access touches ("will access 32 lanes" / "will access 16 lanes").
+_LANES = {"32x32b": 32, "16x64b": 16, "16x128b": 16, "16x256b": 16, "16x32bx2": 16}
+# 32-bit columns per lane at .x1: the "size" of `lane x size`, in units of 32 bits
+# (".16x32bx2" is two .16x32b accesses, one column each).
+_COLS_X1 = {"32x32b": 1, "16x64b": 2, "16x128b": 4, "16x256b": 8, "16x32bx2": 1}
+
+TMEM_LANES = 128
+"""Lanes (rows) of a CTA's Tensor Memory (ISA 9.7.16.8.1: four 32-lane chunks)."""
+
+
+def _check_shape(shape: str) -> str:
+    s = shape.lstrip(".")
+    if s not in _REGS_X1:
+        raise ValueError(f"unknown tcgen05.ld/st shape {shape!r}; expected one of {TCGEN05_SHAPES}")
+    return s
+
+
+def tcgen05_nums(shape: str) -> tuple[int, ...]:
+    """Valid ``.num`` repeat factors for ``shape`` (ISA Table 49/50, "NA" entries excluded).
+
+    ``.x1 .x2 .x4 ... .x128`` for ``.32x32b``, ``.16x64b``, ``.16x32bx2``; up to ``.x64``
+    for ``.16x128b``; up to ``.x32`` for ``.16x256b`` (the register vector never exceeds
+    128). ``tcgen05.ld.red`` additionally needs ``.num >= .x2``; not modelled here.
+    """
+    s = _check_shape(shape)
+    nums = []
+    n = 1
+    while n <= _MAX_NUM[s]:
+        nums.append(n)
+        n *= 2
+    return tuple(nums)
+
+
+def _check_num_tc(shape: str, num: int) -> str:
+    s = _check_shape(shape)
+    if num not in tcgen05_nums(s):
+        raise ValueError(f"tcgen05 .{s} does not allow .x{num}; valid: {tcgen05_nums(s)}")
+    return s
+
+
+def tcgen05_regs_per_thread(shape: str, num: int) -> int:
+    """Length of the ``r`` vector of ``tcgen05.{ld,st}.shape.x{num}``: ISA Table 49/50.
+
+    1 per ``.num`` for ``.16x32bx2 / .16x64b / .32x32b``, 2 for ``.16x128b``, 4 for
+    ``.16x256b``. ``.pack::16b`` / ``.unpack::16b`` do not change it (the table has no
+    pack column): each register then carries two 16-bit chunks instead of one cell.
+    """
+    s = _check_num_tc(shape, num)
+    return _REGS_X1[s] * num
+
+
+def tcgen05_lanes(shape: str) -> int:
+    """TMEM lanes one instruction touches: 32 for ``.32x32b``, else 16 (ISA 9.7.16.2.3.1)."""
+    return _LANES[_check_shape(shape)]
+
+
+def tcgen05_columns(shape: str, num: int, *, pack16: bool = False) -> int:
+    """32-bit TMEM columns per lane one access touches: ``size * num / 32`` bits (x2 packed).
+
+    ISA 9.7.16.2.3.1.x: "It loads from or stores to each of the lane (size * .num)-bits of
+    data". For ``.16x32bx2`` this is per access (each half-warp's access); the whole
+    instruction then spans ``[0, cols)`` and ``[immHalfSplitoff, immHalfSplitoff + cols)``.
+    """
+    s = _check_num_tc(shape, num)
+    return _COLS_X1[s] * num * (2 if pack16 else 1)
+
+
+def tcgen05_fragment(
+    shape: str, num: int, lane: int, reg: int, *, half_split_offset: int = 0
+) -> tuple[int, int]:
+    """(TMEM lane offset, TMEM 32-bit column offset) moved by register ``reg`` of ``lane``.
+
+    Offsets are relative to the instruction's ``taddr`` (lane field = bits 31-16, column
+    field = bits 15-0): "All the threads in the warp must specify the same value of taddr,
+    which must be the base address of the collective load operation" (ISA 9.7.16.8.3).
+    ``lane`` is the thread's lane in the warp (0..31), ``reg`` indexes the ``r`` vector
+    (0 .. ``tcgen05_regs_per_thread(shape, num)``-1). Without pack/unpack each register
+    moves one whole 32-bit cell; see :func:`tcgen05_fragment_packed` for ``.pack::16b``.
+
+    Per shape (Figures 183-187; see the module notes for how they were transcribed), with
+    ``g = lane // 4`` and ``q = lane % 4``:
+
+    * ``.32x32b`` (Fig. 183, "will access 32 lanes"): lane ``lane``, column ``reg``.
+    * ``.16x64b`` (Fig. 184, 16 lanes x 64 bits): lane ``g + 8*(lane % 2)``, column
+      ``(lane // 2) % 2 + 2*reg``.
+    * ``.16x128b`` (Fig. 185, 16 lanes x 128 bits): lane ``g + 8*(reg % 2)``, column
+      ``q + 4*(reg // 2)``.
+    * ``.16x256b`` (Fig. 186, 16 lanes x 256 bits; the mma ``m16n8`` accumulator pattern):
+      lane ``g + 8*((reg // 2) % 2)``, column ``2*q + reg % 2 + 8*(reg // 4)``.
+    * ``.16x32bx2`` (Fig. 187, two ``.16x32b`` accesses): lane ``lane % 16``, column
+      ``reg``, plus ``half_split_offset`` (the ``immHalfSplitoff`` immediate) for threads
+      16-31, which perform the second access at ``taddr + immHalfSplitoff``; threads 0-15
+      perform the first access at ``taddr``. ``half_split_offset`` is ignored (must be 0)
+      for the other shapes.
+
+    For every shape ``.xN`` repeats the ``.x1`` pattern ``N`` times along the columns:
+    register ``reg`` is register ``reg % regs_x1`` of repeat ``reg // regs_x1``, shifted by
+    ``repeat * cols_x1`` columns.
+    """
+    s = _check_num_tc(shape, num)
+    _check_lane(lane)
+    nregs = _REGS_X1[s] * num
+    if not 0 <= reg < nregs:
+        raise ValueError(f"reg must be in [0, {nregs}) for .{s}.x{num}, got {reg}")
+    if s != "16x32bx2" and half_split_offset != 0:
+        raise ValueError(f"half_split_offset applies only to .16x32bx2, not .{s}")
+    if half_split_offset < 0:
+        raise ValueError(f"half_split_offset must be non-negative, got {half_split_offset}")
+    g, q = lane // 4, lane % 4
+    if s == "32x32b":
+        return (lane, reg)
+    if s == "16x64b":
+        return (g + 8 * (lane % 2), (lane // 2) % 2 + 2 * reg)
+    if s == "16x128b":
+        return (g + 8 * (reg % 2), q + 4 * (reg // 2))
+    if s == "16x256b":
+        return (g + 8 * ((reg // 2) % 2), 2 * q + reg % 2 + 8 * (reg // 4))
+    # 16x32bx2
+    return (lane % 16, reg + (half_split_offset if lane >= 16 else 0))
+
+
+def tcgen05_fragment_packed(
+    shape: str, num: int, lane: int, reg: int, half: int, *, half_split_offset: int = 0
+) -> tuple[int, int]:
+    """(TMEM lane offset, column offset) of the 16-bit ``half`` of ``reg`` under pack/unpack.
+
+    ``.pack::16b`` (ld) / ``.unpack::16b`` (st), ISA 9.7.16.8.2: "two 16-bit chunks can be
+    packed into a single 32-bit chunk in the register", "two 16-bit elements from adjacent
+    columns". The register count is unchanged, so the footprint doubles: the unpacked cell
+    column ``c`` of :func:`tcgen05_fragment` becomes columns ``2c`` (register bits 0-15)
+    and ``2c + 1`` (bits 16-31); each chunk is the low 16 bits of its 32-bit TMEM cell.
+    For ``.16x32bx2`` the ``immHalfSplitoff`` is a raw column offset added afterwards for
+    threads 16-31 (it is added to ``taddr``).
+    """
+    _check_half(half)
+    t_lane, col = tcgen05_fragment(shape, num, lane, reg)
+    split = 0
+    if _check_shape(shape) == "16x32bx2":
+        if half_split_offset < 0:
+            raise ValueError(f"half_split_offset must be non-negative, got {half_split_offset}")
+        split = half_split_offset if lane >= 16 else 0
+    elif half_split_offset != 0:
+        raise ValueError(f"half_split_offset applies only to .16x32bx2, not {shape}")
+    return (t_lane, 2 * col + half + split)
+
+
+def tcgen05_fragment_map(
+    shape: str, num: int, *, half_split_offset: int = 0, pack16: bool = False
+) -> np.ndarray:
+    """All of :func:`tcgen05_fragment` (or ``_packed``) at once, as an ``int64`` array.
+
+    Shape ``(32, regs, 2)`` -> ``[lane, reg] = (tmem_lane, column)`` without pack, and
+    ``(32, regs, 2, 2)`` -> ``[lane, reg, half] = (tmem_lane, column)`` with ``pack16``.
+    """
+    nregs = tcgen05_regs_per_thread(shape, num)
+    if pack16:
+        out = np.zeros((WARP_SIZE, nregs, 2, 2), dtype=np.int64)
+        for lane in range(WARP_SIZE):
+            for reg in range(nregs):
+                for half in (0, 1):
+                    out[lane, reg, half] = tcgen05_fragment_packed(
+                        shape, num, lane, reg, half, half_split_offset=half_split_offset
+                    )
+        return out
+    out = np.zeros((WARP_SIZE, nregs, 2), dtype=np.int64)
+    for lane in range(WARP_SIZE):
+        for reg in range(nregs):
+            out[lane, reg] = tcgen05_fragment(
+                shape, num, lane, reg, half_split_offset=half_split_offset
+            )
+    return out
+
+
+def tcgen05_pack16(cells: np.ndarray) -> np.ndarray:
+    """``.pack::16b`` on values: pairs of adjacent 32-bit TMEM cells -> one 32-bit register.
+
+    ``cells[..., 2k]`` and ``cells[..., 2k+1]`` (adjacent columns) give their low 16 bits;
+    the even column lands in bits 0-15, the odd one in bits 16-31 (module note 4). The last
+    axis must be even; the result has half as many entries on it, dtype ``uint32``.
+    """
+    c = np.asarray(cells).astype(np.uint32)
+    if c.shape[-1] % 2:
+        raise ValueError(f"pack16 needs an even number of columns, got {c.shape[-1]}")
+    lo = c[..., 0::2] & np.uint32(0xFFFF)
+    hi = c[..., 1::2] & np.uint32(0xFFFF)
+    return (lo | (hi << np.uint32(16))).astype(np.uint32)
+
+
+def tcgen05_unpack16(regs: np.ndarray) -> np.ndarray:
+    """``.unpack::16b`` on values: one 32-bit register -> two adjacent 32-bit TMEM cells.
+
+    Inverse of :func:`tcgen05_pack16` on the low halves: bits 0-15 go to the even column,
+    bits 16-31 to the odd one, each in the low 16 bits of its cell. The upper 16 bits of
+    each cell are *not specified by the ISA*; this returns them as 0.
+    """
+    r = np.asarray(regs).astype(np.uint32)
+    out = np.zeros(r.shape[:-1] + (2 * r.shape[-1],), dtype=np.uint32)
+    out[..., 0::2] = r & np.uint32(0xFFFF)
+    out[..., 1::2] = r >> np.uint32(16)
+    return out
+
+
+def tcgen05_lane_quarter(warp_id_in_cta: int) -> range:
+    """The 32 TMEM lanes warp ``warp_id_in_cta`` may access with tcgen05.ld/st.
+
+    ISA 9.7.16.8.1 "Access restrictions": "The Tensor Memory of a CTA is divided into 4
+    equal chunks such that each warp of a warpgroup in the CTA can access a chunk of the
+    Tensor Memory. All the columns of the Tensor Memory can be accessed by all the four
+    warps of a warpgroup. A lane of the Tensor Memory can be accessed by a single warp in
+    the warpgroup." Table: warp 0 of the warpgroup -> lanes 0-31, 1 -> 32-63, 2 -> 64-95,
+    3 -> 96-127. The warp's ID within its warpgroup is ``warp_id_in_cta % 4``.
+    """
+    if warp_id_in_cta < 0:
+        raise ValueError(f"warp id must be non-negative, got {warp_id_in_cta}")
+    base = 32 * (warp_id_in_cta % 4)
+    return range(base, base + 32)
+
+
+def _tmem_cells(tmem: np.ndarray, base_lane: int, base_col: int, t_lane, col):
+    lanes = base_lane + t_lane
+    cols = base_col + col
+    if np.any(lanes >= tmem.shape[0]) or np.any(cols >= tmem.shape[1]):
+        raise IndexError("tcgen05 access runs past the end of the TMEM array")
+    return lanes, cols
+
+
+def tcgen05_load_warp(
+    tmem: np.ndarray,
+    shape: str,
+    num: int,
+    base_lane: int,
+    base_col: int,
+    *,
+    pack16: bool = False,
+    half_split_offset: int = 0,
+) -> np.ndarray:
+    """Simulate one warp's ``tcgen05.ld.sync.aligned.shape.x{num}{.pack::16b}.b32``.
+
+    ``tmem`` is a ``(lanes, columns)`` ``uint32`` array of 32-bit cells; ``base_lane`` /
+    ``base_col`` are the fields of ``taddr``. Returns ``(32, regs)`` ``uint32``. Checking
+    that the lanes are in the warp's quarter (:func:`tcgen05_lane_quarter`) is left to the
+    caller, which knows the warp id.
+    """
+    t = np.asarray(tmem, dtype=np.uint32)
+    nregs = tcgen05_regs_per_thread(shape, num)
+    m = tcgen05_fragment_map(shape, num, half_split_offset=half_split_offset, pack16=pack16)
+    lanes, cols = _tmem_cells(t, base_lane, base_col, m[..., 0], m[..., 1])
+    vals = t[lanes, cols]
+    if pack16:  # vals: (32, regs, 2) -> low 16 bits of each chunk
+        out = (vals[..., 0] & np.uint32(0xFFFF)) | ((vals[..., 1] & np.uint32(0xFFFF)) << 16)
+        return out.astype(np.uint32).reshape(WARP_SIZE, nregs)
+    return vals.astype(np.uint32).reshape(WARP_SIZE, nregs)
+
+
+def tcgen05_store_warp(
+    tmem: np.ndarray,
+    regs: np.ndarray,
+    shape: str,
+    num: int,
+    base_lane: int,
+    base_col: int,
+    *,
+    unpack16: bool = False,
+    half_split_offset: int = 0,
+) -> None:
+    """Simulate one warp's ``tcgen05.st.sync.aligned.shape.x{num}{.unpack::16b}.b32``.
+
+    Writes ``regs`` (``(32, regs)`` ``uint32``) into ``tmem`` in place. With ``unpack16``
+    each chunk goes to the low 16 bits of its cell and the upper 16 bits are set to 0
+    (unspecified by the ISA, module note 4). With ``.16x32bx2`` and
+    ``half_split_offset == 0`` both half-warps write the same cells; which one wins is not
+    specified -- this simulator lets threads 16-31 win.
+    """
+    nregs = tcgen05_regs_per_thread(shape, num)
+    r = np.asarray(regs).astype(np.uint32)
+    if r.shape != (WARP_SIZE, nregs):
+        raise ValueError(f"expected registers of shape {(WARP_SIZE, nregs)}, got {r.shape}")
+    m = tcgen05_fragment_map(shape, num, half_split_offset=half_split_offset, pack16=unpack16)
+    lanes, cols = _tmem_cells(tmem, base_lane, base_col, m[..., 0], m[..., 1])
+    if unpack16:
+        vals = np.stack([r & np.uint32(0xFFFF), r >> np.uint32(16)], axis=-1)
+    else:
+        vals = r
+    # One thread at a time, in lane order, so threads 16-31 win where the halves overlap.
+    for lane in range(WARP_SIZE):
+        tmem[lanes[lane].reshape(-1), cols[lane].reshape(-1)] = vals[lane].reshape(-1)

@@ -1,0 +1,544 @@
+"""Lockstep SIMT execution of a lowered device function, one CTA at a time.
+
+The function is the TIR our pipeline hands to CUDA codegen: flat statements (``Bind``,
+``DeclBuffer``, ``AllocBuffer``), thread launches, serial loops, buffer loads and stores,
+and calls (PTX instructions, CUDA built-ins, math). Every value is a numpy array whose
+first axis runs over the CTA's threads (length 1 when uniform); vectors add a lanes axis.
+An ``if`` on a thread-dependent condition narrows the active mask; loops must have a
+uniform trip count. Anything the simulator does not know raises :class:`SimError`
+naming it: no node, call or attribute is skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import SimError
+from .memory import Counters, Memory, bank_ways
+from .numerics import cast, fma, from_bits, is_float, parse_dtype, to_bits
+from .tmem import TensorMemory
+
+DYNAMIC_SHARED_BYTES = 232448  # the most a CTA may have on sm_90 / sm_100 (227 KB)
+
+
+@dataclass
+class Pointer:
+    """An address: an allocation and a byte offset per thread (``(1,)`` when uniform)."""
+
+    memory: Memory
+    offsets: np.ndarray
+    shared_window: bool = False  # went through cvta.to.shared
+
+
+@dataclass
+class Binding:
+    """A buffer variable: its storage, where it starts, and how it is indexed."""
+
+    name: str
+    pointer: Pointer
+    dtype: np.dtype
+    lanes: int
+    shape: tuple[int, ...]
+    strides: tuple[Any, ...]
+    elem_offset: Any
+
+    @property
+    def elem_bytes(self) -> int:
+        return self.dtype.itemsize * self.lanes
+
+
+def _dtype_of(node: Any) -> str:
+    return str(node.ty.dtype)
+
+
+def _as_int(v: Any, what: str) -> int:
+    arr = np.asarray(v).ravel()
+    if arr.size == 0 or (arr != arr[0]).any():
+        raise SimError(f"{what} differs between threads; the simulator needs it uniform")
+    return int(arr[0])
+
+
+class Machine:
+    """Runs one device function over a grid of CTAs."""
+
+    def __init__(self, func: Any, args: list[Any], blocks: Any, rng: np.random.Generator):
+        from . import intrinsics  # late: intrinsics imports Pointer from here
+
+        self.func = func
+        self.rng = rng
+        self.counters = Counters()
+        self.calls = intrinsics.CALLS
+        self.env: dict[Any, Any] = {}
+        self.blocks = blocks
+        self.threads = 1
+        self.mask = np.ones(1, dtype=bool)
+        self.tid = np.zeros(1, dtype=np.int64)
+        self.epoch = 0
+        self.tmem: TensorMemory | None = None
+        self.dynamic_shared: Memory | None = None
+        self.globals: list[Memory] = []
+        for param, arg in zip(func.params, args, strict=True):
+            if isinstance(arg, np.ndarray):
+                flat = arg.reshape(-1).view(np.uint8)
+                mem = Memory(param.name, "global", flat.size, data=flat)
+                self.globals.append(mem)
+                self.env[param] = Pointer(mem, np.zeros(1, dtype=np.int64))
+            else:
+                self.env[param] = np.array([arg])
+
+    # -- statements ---------------------------------------------------------------------
+    def run(self) -> None:
+        self.exec(self.func.body)
+        if self.tmem is not None:
+            self.tmem.check_freed()
+
+    def exec(self, stmt: Any) -> None:
+        kind = type(stmt).__name__
+        handler = getattr(self, f"_s_{kind}", None)
+        if handler is None:
+            raise SimError(f"the simulator does not know the statement {kind}: {stmt}")
+        handler(stmt)
+
+    def _s_SeqStmt(self, s: Any) -> None:
+        for item in s.seq:
+            self.exec(item)
+
+    def _s_Bind(self, s: Any) -> None:
+        self.env[s.var] = self.eval(s.value)
+
+    def _s_Evaluate(self, s: Any) -> None:
+        self.eval(s.value)
+
+    def _s_AssertStmt(self, s: Any) -> None:
+        cond = np.broadcast_to(self.eval(s.condition), self.mask.shape)
+        if not cond[self.mask].all():
+            raise SimError(f"assertion failed: {s.message}")
+
+    def _s_DeclBuffer(self, s: Any) -> None:
+        buf = s.buffer
+        if buf.scope() == "tmem":
+            self.env[buf] = "tmem"  # reached through tcgen05 addresses only
+            return
+        if s.data is None:
+            raise SimError(f"buffer {buf.name} is declared without data")
+        ptr = self.eval(s.data)
+        if not isinstance(ptr, Pointer):
+            raise SimError(f"buffer {buf.name}'s data is not a pointer")
+        self.env[buf] = self._binding(buf, ptr)
+
+    def _s_AllocBuffer(self, s: Any) -> None:
+        buf = s.buffer
+        scope = buf.scope()
+        dtype, lanes = parse_dtype(buf.dtype)
+        elems = 1
+        for e in buf.shape:
+            elems *= _as_int(self.eval(e), f"extent of {buf.name}")
+        nbytes = elems * dtype.itemsize * lanes
+        if scope == "shared.dyn":
+            # all dynamic shared allocations share one window whose size the launch sets
+            if self.dynamic_shared is None:
+                self.dynamic_shared = Memory(buf.name, "shared", DYNAMIC_SHARED_BYTES, rng=self.rng)
+            mem = self.dynamic_shared
+        elif scope == "shared":
+            mem = Memory(buf.name, "shared", nbytes, rng=self.rng)
+        elif scope == "local":
+            mem = Memory(buf.name, "local", nbytes, threads=self.threads, rng=self.rng)
+        else:
+            raise SimError(f"the simulator has no memory scope {scope!r} ({buf.name})")
+        self.env[buf] = self._binding(buf, Pointer(mem, np.zeros(1, dtype=np.int64)))
+
+    def _binding(self, buf: Any, ptr: Pointer) -> Binding:
+        dtype, lanes = parse_dtype(buf.dtype)
+        return Binding(
+            buf.name,
+            ptr,
+            dtype,
+            lanes,
+            tuple(buf.shape),
+            tuple(buf.strides),
+            buf.elem_offset,
+        )
+
+    def _s_AttrStmt(self, s: Any) -> None:
+        if s.attr_key != "thread_extent":
+            self.exec(s.body)  # other attributes annotate; they do not change semantics
+            return
+        tag = s.node.thread_tag
+        extent = _as_int(self.eval(s.value), tag)
+        var = s.node.var
+        if tag.startswith("blockIdx"):
+            chosen = range(extent) if self.blocks is None else self.blocks
+            for b in chosen:
+                if b >= extent:
+                    raise SimError(f"CTA {b} does not exist: the grid has {extent}")
+                self._start_cta()
+                self.env[var] = np.array([b], dtype=np.int32)
+                self.exec(s.body)
+                self._end_cta()
+        elif tag == "threadIdx.x":
+            if self.threads != 1:
+                raise SimError("threadIdx.x launched twice")
+            self.threads = extent
+            self.tid = np.arange(extent, dtype=np.int64)
+            self.mask = np.ones(extent, dtype=bool)
+            if self.blocks is None and self.tmem is None:
+                self._start_cta()  # a kernel without blockIdx is a single CTA
+            self.env[var] = self.tid.astype(np.int32)
+            self.exec(s.body)
+            self.threads, self.mask = 1, np.ones(1, dtype=bool)
+            self.tid = np.zeros(1, dtype=np.int64)
+        else:
+            raise SimError(f"the simulator launches threadIdx.x and blockIdx.* only, not {tag}")
+
+    def _start_cta(self) -> None:
+        self.epoch = 0
+        if self.tmem is not None:
+            self.tmem.check_freed()
+        self.tmem = TensorMemory(self.rng)
+        self.dynamic_shared = None
+
+    def _end_cta(self) -> None:
+        if self.tmem is not None:
+            self.tmem.check_freed()
+
+    def _s_For(self, s: Any) -> None:
+        kind = int(s.kind)
+        if kind not in (0, 2):  # serial, unrolled
+            raise SimError(f"loop {s.loop_var} of kind {s.kind}: the simulator runs serial loops")
+        lo = _as_int(self.eval(s.min), f"start of loop {s.loop_var}")
+        n = _as_int(self.eval(s.extent), f"trip count of loop {s.loop_var}")
+        step = 1 if s.step is None else _as_int(self.eval(s.step), "loop step")
+        dt = parse_dtype(_dtype_of(s.loop_var))[0]
+        for i in range(lo, lo + n * step, step):
+            self.env[s.loop_var] = np.array([i], dtype=dt)
+            self.exec(s.body)
+
+    def _s_IfThenElse(self, s: Any) -> None:
+        cond = np.broadcast_to(self.eval(s.condition).astype(bool), self.mask.shape)
+        saved = self.mask
+        try:
+            self.mask = saved & cond
+            if self.mask.any():
+                self.exec(s.then_case)
+            if s.else_case is not None:
+                self.mask = saved & ~cond
+                if self.mask.any():
+                    self.exec(s.else_case)
+        finally:
+            self.mask = saved
+
+    def _s_BufferStore(self, s: Any) -> None:
+        b = self._bound(s.buffer)
+        value = self.eval(s.value)
+        offsets, size = self._address(b, s.indices)
+        dtype, lanes = parse_dtype(_dtype_of(s.value))
+        threads = self._active_threads()
+        raw = to_bits(
+            np.broadcast_to(value, (self.threads, *value.shape[1:])), dtype, lanes, self.threads
+        )
+        self._memory_op(b, threads, offsets, size, raw, lanes)
+
+    # -- memory ---------------------------------------------------------------------------
+    def _bound(self, buf: Any) -> Binding:
+        b = self.env.get(buf)
+        if b == "tmem":
+            raise SimError(f"{buf.name} is tensor memory: only tcgen05 instructions reach it")
+        if not isinstance(b, Binding):
+            raise SimError(f"buffer {buf.name} is used before it is declared")
+        return b
+
+    def _active_threads(self) -> np.ndarray:
+        return self.tid[np.broadcast_to(self.mask, self.tid.shape)]
+
+    def _flat_index(self, b: Binding, indices: Any) -> tuple[np.ndarray, Any]:
+        """Element index ``(T,)`` or ``(T, lanes)`` of ``indices`` into ``b``, and the
+        index node when it is one contiguous ramp (a vector access)."""
+        idx = [self.eval(i) for i in indices]
+        if b.strides:
+            strides = [self.eval(st) for st in b.strides]
+        else:
+            strides, acc = [], np.array([1])
+            for ext in reversed(b.shape):
+                strides.insert(0, acc)
+                acc = acc * self.eval(ext)
+        flat = np.array([0], dtype=np.int64)
+        for i, st in zip(idx, strides, strict=True):
+            flat = flat + i.astype(np.int64) * np.asarray(st).astype(np.int64).reshape(-1)[0]
+        flat = flat + int(self.eval(b.elem_offset)[0])
+        ramp = indices[-1] if type(indices[-1]).__name__ == "Ramp" else None
+        return flat, ramp
+
+    def _address(self, b: Binding, indices: Any) -> tuple[np.ndarray, int]:
+        """Byte offsets per access and the access size: ``(T,)`` with a vector buffer or a
+        unit-stride ramp (one vector access), ``(T, lanes)`` for a gather."""
+        flat, ramp = self._flat_index(b, indices)
+        base = b.pointer.offsets
+        if flat.ndim == 1:
+            return base + flat * b.elem_bytes, b.elem_bytes
+        stride = None
+        if ramp is not None and type(ramp.stride).__name__ == "IntImm":
+            stride = int(ramp.stride.value)
+        if stride == 1:
+            return base + flat[:, 0] * b.elem_bytes, b.elem_bytes * flat.shape[1]
+        return base[:, None] + flat * b.elem_bytes, b.elem_bytes
+
+    def _memory_op(
+        self,
+        b: Binding,
+        threads: np.ndarray,
+        offsets: np.ndarray,
+        size: int,
+        raw: np.ndarray | None,
+        lanes: int,
+    ) -> np.ndarray | None:
+        """Load (``raw`` None) or store the active threads' accesses; count them."""
+        mem = b.pointer.memory
+        offs = np.broadcast_to(offsets, (self.threads, *offsets.shape[1:]))[threads]
+        gather = offs.ndim == 2
+        flat_threads = np.repeat(threads, offs.shape[1]) if gather else threads
+        flat_offs = offs.reshape(-1)
+        direction = "load" if raw is None else "store"
+        self._count_access(mem, direction, flat_threads, flat_offs, size, mem.name, gather)
+        if raw is None:
+            data = mem.load(flat_threads, flat_offs, size, self.epoch)
+            return data.reshape(len(threads), -1)
+        mine = raw[threads].reshape(len(flat_threads), size)
+        mem.store(flat_threads, flat_offs, mine, self.epoch)
+        return None
+
+    def _count_access(self, mem, direction, threads, offsets, size, name, gather) -> None:
+        warps = np.unique(threads // 32)
+        kind = f"{'ld' if direction == 'load' else 'st'}.{mem.space}.b{size * 8}"
+        per_warp = 1 if not gather else max(1, len(threads) // max(1, len(warps)))
+        self.counters.instructions[kind] += len(warps) * (per_warp if gather else 1)
+        self.counters.bytes[f"{mem.space}.{direction}"] += len(threads) * size
+        if mem.space == "shared" and not gather:
+            for warp, ways in bank_ways(threads, offsets, size).items():
+                self.counters.bank_conflicts.append(_bank_record(kind, name, warp, ways))
+
+    def load(self, b: Binding, indices: Any, dtype_text: str) -> np.ndarray:
+        offsets, size = self._address(b, indices)
+        dtype, lanes = parse_dtype(dtype_text)
+        threads = self._active_threads()
+        raw = self._memory_op(b, threads, offsets, size, None, lanes)
+        out_bytes = dtype.itemsize * lanes
+        full = np.zeros((self.threads, out_bytes), dtype=np.uint8)  # inactive lanes: 0
+        full[threads] = raw.reshape(len(threads), out_bytes)
+        return from_bits(full, dtype, lanes)
+
+    # -- expressions ------------------------------------------------------------------------
+    def eval(self, e: Any) -> Any:
+        kind = type(e).__name__
+        handler = getattr(self, f"_e_{kind}", None)
+        if handler is None:
+            raise SimError(f"the simulator does not know the expression {kind}: {e}")
+        return handler(e)
+
+    def _e_IntImm(self, e: Any) -> np.ndarray:
+        return np.array([e.value], dtype=parse_dtype(_dtype_of(e))[0])
+
+    def _e_FloatImm(self, e: Any) -> np.ndarray:
+        return np.array([e.value], dtype=parse_dtype(_dtype_of(e))[0])
+
+    def _e_StringImm(self, e: Any) -> str:
+        return e.value
+
+    def _e_Var(self, e: Any) -> Any:
+        if e not in self.env:
+            raise SimError(f"variable {e.name} is used before it is bound")
+        return self.env[e]
+
+    def _e_TensorLoad(self, e: Any) -> np.ndarray:
+        return self.load(self._bound(e.source), e.indices, _dtype_of(e))
+
+    def _e_Cast(self, e: Any) -> np.ndarray:
+        dtype, lanes = parse_dtype(_dtype_of(e))
+        return cast(np.asarray(self.eval(e.value)), dtype)
+
+    def _e_Ramp(self, e: Any) -> np.ndarray:
+        base = self.eval(e.base).astype(np.int64)
+        stride = self.eval(e.stride).astype(np.int64)
+        lanes = int(e.lanes) if not hasattr(e.lanes, "value") else int(e.lanes.value)
+        return base[:, None] + stride[:, None] * np.arange(lanes)
+
+    def _e_Broadcast(self, e: Any) -> np.ndarray:
+        v = self.eval(e.value)
+        lanes = int(e.lanes) if not hasattr(e.lanes, "value") else int(e.lanes.value)
+        return np.repeat(v[:, None], lanes, axis=1)
+
+    def _e_Select(self, e: Any) -> np.ndarray:
+        cond = self.eval(e.condition).astype(bool)
+        return np.where(cond, self.eval(e.true_value), self.eval(e.false_value))
+
+    def _e_Let(self, e: Any) -> Any:
+        self.env[e.var] = self.eval(e.value)
+        return self.eval(e.body)
+
+    def _e_Not(self, e: Any) -> np.ndarray:
+        return ~self.eval(e.a).astype(bool)
+
+    def _e_Call(self, e: Any) -> Any:
+        name = e.op.name if hasattr(e.op, "name") else str(e.op)
+        handler = self.calls.get(name)
+        if handler is None:
+            raise SimError(f"the simulator does not know the call {name}: {e}")
+        return handler(self, e)
+
+    def _binary(self, e: Any, fn) -> np.ndarray:
+        a, b = self.eval(e.a), self.eval(e.b)
+        dtype = parse_dtype(_dtype_of(e))[0]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            out = fn(a, b)
+        return np.asarray(out).astype(dtype, copy=False)
+
+    def _contracted(self, e: Any, sign_c: int) -> np.ndarray | None:
+        """``a * b + c``: CUDA contracts it to one fused multiply-add (nvcc -fmad=true)."""
+        dtype = parse_dtype(_dtype_of(e))[0]
+        if not is_float(dtype) or dtype == np.float64:
+            return None
+        for mul, other in ((e.a, e.b), (e.b, e.a)):
+            if type(mul).__name__ == "Mul":
+                if sign_c < 0 and mul is e.b:
+                    continue  # c - a*b: not one fma of these operands without negation
+                x, y, c = self.eval(mul.a), self.eval(mul.b), self.eval(other)
+                c = c if sign_c > 0 else -c
+                shape = np.broadcast_shapes(x.shape, y.shape, c.shape)
+                return fma(*(np.broadcast_to(v, shape) for v in (x, y, c)), dtype)
+        return None
+
+    def _e_Add(self, e: Any) -> np.ndarray:
+        fused = self._contracted(e, +1)
+        return fused if fused is not None else self._binary(e, np.add)
+
+    def _e_Sub(self, e: Any) -> np.ndarray:
+        fused = self._contracted(e, -1)
+        return fused if fused is not None else self._binary(e, np.subtract)
+
+    def _e_Mul(self, e: Any) -> np.ndarray:
+        return self._binary(e, np.multiply)
+
+    def _e_Div(self, e: Any) -> np.ndarray:
+        dtype = parse_dtype(_dtype_of(e))[0]
+        if is_float(dtype):
+            return self._binary(e, np.divide)
+        return self._binary(e, _trunc_div)
+
+    def _e_Mod(self, e: Any) -> np.ndarray:
+        return self._binary(e, lambda a, b: a - _trunc_div(a, b) * b)
+
+    def _e_FloorDiv(self, e: Any) -> np.ndarray:
+        return self._binary(e, _checked(np.floor_divide))
+
+    def _e_FloorMod(self, e: Any) -> np.ndarray:
+        return self._binary(e, _checked(np.mod))
+
+    def _e_Min(self, e: Any) -> np.ndarray:
+        dtype = parse_dtype(_dtype_of(e))[0]
+        return self._binary(e, np.fmin if is_float(dtype) else np.minimum)
+
+    def _e_Max(self, e: Any) -> np.ndarray:
+        dtype = parse_dtype(_dtype_of(e))[0]
+        return self._binary(e, np.fmax if is_float(dtype) else np.maximum)
+
+    def _e_BitwiseAnd(self, e: Any) -> np.ndarray:
+        return self._binary(e, np.bitwise_and)
+
+    def _e_BitwiseOr(self, e: Any) -> np.ndarray:
+        return self._binary(e, np.bitwise_or)
+
+    def _e_BitwiseXor(self, e: Any) -> np.ndarray:
+        return self._binary(e, np.bitwise_xor)
+
+    def _e_BitwiseNot(self, e: Any) -> np.ndarray:
+        return np.invert(self.eval(e.a))
+
+    def _e_LShift(self, e: Any) -> np.ndarray:
+        return self._binary(e, _shift(np.left_shift))
+
+    def _e_RShift(self, e: Any) -> np.ndarray:
+        return self._binary(e, _shift(np.right_shift))
+
+    def _compare(self, e: Any, fn) -> np.ndarray:
+        return np.asarray(fn(self.eval(e.a), self.eval(e.b)))
+
+    def _e_EQ(self, e):
+        return self._compare(e, np.equal)
+
+    def _e_NE(self, e):
+        return self._compare(e, np.not_equal)
+
+    def _e_LT(self, e):
+        return self._compare(e, np.less)
+
+    def _e_LE(self, e):
+        return self._compare(e, np.less_equal)
+
+    def _e_GT(self, e):
+        return self._compare(e, np.greater)
+
+    def _e_GE(self, e):
+        return self._compare(e, np.greater_equal)
+
+    def _e_And(self, e):
+        return self.eval(e.a).astype(bool) & self.eval(e.b).astype(bool)
+
+    def _e_Or(self, e):
+        return self.eval(e.a).astype(bool) | self.eval(e.b).astype(bool)
+
+    # -- helpers for intrinsics ---------------------------------------------------------------
+    def warps(self) -> list[int]:
+        """The warps with at least one active thread."""
+        return sorted({int(t) // 32 for t in self._active_threads()})
+
+    def require_full_warps(self, what: str) -> None:
+        """``.sync.aligned`` instructions: every thread of each issuing warp executes them."""
+        for w in self.warps():
+            lanes = self.mask[w * 32 : (w + 1) * 32] if self.mask.size > 1 else self.mask
+            if not np.all(lanes):
+                raise SimError(f"{what} is .sync.aligned, but warp {w} runs it diverged")
+
+    def local_memories(self) -> list[Memory]:
+        return [
+            b.pointer.memory
+            for b in self.env.values()
+            if isinstance(b, Binding) and b.pointer.memory.space == "local"
+        ]
+
+    def per_thread(self, v: Any) -> np.ndarray:
+        return np.broadcast_to(np.asarray(v), (self.threads, *np.asarray(v).shape[1:]))
+
+
+def _bank_record(kind, name, warp, ways):
+    from .memory import BankRecord
+
+    return BankRecord(kind, name, warp, ways)
+
+
+def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if (np.asarray(b) == 0).any():
+        raise SimError("integer division by zero")
+    q = np.floor_divide(a, b)
+    fix = (np.mod(a, b) != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0))
+    return q + fix
+
+
+def _checked(fn):
+    def op(a, b):
+        if (np.asarray(b) == 0).any():
+            raise SimError("integer division by zero")
+        return fn(a, b)
+
+    return op
+
+
+def _shift(fn):
+    def op(a, b):
+        bits = np.asarray(a).dtype.itemsize * 8
+        if ((np.asarray(b) < 0) | (np.asarray(b) >= bits)).any():
+            raise SimError(f"shift by {np.asarray(b).max()} of a {bits}-bit value is undefined")
+        return fn(a, np.asarray(b).astype(np.asarray(a).dtype))
+
+    return op

@@ -1,0 +1,293 @@
+"""The CPU simulator: it must catch what the GPU would get wrong, count what the kernel
+did, and agree with the H200 bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.tirx.layout import Axis, S, TileLayout
+
+from tirx_cuda_dispatch import demos, runtime, sim
+from tirx_cuda_dispatch.sim import SimError
+from tirx_cuda_dispatch.sim.numerics import fma
+
+lane = Axis.laneid
+A_FRAGMENT = TileLayout(S[(2, 8, 2, 4, 2) : (2, 4 @ lane, 4, 1 @ lane, 1)])
+SWIZZLE_32B = None  # filled lazily (needs TVM's tma helper)
+
+
+# -- hand-written kernels: a correct form and a deliberately broken one -------------------
+def ldmatrix_x1(row_of_lane):
+    """A warp loads one 8x8 float16 matrix with ldmatrix.x1; lane i supplies the address of
+    row ``row_of_lane(i)`` (the ISA says: row i % 8). F[lane] = the lane's register."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, F_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64,), "float16")
+        F = T.match_buffer(F_ptr, (32, 2), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([32])
+        A_smem = T.alloc_buffer((64,), "float16", scope="shared")
+        R = T.alloc_local((2,), "float16")
+        words = R.view("uint32")
+        A_smem[tid * 2] = A[tid * 2]
+        A_smem[tid * 2 + 1] = A[tid * 2 + 1]
+        T.cuda.cta_sync()
+        T.ptx["ldmatrix.sync.aligned.m8n8.x1.shared.b16"](
+            words[0], T.cuda.cvta_generic_to_shared(A_smem.ptr_to([row_of_lane(tid) * 8]))
+        )
+        F[tid, 0] = R[0]
+        F[tid, 1] = R[1]
+    # fmt: on
+    return kernel
+
+
+def vector_copy(offset_of_thread, elem_offset=0):
+    """32 threads copy 128 float32 as 128-bit vectors; thread t moves the 4 elements at
+    ``offset_of_thread(t) + elem_offset`` (correct: 4 t)."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (132,), "float32")
+        B = T.match_buffer(B_ptr, (132,), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([32])
+        base = T.meta_var(offset_of_thread(tid) + elem_offset)
+        B[T.Ramp(base, 1, 4)] = A[T.Ramp(base, 1, 4)]
+    # fmt: on
+    return kernel
+
+
+def staged_copy(barrier: bool):
+    """A 128-thread CTA copies 32x64 float32 global -> shared (all four warps), then warp 0
+    alone copies the tile on to global: it reads what warps 1-3 wrote. ``barrier`` puts
+    __syncthreads between the two copies."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32, 64), "float32")
+        B = T.match_buffer(B_ptr, (32, 64), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        wid = T.warp_id([4])
+        T.lane_id([32])
+        T.thread_id([128])
+        A_smem = T.alloc_buffer((32, 64), "float32", scope="shared")
+        Tx.cta.copy(A_smem[:, :], A[:, :])
+        if barrier:
+            T.cuda.cta_sync()
+        if wid == 0:
+            Tx.warp.copy(B[:, :], A_smem[:, :])
+    # fmt: on
+    return kernel
+
+
+def _expected_x1(a: np.ndarray) -> np.ndarray:
+    """The ISA's ldmatrix fragment, written out: lane i holds row i // 4, columns
+    2 (i % 4) and 2 (i % 4) + 1 (PTX ISA, ldmatrix, "Figure: fragment layout")."""
+    m = a.reshape(8, 8)
+    return np.array([[m[i // 4, 2 * (i % 4)], m[i // 4, 2 * (i % 4) + 1]] for i in range(32)])
+
+
+# -- negative controls: each must be caught --------------------------------------------------
+def test_ldmatrix_fragment_is_the_isa_one(rng):
+    a = runtime.random_array((64,), "float16", rng)
+    out = sim.run(
+        ldmatrix_x1(lambda t: t % 8), [a, runtime.poison_like(np.zeros((32, 2), a.dtype))]
+    )
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(_expected_x1(a)))
+
+
+def test_a_wrong_ldmatrix_lane_mapping_is_caught(rng):
+    a = runtime.random_array((64,), "float16", rng)
+    f = runtime.poison_like(np.zeros((32, 2), a.dtype))
+    out = sim.run(ldmatrix_x1(lambda t: (t + 1) % 8), [a, f])  # each lane names the next row
+    assert not np.array_equal(runtime.bits(out[1]), runtime.bits(_expected_x1(a)))
+
+
+def test_the_vector_copy_itself_is_exact(rng):
+    a = runtime.random_array((132,), "float32", rng)
+    out = sim.run(vector_copy(lambda t: t * 4), [a, runtime.poison_like(a)])
+    np.testing.assert_array_equal(out[1][:128], a[:128])
+
+
+def test_an_off_by_one_vector_offset_is_caught(rng):
+    a = runtime.random_array((132,), "float32", rng)
+    out = sim.run(vector_copy(lambda t: (t + 1) * 4), [a, runtime.poison_like(a)])
+    assert not np.array_equal(out[1][:128], a[:128])  # every vector lands one slot late
+
+
+def test_a_misaligned_vector_access_faults():
+    a = np.arange(132, dtype=np.float32) + 1
+    with pytest.raises(SimError, match="misaligned 16-byte"):
+        sim.run(vector_copy(lambda t: t * 4, elem_offset=1), [a, np.zeros_like(a)])
+
+
+def test_a_missing_barrier_between_warps_is_a_race(rng):
+    a = runtime.random_array((32, 64), "float32", rng)
+    out = sim.run(staged_copy(barrier=True), [a, runtime.poison_like(a)])
+    np.testing.assert_array_equal(out[1], a)
+    with pytest.raises(SimError, match="shared-memory race"):
+        sim.run(staged_copy(barrier=False), [a, runtime.poison_like(a)])
+
+
+def test_out_of_bounds_and_unwritten_reads_are_errors():
+    a = np.arange(132, dtype=np.float32) + 1
+    with pytest.raises(SimError, match="out of bounds"):
+        sim.run(vector_copy(lambda t: t * 4 + 8), [a, np.zeros_like(a)])
+
+
+def test_reading_tensor_memory_before_wait_st_is_caught(rng):
+    a = runtime.random_array((128, 8), "float16", rng)
+    out = sim.run(demos.tcgen05_roundtrip(), [a, runtime.poison_like(a)], target="sm_100a")
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+    with pytest.raises(SimError, match="wait::st is missing"):
+        sim.run(demos.tcgen05_roundtrip(wait_st=False), [a, a.copy()], target="sm_100a")
+
+
+# -- counters ---------------------------------------------------------------------------------
+def _swizzle_32b():
+    from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
+
+    return mma_shared_layout("float16", SwizzleMode.SWIZZLE_32B_ATOM, (16, 16))
+
+
+def test_counts_ldmatrix_bank_conflicts_of_the_shared_layout(rng):
+    a = runtime.random_array((16, 16), "float16", rng)
+    args = [a, runtime.poison_like(a), np.zeros((32, 8), a.dtype)]
+    plain = demos.ldstmatrix_roundtrip(A_FRAGMENT, TileLayout(S[(16, 16)]), (16, 16), 8)
+    swizzled = demos.ldstmatrix_roundtrip(A_FRAGMENT, _swizzle_32b(), (16, 16), 8)
+    c_plain = sim.run(plain, args).counters
+    c_swizzled = sim.run(swizzled, args).counters
+    assert c_plain.instructions["ldmatrix.x4"] == 1 and c_plain.instructions["stmatrix.x4"] == 1
+    ld = [r.ways for r in c_plain.bank_conflicts if r.instruction.startswith("ldmatrix")]
+    assert ld == [2]  # row-major 16x16 float16: rows 32 bytes apart, two per bank group
+    assert {r.ways for r in c_swizzled.bank_conflicts} == {1}
+
+
+def test_counts_bytes_and_vector_widths(rng):
+    a = runtime.random_array((64, 64), "float16", rng)
+    func = demos.gmem_smem_roundtrip("float16", (32, 64), "warpgroup", ctas=2)
+    c = sim.run(func, [a, runtime.poison_like(a)]).counters
+    assert c.bytes["global.load"] == c.bytes["global.store"] == a.nbytes
+    assert c.instructions["ld.shared.b128"] == 2 * 4 * 2  # 2 CTAs x 4 warps x 2 rounds
+    assert c.instructions["bar.sync"] == 2 * 4
+
+
+def test_row_per_lane_float32_conflicts_as_the_bank_model_says(rng):
+    a = runtime.random_array((32, 8), "float32", rng)
+    func = demos.reg_roundtrip(TileLayout(S[(32, 8) : (1 @ lane, 1)]), (32, 8))
+    c = sim.run(func, [a, runtime.poison_like(a)]).counters
+    reg_side = [
+        r.ways for r in c.bank_conflicts if r.buffer == "A_smem" and "b128" in r.instruction
+    ]
+    assert max(reg_side) == 2  # lanes 4 rows (128 B) apart share banks: 2-way
+
+
+# -- numerics ---------------------------------------------------------------------------------
+def test_fma_rounds_once():
+    # a*b+c where rounding twice (to float64, then float16) differs from rounding once
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.standard_normal(20000).astype(np.float16) for _ in range(3))
+    from fractions import Fraction
+
+    got = fma(a, b, c, np.dtype(np.float16))
+    for x, y, z, g in list(zip(a, b, c, got, strict=True))[:2000]:
+        exact = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+        lo = np.float16(float(exact))
+        candidates = [
+            lo,
+            np.nextafter(lo, np.float16(np.inf)),
+            np.nextafter(lo, np.float16(-np.inf)),
+        ]
+        best = min(
+            candidates, key=lambda v: (abs(Fraction(float(v)) - exact), int(v.view(np.uint16)) & 1)
+        )
+        assert g.view(np.uint16) == best.view(np.uint16)
+
+
+def test_unknown_calls_are_errors_not_skips():
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32,), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([32])
+        A[tid] = T.call_pure_extern("float32", "__nv_mystery", A[tid])
+    # fmt: on
+    with pytest.raises(SimError, match="__nv_mystery"):
+        sim.run(kernel, [np.ones(32, np.float32)])
+
+
+# -- agreement with the hardware -----------------------------------------------------------------
+def _agreement_kernels():
+    from tirx_cuda_dispatch.demos import elementwise_roundtrip
+
+    yield (
+        "gmem_smem-f16",
+        demos.gmem_smem_roundtrip("float16", (32, 64), "warpgroup", ctas=3),
+        [
+            ((96, 64), "float16"),
+        ],
+    )
+    yield (
+        "reg-f32",
+        demos.reg_roundtrip(TileLayout(S[(32, 16) : (1 @ lane, 1)]), (32, 16)),
+        [
+            ((32, 16), "float32"),
+        ],
+    )
+    yield (
+        "ldstmatrix-A",
+        demos.ldstmatrix_roundtrip(A_FRAGMENT, _swizzle_32b(), (16, 16), 8),
+        [
+            ((16, 16), "float16"),
+            ((32, 8), "float16"),
+        ],
+    )
+    layout = TileLayout(S[(32, 8) : (1 @ lane, 1)])
+    for op, dtype in (
+        ("fma", "float32"),
+        ("fma", "float16"),
+        ("add", "bfloat16"),
+        ("cast", "float16"),
+    ):
+        src = "float32" if op == "cast" else dtype
+        yield (
+            f"{op}-{dtype}",
+            elementwise_roundtrip(op, layout, (32, 8), dtype, src_dtype=src),
+            [
+                ((32, 8), src),
+                ((32, 8), dtype),
+                ((32, 8), dtype),
+            ],
+        )
+
+
+AGREEMENT = list(_agreement_kernels())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, func, specs", AGREEMENT, ids=[n for n, _, _ in AGREEMENT])
+def test_simulator_agrees_with_the_gpu(name, func, specs, rng, gpu):
+    inputs = [runtime.random_array(shape, dtype, rng) for shape, dtype in specs]
+    if name.startswith(("gmem", "reg")):
+        args = [inputs[0], runtime.poison_like(inputs[0])]
+    elif name.startswith("ldstmatrix"):
+        args = [inputs[0], runtime.poison_like(inputs[0]), runtime.poison_like(inputs[1])]
+    else:
+        args = [*inputs, runtime.poison_like(inputs[1])]
+    on_gpu = runtime.run(runtime.build(func, gpu), runtime.entry_name(func), args)
+    simulated = sim.run(func, args, target=gpu).arrays
+    for g, s in zip(on_gpu, simulated, strict=True):
+        np.testing.assert_array_equal(runtime.bits(s), runtime.bits(g))
