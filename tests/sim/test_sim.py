@@ -15,7 +15,6 @@ from tirx_cuda_dispatch.sim.numerics import fma
 
 lane = Axis.laneid
 A_FRAGMENT = TileLayout(S[(2, 8, 2, 4, 2) : (2, 4 @ lane, 4, 1 @ lane, 1)])
-SWIZZLE_32B = None  # filled lazily (needs TVM's tma helper)
 
 
 # -- hand-written kernels: a correct form and a deliberately broken one -------------------

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import SimError
-from .memory import Counters, Memory, bank_ways
+from .memory import BankRecord, Counters, Memory, bank_ways
 from .numerics import cast, fma, from_bits, is_float, parse_dtype, to_bits
 from .tmem import TensorMemory
 
@@ -312,12 +312,13 @@ class Machine:
     def _count_access(self, mem, direction, threads, offsets, size, name, gather) -> None:
         warps = np.unique(threads // 32)
         kind = f"{'ld' if direction == 'load' else 'st'}.{mem.space}.b{size * 8}"
-        per_warp = 1 if not gather else max(1, len(threads) // max(1, len(warps)))
-        self.counters.instructions[kind] += len(warps) * (per_warp if gather else 1)
+        # a gather issues one scalar access per lane of the vector
+        lanes = len(threads) // self._active_threads().size if gather else 1
+        self.counters.instructions[kind] += len(warps) * max(1, lanes)
         self.counters.bytes[f"{mem.space}.{direction}"] += len(threads) * size
         if mem.space == "shared" and not gather:
             for warp, ways in bank_ways(threads, offsets, size).items():
-                self.counters.bank_conflicts.append(_bank_record(kind, name, warp, ways))
+                self.counters.bank_conflicts.append(BankRecord(kind, name, warp, ways))
 
     def load(self, b: Binding, indices: Any, dtype_text: str) -> np.ndarray:
         offsets, size = self._address(b, indices)
@@ -399,10 +400,10 @@ class Machine:
         dtype = parse_dtype(_dtype_of(e))[0]
         if not is_float(dtype) or dtype == np.float64:
             return None
-        for mul, other in ((e.a, e.b), (e.b, e.a)):
+        # a*b + c, c + a*b, a*b - c (c - a*b would need a negated product: not fused here)
+        pairs = ((e.a, e.b), (e.b, e.a)) if sign_c > 0 else ((e.a, e.b),)
+        for mul, other in pairs:
             if type(mul).__name__ == "Mul":
-                if sign_c < 0 and mul is e.b:
-                    continue  # c - a*b: not one fma of these operands without negation
                 x, y, c = self.eval(mul.a), self.eval(mul.b), self.eval(other)
                 c = c if sign_c > 0 else -c
                 shape = np.broadcast_shapes(x.shape, y.shape, c.shape)
@@ -509,12 +510,6 @@ class Machine:
 
     def per_thread(self, v: Any) -> np.ndarray:
         return np.broadcast_to(np.asarray(v), (self.threads, *np.asarray(v).shape[1:]))
-
-
-def _bank_record(kind, name, warp, ways):
-    from .memory import BankRecord
-
-    return BankRecord(kind, name, warp, ways)
 
 
 def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:

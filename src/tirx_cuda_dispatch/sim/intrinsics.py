@@ -15,6 +15,7 @@ from ..codegen import HELPER_MEANINGS
 from . import fragments
 from .errors import SimError
 from .interpreter import Machine, Pointer
+from .memory import BankRecord, bank_ways
 from .numerics import cast, fma, from_bits, is_float, parse_dtype, to_bits
 
 CALLS: dict[str, Callable[[Machine, Any], Any]] = {}
@@ -364,8 +365,8 @@ def _ldst_matrix(m: Machine, call: Any, load: bool) -> None:
     kind = f"{mnemonic}.x{num}{'.trans' if trans else ''}"
     for warp in m.warps():
         mem, row_threads, row_offsets = _row_pointers(m, addr, num, warp, mnemonic)
-        for w, ways in _matrix_ways(row_threads, row_offsets).items():
-            m.counters.bank_conflicts.append(_record(kind, mem.name, w, ways))
+        for w, ways in bank_ways(row_threads, row_offsets, 16).items():
+            m.counters.bank_conflicts.append(BankRecord(kind, mem.name, w, ways))
         m.counters.instructions[kind] += 1
         if load:
             rows = mem.load(row_threads, row_offsets, 16, m.epoch)  # (8*num, 16) bytes
@@ -381,18 +382,6 @@ def _ldst_matrix(m: Machine, call: Any, load: bool) -> None:
     if load:
         for k, reg in enumerate(regs):
             _store_register(m, reg, out[:, k])
-
-
-def _matrix_ways(threads: np.ndarray, offsets: np.ndarray) -> dict[int, int]:
-    from .memory import bank_ways
-
-    return bank_ways(threads, offsets, 16)
-
-
-def _record(kind: str, name: str, warp: int, ways: int):
-    from .memory import BankRecord
-
-    return BankRecord(kind, name, warp, ways)
 
 
 @_call("tirx.ptx.ldmatrix")
@@ -527,13 +516,13 @@ def _tc_ldst(m: Machine, call: Any, load: bool) -> None:
         rows = slice(warp * 32, (warp + 1) * 32)
         if load:
             vals = tmem.load(warp, lanes, cols)
-            if pack:
-                vals = (vals[..., 0] & 0xFFFF) | ((vals[..., 1] & 0xFFFF) << 16)
+            if pack:  # [lane, reg, half] cells -> one register per (lane, reg)
+                vals = fragments.tcgen05_pack16(vals)[..., 0]
             out[rows] = vals
             m.counters.bytes["tmem.load"] += vals.size * 4
         else:
             words = held[rows]
-            vals = np.stack([words & 0xFFFF, words >> 16], axis=-1) if pack else words
+            vals = fragments.tcgen05_unpack16(words[..., None]) if pack else words
             tmem.store(warp, lanes.reshape(-1), cols.reshape(-1), vals.reshape(-1))
             m.counters.bytes["tmem.store"] += words.size * 4
     if load:
