@@ -48,14 +48,15 @@ def kernel(A_ptr: T.handle, B_ptr: T.handle, F_ptr: T.handle):
     T.cuda.cta_sync()
     R = T.alloc_buffer((8, 4, num, 2), dtype, scope="local", layout=r_layout)
     R_flat = T.decl_buffer((2 * num,), dtype, data=R.data, scope="local")
-    Tx.warp.copy(R[full], A_smem[full])  # shared -> registers  (ldmatrix .x2)
+    # ldmatrix .x2, forced: its rows here are 32 B apart (2-way bank conflicts), so the cost rule alone picks copy -> reg
+    Tx.warp.copy(R[full], A_smem[full], dispatch="ldstmatrix")
     for r in range(2 * num):
         F[tid, r] = R_flat[r]
     T.cuda.cta_sync()
     for c in range(N // 4):
         A_rows[row, quarter + c] = T.float16(0)  # clear: a no-op copy cannot pass
     T.cuda.cta_sync()
-    Tx.warp.copy(A_smem[full], R[full])  # registers -> shared  (stmatrix .x2)
+    Tx.warp.copy(A_smem[full], R[full], dispatch="ldstmatrix")  # registers -> shared (stmatrix)
     T.cuda.cta_sync()
     for c in range(N // 4):
         B[row, quarter + c] = A_rows[row, quarter + c]

@@ -27,7 +27,10 @@ def test_ldmatrix_picture_follows_the_isa_fragment():
     """Lane i holds row i // 4, columns 2 (i % 4) + {0, 1} of each 8x8 matrix; the A
     fragment's registers 0-1 / 2-3 / 4-5 / 6-7 are the matrices at rows 0/8 x cols 0/8."""
     pic = _picture(
-        demos.ldstmatrix_roundtrip(A_FRAGMENT, TileLayout(S[(16, 16)]), (16, 16), 8), "ldstmatrix"
+        demos.ldstmatrix_roundtrip(
+            A_FRAGMENT, TileLayout(S[(16, 16)]), (16, 16), 8, dispatch="ldstmatrix"
+        ),
+        "ldstmatrix",
     )
     for row in range(16):
         for col in range(16):
@@ -46,14 +49,25 @@ def test_swizzle_removes_the_ldmatrix_conflict():
     assert all(c.conflict == 1 for row in pic.cells for c in row)
 
 
-@pytest.mark.parametrize("k, ways", [(4, 1), (8, 2), (16, 4)])
-def test_copy_reg_rows_conflict_as_measured(k, ways):
+@pytest.mark.parametrize("k, plain_ways, group", [(4, 1, None), (8, 2, 4), (16, 4, 2), (32, 8, 1)])
+def test_copy_reg_rows_are_drawn_in_the_rotated_order(k, plain_ways, group):
     """Lane i owns row i of K float32: 128-bit rounds, 8 lanes per wavefront, rows 4K bytes
-    apart (the 2/4-way conflicts the performance issue measured on the H200 for K = 8/16)."""
+    apart (2/4/8-way conflicts in the plain order, as measured on the H200 for K = 8/16/32).
+    The picture shows the order the emitter uses: lane i moves chunk c in step
+    (c - shift(i)) mod chunks, shift(i) = (i // group) % chunks, and no step conflicts."""
     layout = TileLayout(S[(32, k) : (1 @ lane, 1)])
-    pic = _picture(demos.reg_roundtrip(layout, (32, k)), "reg")
-    assert pic.worst_conflict == ways
-    assert pic.cells[5][k - 1].thread == 5 and pic.cells[5][k - 1].register == k - 1
+    func = demos.reg_roundtrip(layout, (32, k))
+    [plan] = [r.plan for r in tcd.explain(func) if r.plan.get("direction") == "shared->local"]
+    assert max(plan["plain_conflict_ways" if group else "conflict_ways"]) == plain_ways
+    pic = _picture(func, "reg")
+    assert pic.worst_conflict == 1
+    chunks = k // 4
+    for lane_ in (0, 5, 13, 31):
+        shift = (lane_ // group) % chunks if group else 0
+        for col in range(k):
+            cell = pic.cells[lane_][col]
+            assert (cell.thread, cell.register) == (lane_, col)
+            assert cell.round == (col // 4 - shift) % chunks
 
 
 def test_global_memory_has_no_banks():

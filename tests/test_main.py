@@ -23,9 +23,14 @@ LDSM = str(EXAMPLES / "copy_ldstmatrix.py")
 def test_explain_prints_each_call_with_variant_plan_and_reasons(capsys):
     assert main(["explain", LDSM]) == EXIT_OK
     out = capsys.readouterr().out
-    assert "copy_ldstmatrix.py:51: Tx.warp.copy(R[full], A_smem[full])" in out
+    assert (
+        'copy_ldstmatrix.py:52: Tx.warp.copy(R[full], A_smem[full], dispatch="ldstmatrix")' in out
+    )
     assert "variant: ldstmatrix" in out and "num=2, trans=False, m_outer=1" in out
-    assert "gmem_smem: declined (src A_smem is shared and dst R is local" in out
+    # forced, so only ldstmatrix is asked; its plan says what the row-major tile costs
+    assert (
+        "bank_conflict=2" in out and "suggestion=a shared layout swizzled as Swizzle<1,3,3>" in out
+    )
 
 
 def test_explain_json(capsys):

@@ -13,6 +13,8 @@ from typing import Any
 
 from tvm import tirx
 from tvm.script import tirx as T
+from tvm.script.parser._core import parse as parse_tvmscript
+from tvm.script.parser._core import utils as parser_utils
 
 from .call import TileCall
 
@@ -26,6 +28,23 @@ _ACCESS_CTYPES = {
     16: "unsigned short",
     8: "unsigned char",
 }
+
+
+def impl_prim_func(body: Any) -> Any:
+    """``@T.prim_func(check_well_formed=False)`` for an emitter's closure, parsed directly.
+
+    TVM's decorator calls ``inspect.stack()`` (every frame's source context) when it is
+    applied and again when the parser evaluates the decorator line: on a lowering call
+    stack that took longer than all of our planning, and made our LowerTIRx slower than
+    the built-in one. An emitter's body has no annotations and is not in a class, so the
+    stack is not needed: its globals and closure are all the parser reads.
+    """
+    return parse_tvmscript(
+        body, parser_utils.inspect_function_capture(body), check_well_formed=False
+    )
+
+
+impl_prim_func.dispatch_token = "tirx"  # the parser reads the dialect off the decorator
 
 
 def access_dtype(vec_bits: int) -> str:

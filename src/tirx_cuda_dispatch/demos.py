@@ -131,10 +131,13 @@ def ldstmatrix_roundtrip(
     dtype: str = "float16",
     scope: str = "warp",
     cta_threads: int | None = None,
+    dispatch: str | None = None,
 ) -> Any:
     """A ``shape`` tile of A goes global -> shared (layout ``s_layout``) -> registers
     (``r_layout``, ``regs`` per thread) -> shared -> B global (seed 002's program); F
     receives every thread's registers right after the shared -> register copy.
+    ``dispatch`` forces a variant for the two register copies (``"ldstmatrix"``: the
+    matrix instructions even where the cost rule would choose copy -> reg).
 
     As in :func:`reg_roundtrip`, the registers start out holding B's poison and the shared
     tile is overwritten with it before the registers are stored back.
@@ -144,6 +147,7 @@ def ldstmatrix_roundtrip(
     copy = getattr(Tx, scope).copy
     with_wg = warps % 4 == 0
     full = tuple(slice(0, e) for e in shape)
+    kw = {"dispatch": dispatch} if dispatch else {}
 
     # fmt: off
     @T.prim_func
@@ -165,13 +169,13 @@ def ldstmatrix_roundtrip(
         copy(A_smem[full], A[full])
         copy(R[full], B[full])  # poison the registers
         T.cuda.cta_sync()
-        copy(R[full], A_smem[full])  # shared -> registers (ldmatrix)
+        copy(R[full], A_smem[full], **kw)  # shared -> registers (ldmatrix)
         for i in range(regs):
             F[tid, i] = R_flat[i]
         T.cuda.cta_sync()
         copy(A_smem[full], B[full])  # poison the tile
         T.cuda.cta_sync()
-        copy(A_smem[full], R[full])  # registers -> shared (stmatrix)
+        copy(A_smem[full], R[full], **kw)  # registers -> shared (stmatrix)
         T.cuda.cta_sync()
         copy(B[full], A_smem[full])
     # fmt: on

@@ -72,23 +72,42 @@ def _bug(variant: Variant, stage: str, call: TileCall, exc: Exception) -> Varian
     )
 
 
+def estimated_clocks(plan: Any) -> float | None:
+    """A plan's cost estimate in SM clocks (``plan.est_clocks``), None when it has none."""
+    value = getattr(plan, "est_clocks", None)
+    return None if value is None else float(value)
+
+
+def _cheaper(plan: Any, than: Any) -> bool:
+    """The cost rule: a later variant wins only with a strictly lower estimate than the
+    variant ahead of it, and only where both estimate; otherwise trial order decides."""
+    mine, theirs = estimated_clocks(plan), estimated_clocks(than)
+    return mine is not None and theirs is not None and mine < theirs
+
+
 def choose(
     call: TileCall, *, emit: bool = False, exhaustive: bool = False, honour_forced: bool = True
 ) -> Outcome:
-    """Try our variants for ``call`` in order; the first that accepts is chosen.
+    """Try our variants for ``call`` in order and choose one.
 
-    With ``emit`` the chosen variant's emitter runs too (an emitter that declines passes
-    the call on to the next variant). With ``exhaustive`` the variants after the chosen one
-    are still asked, so a report can say what each would have done. A forced
-    ``dispatch=`` name restricts the trial to that variant (unless ``honour_forced`` is
-    False: an error message then says what the others would have done).
+    Variants are asked in trial order; among those of the highest priority that accept,
+    the first is chosen unless a later one's plan estimates fewer SM clocks
+    (:func:`estimated_clocks`: the cost rule, e.g. copy -> reg against ldmatrix on a
+    conflicting shared layout). With ``emit`` the chosen variant's emitter runs too (an
+    emitter that declines passes the call on to the next choice). With ``exhaustive``
+    lower-priority variants are still asked, so a report can say what each would have
+    done. A forced ``dispatch=`` name restricts the trial to that variant (unless
+    ``honour_forced`` is False: an error message then says what the others would have
+    done).
     """
     out = Outcome(call)
     variants = variants_for(call.op)
     if call.forced_variant is not None and honour_forced:
         variants = [v for v in variants if v.name == call.forced_variant]
+    verdicts: list[list] = []  # [variant, accepted, reason, plan], trial order
     for v in variants:
-        if out.chosen is not None and not exhaustive:
+        settled = any(ok and w.priority > v.priority for w, ok, _, _ in verdicts)
+        if settled and not exhaustive:
             break
         try:
             ok, reason = v.check(call)
@@ -102,22 +121,55 @@ def choose(
                 ok, reason = False, d.reason
             except Exception as exc:
                 raise _bug(v, "plan", call, exc) from exc
-        if ok and out.chosen is not None:
-            out.candidates.append(
-                Candidate(v.name, True, f"would also accept; {out.chosen.name} is tried first")
-            )
+        verdicts.append([v, ok, reason, plan])
+    while True:
+        winner = _winner(verdicts)
+        if winner is None or not emit:
+            break
+        v, _, _, plan = verdicts[winner]
+        try:
+            out.func = v.emit(plan, call)
+        except Decline as d:
+            verdicts[winner][1:3] = [False, d.reason]
             continue
-        if ok and emit:
-            try:
-                out.func = v.emit(plan, call)
-            except Decline as d:
-                ok, reason = False, d.reason
-            except Exception as exc:
-                raise _bug(v, "emitter", call, exc) from exc
-            if ok and not isinstance(out.func, PrimFunc):
-                wrong = TypeError(f"returned {type(out.func).__name__}, not a PrimFunc")
-                raise _bug(v, "emitter", call, wrong)
+        except Exception as exc:
+            raise _bug(v, "emitter", call, exc) from exc
+        if not isinstance(out.func, PrimFunc):
+            wrong = TypeError(f"returned {type(out.func).__name__}, not a PrimFunc")
+            raise _bug(v, "emitter", call, wrong)
+        break
+    if winner is not None:
+        out.chosen, out.plan = verdicts[winner][0], verdicts[winner][3]
+    for i, (v, ok, reason, plan) in enumerate(verdicts):
+        if ok and i != winner:
+            reason = _why_not(v, plan, out.chosen, out.plan, i < winner)
         out.candidates.append(Candidate(v.name, ok, reason))
-        if ok:
-            out.chosen, out.plan = v, plan
     return out
+
+
+def _winner(verdicts: list[list]) -> int | None:
+    """Index of the chosen verdict: the first acceptance, replaced by a later one of the
+    same priority only when the cost rule says it is cheaper."""
+    best = None
+    for i, (v, ok, _, plan) in enumerate(verdicts):
+        if not ok:
+            continue
+        if best is None:
+            best = i
+        elif v.priority == verdicts[best][0].priority and _cheaper(plan, verdicts[best][3]):
+            best = i
+    return best
+
+
+def _why_not(v: Variant, plan: Any, chosen: Variant, chosen_plan: Any, ahead: bool) -> str:
+    mine, theirs = estimated_clocks(plan), estimated_clocks(chosen_plan)
+    if mine is not None and theirs is not None and v.priority == chosen.priority:
+        why = (
+            f"would also accept; cost rule: est. {mine:g} SM clocks against {theirs:g} "
+            f"for {chosen.name}"
+        )
+        hint = plan_facts(plan).get("suggestion")  # a plan may say how to make it cheaper
+        return f"{why}; {hint}" if hint else why
+    if ahead:
+        return f"would also accept; {chosen.name} was chosen by the cost rule"
+    return f"would also accept; {chosen.name} is tried first"

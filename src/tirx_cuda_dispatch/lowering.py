@@ -29,6 +29,7 @@ from tvm.tirx.operator.tile_primitive import fail, predicate, register_dispatch
 from tvm.tirx.operator.tile_primitive.dispatcher import DispatchFail
 
 from .call import TileCall
+from .codegen import impl_prim_func
 from .dispatch import Outcome, choose
 from .errors import DispatchError, VariantError
 from .registry import registered_ops, variants_for
@@ -68,7 +69,7 @@ def session(fallback: str = "builtin", mode: str = "lower") -> Iterator[Session]
 
 
 def _noop() -> Any:
-    @T.prim_func(check_well_formed=False)
+    @impl_prim_func
     def noop():
         T.evaluate(0)
 

@@ -126,12 +126,17 @@ SWIZZLED = {
 }
 
 
-def _case_func(name, dtype="float16"):
+def _case_func(name, dtype="float16", dispatch="ldstmatrix"):
+    """The case's program; the variant under test is forced unless ``dispatch=None`` (on
+    conflicting row-major tiles the cost rule would choose copy -> reg)."""
     layout, shape, regs, scope, threads, shared, _ = CASES[name]
-    return demos.ldstmatrix_roundtrip(layout, shared(shape), shape, regs, dtype, scope, threads)
+    return demos.ldstmatrix_roundtrip(
+        layout, shared(shape), shape, regs, dtype, scope, threads, dispatch=dispatch
+    )
 
 
 def _swizzled_func(name, dtype="float16"):
+    """Conflict-free swizzled tiles: the cost rule keeps ldstmatrix, nothing is forced."""
     layout, shape, regs, shared = SWIZZLED[name]
     return demos.ldstmatrix_roundtrip(layout, shared, shape, regs, dtype)
 
@@ -151,10 +156,47 @@ def test_seed_demo_plan():
     """Seed 002's program: num = 2 row-major tiles, M, N = 8, 16."""
     r_layout = TileLayout(S[(8, 4, 2, 2) : (4 @ lane, 1 @ lane, 2, 1)])
     s_layout = TileLayout(S[(8, 4, 2, 2) : (16, 2, 8, 1)])
-    func = demos.ldstmatrix_roundtrip(r_layout, s_layout, (8, 4, 2, 2), 4)
+    func = demos.ldstmatrix_roundtrip(r_layout, s_layout, (8, 4, 2, 2), 4, dispatch="ldstmatrix")
     [ld, st] = _reports(func)
     assert ld.plan["num"] == 2 and not ld.plan["trans"] and ld.plan["m_outer"] == 1
     assert st.plan["direction"] == "st"
+
+
+def _register_copies(func):
+    return [
+        r
+        for r in tcd.explain(func, "sm_90a")
+        if sorted(o["scope"] for o in r.operands) == ["local", "shared"]
+    ]
+
+
+def test_cost_rule_chooses_reg_where_ldmatrix_conflicts():
+    """Row-major 16x16 float16: each matrix's rows 32 bytes apart, 2-way conflicts, 8
+    wavefronts; copy -> reg rotates its 32-bit rounds to 4 conflict-free wavefronts plus
+    8 selects (4 clocks). On the H200 that loop ran 62 against 40 B/clk/SM
+    (docs/performance.md). explain() says why and which swizzle would make ldmatrix win."""
+    ld, st = _register_copies(_case_func("a_fragment", dispatch=None))
+    for r in (ld, st):
+        assert r.variant == "reg" and r.plan["est_clocks"] == 4.0
+        [cand] = [c for c in r.candidates if c.variant == "ldstmatrix"]
+        assert cand.accepted
+        assert "cost rule: est. 8 SM clocks against 4 for reg" in cand.reason
+        assert "Swizzle<1,3,3>" in cand.reason and "SWIZZLE_32B_ATOM" in cand.reason
+
+
+def test_cost_rule_keeps_ldmatrix_where_it_is_conflict_free():
+    for r in _register_copies(_swizzled_func("a_fragment_swizzle32")):
+        assert r.variant == "ldstmatrix" and r.plan["est_clocks"] == 4.0
+        [cand] = [c for c in r.candidates if c.variant == "reg"]
+        assert "cost rule: est. 4 SM clocks against 4 for ldstmatrix" in cand.reason
+
+
+def test_forced_plan_reports_the_conflict_and_the_swizzle_that_removes_it():
+    [ld, _] = _reports(_case_func("a_fragment"))
+    assert ld.plan["bank_conflict"] == 2 and ld.plan["est_clocks"] == 8.0
+    assert "Swizzle<1,3,3>" in ld.plan["suggestion"]
+    [ld, _] = _reports(_case_func("warp_x4"))  # 8 x 32 row-major: rows 64 bytes apart
+    assert ld.plan["bank_conflict"] == 4 and "Swizzle<2,3,3>" in ld.plan["suggestion"]
 
 
 def test_bank_conflict_degree():
@@ -175,7 +217,7 @@ def test_swizzled_plans(name):
 
 # -- declines -----------------------------------------------------------------------------
 def test_declines_float32_and_reg_takes_it():
-    reason, chosen = _reason(_case_func("warp_x2", "float32"))
+    reason, chosen = _reason(_case_func("warp_x2", "float32", dispatch=None))
     assert "R is float32; ldmatrix/stmatrix move 16-bit elements" in reason
     assert chosen == "reg"
 
@@ -201,10 +243,9 @@ def test_declines_a_layout_that_is_not_a_fragment():
 
 
 def test_declines_stmatrix_before_sm90():
-    func = _case_func("warp_x4")
-    ld_reports = _reports(func, "sm_80")
+    ld_reports = _reports(_case_func("warp_x4"), "sm_80")
     assert [r.plan["direction"] for r in ld_reports] == ["ld"]  # ldmatrix exists on sm_80
-    reason, chosen = _reason(func, "sm_80", call=1)
+    reason, chosen = _reason(_case_func("warp_x4", dispatch=None), "sm_80", call=1)
     assert reason == "stmatrix needs sm_90 or newer; target is sm_80"
     assert chosen == "reg"
 

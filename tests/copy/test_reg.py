@@ -6,6 +6,8 @@ import re
 
 import numpy as np
 import pytest
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import Axis, R, S, TileLayout
 
 import tirx_cuda_dispatch as tcd
@@ -171,6 +173,51 @@ def test_seed_sass_has_128_bit_shared_accesses_and_no_local_memory():
     ops = toolchain.opcodes(toolchain.kernel_sass(func, "sm_90a"))
     assert ops["LDS.128"] >= 2 and ops["STS.128"] >= 2
     assert not any(op.startswith(("LDL", "STL")) for op in ops), ops
+
+
+def shared_to_registers_to_global(k: int, rows: int = 32, dtype: str = "float32"):
+    """Global -> shared, shared -> registers (rotated), registers -> global (plain order):
+    the registers are observed in the plain order, so the rotation must be undone."""
+    shape, full = (rows, k), (slice(0, rows), slice(0, k))
+    layout = (
+        row_per_lane(k) if rows == 32 else TileLayout(S[(rows // 32, 32, k) : (k, 1 @ lane, 1)])
+    )
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, shape, dtype)
+        B = T.match_buffer(B_ptr, shape, dtype)
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        R = T.alloc_buffer(shape, dtype, scope="local", layout=layout)
+        A_smem = T.alloc_buffer(shape, dtype, scope="shared", layout=TileLayout(S[shape]))
+        Tx.warp.copy(A_smem[full], A[full])
+        T.cuda.cta_sync()
+        Tx.warp.copy(R[full], A_smem[full])
+        Tx.warp.copy(B[full], R[full])
+    # fmt: on
+    return kernel
+
+
+@pytest.mark.parametrize("k, rows", [(8, 32), (16, 32), (32, 32), (64, 32), (8, 64), (16, 64)])
+def test_rotated_load_has_selects_and_no_local_memory(k, rows):
+    func = shared_to_registers_to_global(k, rows)
+    [plan] = [r.plan for r in _reg_plans(func) if r.plan["direction"] == "shared->local"]
+    assert plan["round_order"].startswith("rotate") and set(plan["conflict_ways"]) == {1}
+    ops = toolchain.opcodes(toolchain.kernel_sass(func, "sm_90a"))
+    assert not any(op.startswith(("LDL", "STL")) for op in ops), ops
+    assert ops["SEL"] == plan["selects_per_thread"], ops  # the barrel shifter, nothing more
+    assert ops["LDS.128"] == plan["outer"]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("k, rows", [(8, 32), (16, 32), (32, 32), (64, 32), (16, 64)])
+def test_rotated_load_roundtrip(k, rows, rng, where, gpu):
+    _roundtrip(shared_to_registers_to_global(k, rows), (rows, k), "float32", rng, where, gpu)
 
 
 def test_loop_is_serial_not_unrolled():

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from ..call import TileCall
-from ..codegen import access_view, load_global_l2_only, thread_index
+from ..codegen import access_view, impl_prim_func, load_global_l2_only, thread_index
 from ..errors import Decline
 from ..layout.atoms import memory_view
 from ..layout.partition import MemoryAccesses, ScopePartition, synthesize_partition
@@ -143,7 +143,7 @@ def emit(plan: GmemSmemPlan, call: TileCall):
     to_shared = plan.direction == "global->shared"
 
     # fmt: off
-    @T.prim_func(check_well_formed=False)
+    @impl_prim_func
     def impl():
         tid = T.meta_var(thread_index(call))
         g_vecs = access_view(g_buf, vec_bits, elem_bits)

@@ -4,7 +4,10 @@ Accepts: a CUDA target of sm_75 or newer (ldmatrix) or sm_90 or newer (stmatrix)
 warp / warpgroup / cta made of whole warps, every thread active; a valid copy between
 registers (``local``) and shared memory, either way; 16-bit elements. Tried before ``reg``
 at the same priority: when the layouts are not m8n8 fragments the plan declines with the
-reason and ``reg`` takes the copy.
+reason and ``reg`` takes the copy. Where both accept, the dispatch cost rule compares
+their estimated shared-memory clocks: on a shared layout where the matrices' rows collide
+on banks (row-major 16x16 float16: 2-way) and copy -> reg has a conflict-free order,
+``reg`` wins; explain() reports the conflict degree and the swizzle that would remove it.
 
 The fit (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): one instruction moves
 ``num`` (1, 2, 4) 8x8 matrices of 16-bit elements. Lanes ``8j .. 8j+7`` supply the
@@ -26,6 +29,7 @@ one instruction per group of ``num`` register words (m_outer groups).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +37,10 @@ import numpy as np
 from tvm.script import tirx as T
 
 from ..call import Operand, TileCall, as_int
-from ..codegen import storage_words, thread_index
+from ..codegen import impl_prim_func, storage_words, thread_index
 from ..errors import Decline
 from ..layout.atoms import element_offsets, memory_view, prove_multiple
-from ..layout.banks import conflict_ways
+from ..layout.banks import conflict_ways, total_wavefronts
 from ..layout.partition import Access, MemoryAccesses
 from ..layout.register import register_table, register_view
 from ..layout.swizzle import Swizzle
@@ -140,6 +144,24 @@ class LdStMatrixPlan:
         return max(conflict_ways(self.memory_accesses().items, 2), default=1)
 
     @property
+    def est_clocks(self) -> float:
+        """Estimated SM clocks: one per wavefront, a matrix a wavefront times its conflict
+        degree (the dispatch cost rule weighs this against copy -> reg)."""
+        return float(total_wavefronts(self.memory_accesses().items, 2))
+
+    def swizzle_removing_conflicts(self) -> Swizzle | None:
+        """The narrowest 16-byte-unit swizzle (CuTe ``Swizzle<B, 3, 3>``: TVM's 32/64/128-byte
+        atoms for B = 1/2/3) under which these instructions are conflict-free; None when
+        they already are, or when no such swizzle helps."""
+        if self.bank_conflict == 1 or self.swizzle is not None:
+            return None
+        for bits in (1, 2, 3):
+            trial = dataclasses.replace(self, swizzle=Swizzle(3, bits, 3))
+            if trial.bank_conflict == 1:
+                return trial.swizzle
+        return None
+
+    @property
     def m_outer(self) -> int:
         return len(self.instructions)
 
@@ -180,9 +202,17 @@ class LdStMatrixPlan:
             "instruction": self.ptx,
             "threads": self.threads,
             "bank_conflict": self.bank_conflict,
+            "est_clocks": self.est_clocks,
         }
         if self.swizzle is not None:
             facts["swizzle"] = str(self.swizzle)
+        suggestion = self.swizzle_removing_conflicts()
+        if suggestion is not None:
+            atom = {1: 32, 2: 64, 3: 128}[suggestion.bits]
+            facts["suggestion"] = (
+                f"a shared layout swizzled as {suggestion} (TVM's SWIZZLE_{atom}B_ATOM for "
+                f"16-bit data) makes these instructions conflict-free"
+            )
         return facts
 
     def __str__(self) -> str:
@@ -382,7 +412,7 @@ def emit(plan: LdStMatrixPlan, call: TileCall):
                 T.evaluate(T.ptx[plan.ptx](row, *regs))
 
     # fmt: off
-    @T.prim_func(check_well_formed=False)
+    @impl_prim_func
     def impl():
         t = T.meta_var(thread_index(call))
         words = T.decl_buffer((r_words,), "uint32", data=r_buf.data, scope="local")

@@ -12,6 +12,13 @@ the bases allow (thread-axis strides excluded: they count threads, not addresses
 serial loop then moves one vector per round between the flat per-thread registers and
 the thread's memory address (``ld``/``st`` ``.shared``/``.global``, PTX ISA "Data Movement
 and Conversion Instructions"); a swizzled shared offset goes through the swizzle.
+
+On shared memory the rounds' order is bank-conflict aware (:mod:`..layout.round_order`):
+where lanes walking their bundles in the same order collide on banks (lane ``i`` owning
+row ``i`` of 8/16/32 float32: 2/4/8-way), each lane rotates its order, and a barrel
+shifter of selects puts every vector back in its own registers, so no register index
+depends on the lane (which would move the array to local memory). A cost rule in SM
+clocks decides whether the rotation pays; explain() shows each step's conflict degree.
 """
 
 from __future__ import annotations
@@ -21,11 +28,12 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from ..call import Operand, TileCall
-from ..codegen import access_view, thread_index
+from ..codegen import access_dtype, access_view, impl_prim_func, thread_index
 from ..errors import Decline
 from ..layout.atoms import memory_view
 from ..layout.partition import MemoryAccesses, ScopePartition
 from ..layout.register import induced_partition, register_layout_misfit, register_view
+from ..layout.round_order import RoundOrder, choose_round_order
 from ..layout.vector import vector_candidates
 from ..predicates import (
     requires_all_threads_active,
@@ -68,6 +76,16 @@ class RegPlan:
     dtype: str
     elem_bits: int
     partition: ScopePartition  # operands in the order (register, memory)
+    order: RoundOrder | None = None  # shared memory only: the rounds' order per lane
+
+    @property
+    def rotation(self):
+        return self.order.rotation if self.order is not None else None
+
+    @property
+    def est_clocks(self) -> float | None:
+        """Estimated SM clocks of the shared-memory side (the dispatch cost rule)."""
+        return self.order.clocks if self.order is not None else None
 
     @property
     def vec(self) -> int:
@@ -87,7 +105,9 @@ class RegPlan:
 
     def memory_accesses(self) -> MemoryAccesses:
         role = "dst" if self.direction.startswith("local") else "src"
-        return MemoryAccesses(role, self.partition.accesses(1, registers=0))
+        rot = self.rotation
+        round_of = rot.round_of if rot is not None else None
+        return MemoryAccesses(role, self.partition.accesses(1, registers=0, round_of=round_of))
 
     def facts(self) -> dict:
         facts = {
@@ -102,6 +122,8 @@ class RegPlan:
             facts["swizzle"] = str(self.partition.swizzles[1])
         if self.partition.narrower_because:
             facts["narrower_because"] = self.partition.narrower_because
+        if self.order is not None:
+            facts.update(self.order.facts())
         return facts
 
     def __str__(self) -> str:
@@ -124,7 +146,11 @@ def plan(call: TileCall) -> RegPlan:
     )
     src = call.operand(1, "src")
     direction = f"{src.memory}->{call.operand(0, 'dst').memory}"
-    return RegPlan(direction, reg.dtype, reg.elem_bits, partition)
+    order = None
+    if mem.memory == "shared":
+        words = max(1, partition.vec_bits // 32)
+        order = choose_round_order(partition, 1, reg.elem_bits // 8, words)
+    return RegPlan(direction, reg.dtype, reg.elem_bits, partition, order)
 
 
 @variant(
@@ -145,6 +171,8 @@ def plan(call: TileCall) -> RegPlan:
 )
 def emit(plan: RegPlan, call: TileCall):
     """Serial round loop of vector copies between a thread's registers and memory."""
+    if plan.rotation is not None:
+        return _emit_rotated(plan, call)
     reg, mem = _sides(call)
     p = plan.partition
 
@@ -153,7 +181,7 @@ def emit(plan: RegPlan, call: TileCall):
     load = plan.direction.endswith("->local")
 
     # fmt: off
-    @T.prim_func(check_well_formed=False)
+    @impl_prim_func
     def impl():
         tid = T.meta_var(thread_index(call))
         r_vecs = access_view(r_buf, vec_bits, elem_bits)
@@ -163,5 +191,64 @@ def emit(plan: RegPlan, call: TileCall):
                 r_vecs[p.slot(0, rnd, tid)] = m_vecs[p.slot(1, rnd, tid)]
             else:
                 m_vecs[p.slot(1, rnd, tid)] = r_vecs[p.slot(0, rnd, tid)]
+    # fmt: on
+    return impl
+
+
+def _emit_rotated(plan: RegPlan, call: TileCall):
+    """The rotated order: step ``s`` moves round ``rot.round_of(s, tid)`` through slot ``s``
+    of a small work array; a barrel shifter (one lane-dependent select per stage and slot)
+    maps slots to rounds, so every register index stays a constant after unrolling.
+
+    Loading, stage ``b`` rotates the slots back by ``2**b`` where bit ``b`` of the shift is
+    set; storing, the stages run in the opposite order and direction, so a load followed by
+    a store of the same registers cancels stage by stage in the compiler.
+    """
+    reg, mem = _sides(call)
+    p, rot = plan.partition, plan.rotation
+    r_buf, m_buf = reg.buffer, mem.buffer
+    vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
+    stages = rot.stages
+    load = plan.direction.endswith("->local")
+    access = access_dtype(vec_bits)
+    # a select moves at least one 32-bit register; narrower accesses select whole slots
+    words, word = (vec_bits // 32, "uint32") if vec_bits >= 32 else (1, access)
+
+    # fmt: off
+    @impl_prim_func
+    def impl():
+        tid = T.meta_var(thread_index(call))
+        shift = T.meta_var(rot.shift(tid))
+        r_vecs = access_view(r_buf, vec_bits, elem_bits)
+        m_vecs = access_view(m_buf, vec_bits, elem_bits)
+        # slots as whole accesses for the moves, as 32-bit words for the selects
+        work = T.alloc_buffer((stages + 1, rounds, words), word, scope="local")
+        slots = T.decl_buffer(((stages + 1) * rounds,), access, data=work.data, scope="local")
+        if load:
+            for step in range(rounds):
+                slots[step] = m_vecs[p.slot(1, rot.round_of(step, tid), tid)]
+            for b in T.unroll(stages):
+                for q in T.unroll(rounds):
+                    for w in T.unroll(words):
+                        work[b + 1, q, w] = T.Select(
+                            T.bitwise_and(T.shift_right(shift, b), 1) == 1,
+                            work[b, (q + rounds - T.shift_left(1, b)) % rounds, w],
+                            work[b, q, w],
+                        )
+            for q in range(rounds):
+                r_vecs[p.slot(0, q, tid)] = slots[stages * rounds + q]
+        else:
+            for q in range(rounds):
+                slots[q] = r_vecs[p.slot(0, q, tid)]
+            for i in T.unroll(stages):
+                for q in T.unroll(rounds):
+                    for w in T.unroll(words):
+                        work[i + 1, q, w] = T.Select(
+                            T.bitwise_and(T.shift_right(shift, stages - 1 - i), 1) == 1,
+                            work[i, (q + T.shift_left(1, stages - 1 - i)) % rounds, w],
+                            work[i, q, w],
+                        )
+            for step in range(rounds):
+                m_vecs[p.slot(1, rot.round_of(step, tid), tid)] = slots[stages * rounds + step]
     # fmt: on
     return impl

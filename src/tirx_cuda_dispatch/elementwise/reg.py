@@ -22,7 +22,7 @@ from typing import Any
 from tvm.script import tirx as T
 
 from ..call import Operand, TileCall
-from ..codegen import helper_call, storage_words, thread_index
+from ..codegen import helper_call, impl_prim_func, storage_words, thread_index
 from ..errors import Decline
 from ..layout.partition import ScopePartition
 from ..layout.register import (
@@ -169,7 +169,7 @@ def make_emit(op: ElementwiseOp):
         padded = operands + [dst] * (4 - len(operands))
 
         # fmt: off
-        @T.prim_func(check_well_formed=False)
+        @impl_prim_func
         def impl():
             tid = T.meta_var(thread_index(call))
             v0 = flat(padded[0], lanes)

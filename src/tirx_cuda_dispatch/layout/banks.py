@@ -8,12 +8,14 @@ of the 32 banks serialize; the most such words on one bank is the conflict degre
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
+
+import numpy as np
 
 from .partition import Access
 
 BANKS, BANK_BYTES, WAVEFRONT_BYTES = 32, 4, 128
+LANES = 32
 
 
 def bank(offset: int, elem_bytes: int) -> int:
@@ -21,23 +23,85 @@ def bank(offset: int, elem_bytes: int) -> int:
     return (offset * elem_bytes // BANK_BYTES) % BANKS
 
 
+def _wavefront_worst(
+    step: np.ndarray, thread: np.ndarray, first_byte: np.ndarray, nbytes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(wavefront of each access, worst conflict degree of each wavefront).
+
+    Keys are packed into single int64s so that every grouping is a 1-D ``np.unique``.
+    """
+    step, thread = np.asarray(step, np.int64), np.asarray(thread, np.int64)
+    first_byte, nbytes = np.asarray(first_byte, np.int64), np.asarray(nbytes, np.int64)
+    lanes_per_wave = np.maximum(1, WAVEFRONT_BYTES // np.maximum(nbytes, BANK_BYTES))
+    wave_key = (step * (thread.max() // LANES + 1) + thread // LANES) * LANES + (
+        thread % LANES // lanes_per_wave
+    )
+    _, wave = np.unique(wave_key, return_inverse=True)
+    wave = wave.reshape(-1)
+    first_word = first_byte // BANK_BYTES
+    words = (first_byte + nbytes - 1) // BANK_BYTES - first_word + 1
+    if np.all(words == words[0]):
+        word = (first_word[:, None] + np.arange(words[0])).reshape(-1)
+        owner = np.repeat(np.arange(step.size), words[0])
+    else:
+        owner = np.repeat(np.arange(step.size), words)
+        word = (
+            first_word[owner] + np.arange(owner.size) - np.repeat(np.cumsum(words) - words, words)
+        )
+    # distinct (wavefront, word) pairs, then how many of them fall on each bank
+    span = int(word.max() - word.min()) + 1
+    distinct = np.unique(wave[owner] * span + (word - word.min()))
+    d_wave, d_word = distinct // span, distinct % span + word.min()
+    per_bank, count = np.unique(d_wave * BANKS + d_word % BANKS, return_counts=True)
+    worst = np.zeros(wave.max() + 1, np.int64)
+    np.maximum.at(worst, per_bank // BANKS, count)
+    return wave, worst
+
+
+def wavefront_costs(
+    step: np.ndarray, thread: np.ndarray, first_byte: np.ndarray, nbytes: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """(conflict degree per access, wavefronts in all): :func:`access_ways` and
+    :func:`wavefronts` in one pass."""
+    if np.size(step) == 0:
+        return np.zeros(0, np.int64), 0
+    wave, worst = _wavefront_worst(step, thread, first_byte, nbytes)
+    return worst[wave], int(worst.sum())
+
+
+def access_ways(
+    step: np.ndarray, thread: np.ndarray, first_byte: np.ndarray, nbytes: np.ndarray
+) -> np.ndarray:
+    """Per access: the conflict degree of the wavefront that serves it.
+
+    Accesses are flat arrays: the instruction (``step``) that issues it, the thread, its
+    first byte and its size. Accesses of one instruction, one warp and one group of lanes
+    that fit a wavefront together (8 lanes of 16 bytes, ...) are served together.
+    """
+    if np.size(step) == 0:
+        return np.zeros(0, np.int64)
+    wave, worst = _wavefront_worst(step, thread, first_byte, nbytes)
+    return worst[wave]
+
+
 def conflict_ways(accesses: Sequence[Access], elem_bytes: int) -> list[int]:
     """Per access (same order): the conflict degree of the wavefront that serves it."""
-    groups: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-    for i, a in enumerate(accesses):
-        access_bytes = max(a.elements * elem_bytes, BANK_BYTES)
-        lanes_per_wave = max(1, WAVEFRONT_BYTES // access_bytes)
-        groups[(a.round, a.thread // 32, a.thread % 32 // lanes_per_wave)].append(i)
-    ways = [1] * len(accesses)
-    for members in groups.values():
-        words_on_bank: dict[int, set[int]] = defaultdict(set)
-        for i in members:
-            a = accesses[i]
-            first = a.offset * elem_bytes // BANK_BYTES
-            last = ((a.offset + a.elements) * elem_bytes - 1) // BANK_BYTES
-            for word in range(first, last + 1):
-                words_on_bank[word % BANKS].add(word)
-        worst = max(len(w) for w in words_on_bank.values())
-        for i in members:
-            ways[i] = worst
-    return ways
+    ways = access_ways(
+        np.array([a.round for a in accesses], np.int64),
+        np.array([a.thread for a in accesses], np.int64),
+        np.array([a.offset * elem_bytes for a in accesses], np.int64),
+        np.array([a.elements * elem_bytes for a in accesses], np.int64),
+    )
+    return [int(w) for w in ways]
+
+
+def total_wavefronts(accesses: Sequence[Access], elem_bytes: int) -> int:
+    """How many wavefronts (shared-memory clocks) the accesses take: conflict degrees summed."""
+    if not accesses:
+        return 0
+    return wavefront_costs(
+        np.array([a.round for a in accesses], np.int64),
+        np.array([a.thread for a in accesses], np.int64),
+        np.array([a.offset * elem_bytes for a in accesses], np.int64),
+        np.array([a.elements * elem_bytes for a in accesses], np.int64),
+    )[1]

@@ -94,17 +94,21 @@ class ScopePartition:
         whose element is one access. Exact: the plan aligned every offset to ``vec``."""
         return self.offset(which, rnd, tid) // self.vec
 
-    def accesses(self, which: int, registers: int | None = None) -> tuple[Access, ...]:
-        """Every access to operand ``which``, rounds outer; ``registers`` names the register
-        operand whose offsets say where each element lives in the thread."""
+    def accesses(
+        self, which: int, registers: int | None = None, round_of: Any = None
+    ) -> tuple[Access, ...]:
+        """Every access to operand ``which``, steps outer; ``registers`` names the register
+        operand whose offsets say where each element lives in the thread. ``round_of(step,
+        tid)`` is the round a thread moves in each step (default: the step itself)."""
         out = []
-        for rnd in range(self.rounds):
+        for step in range(self.rounds):
             for tid in range(self.threads):
+                rnd = round_of(step, tid) if round_of is not None else step
                 owners = ()
                 if registers is not None:
                     first = int(self.offset(registers, rnd, tid))
                     owners = tuple((tid, first + k) for k in range(self.vec))
-                out.append(Access(rnd, tid, int(self.offset(which, rnd, tid)), self.vec, owners))
+                out.append(Access(step, tid, int(self.offset(which, rnd, tid)), self.vec, owners))
         return tuple(out)
 
     def access(self, rnd: int, tid: int) -> tuple[int, ...]:
