@@ -105,39 +105,24 @@ def choose(
     if call.forced_variant is not None and honour_forced:
         variants = [v for v in variants if v.name == call.forced_variant]
     verdicts: list[list] = []  # [variant, accepted, reason, plan], trial order
-    for v in variants:
-        settled = any(ok and w.priority > v.priority for w, ok, _, _ in verdicts)
-        if settled and not exhaustive:
+    winner = None
+    for group in _priority_groups(variants):
+        first = len(verdicts)
+        verdicts += [_verdict(v, call) for v in group]
+        while winner is None:
+            pick = _winner(verdicts, first)
+            if pick is None:
+                break
+            if emit:
+                v, _, _, plan = verdicts[pick]
+                try:
+                    out.func = _emitted(v, plan, call)
+                except Decline as d:  # the emitter declines: the next choice gets the call
+                    verdicts[pick][1:3] = [False, d.reason]
+                    continue
+            winner = pick
+        if winner is not None and not exhaustive:
             break
-        try:
-            ok, reason = v.check(call)
-        except Exception as exc:
-            raise _bug(v, "predicates", call, exc) from exc
-        plan = None
-        if ok:
-            try:
-                plan = v.make_plan(call)
-            except Decline as d:
-                ok, reason = False, d.reason
-            except Exception as exc:
-                raise _bug(v, "plan", call, exc) from exc
-        verdicts.append([v, ok, reason, plan])
-    while True:
-        winner = _winner(verdicts)
-        if winner is None or not emit:
-            break
-        v, _, _, plan = verdicts[winner]
-        try:
-            out.func = v.emit(plan, call)
-        except Decline as d:
-            verdicts[winner][1:3] = [False, d.reason]
-            continue
-        except Exception as exc:
-            raise _bug(v, "emitter", call, exc) from exc
-        if not isinstance(out.func, PrimFunc):
-            wrong = TypeError(f"returned {type(out.func).__name__}, not a PrimFunc")
-            raise _bug(v, "emitter", call, wrong)
-        break
     if winner is not None:
         out.chosen, out.plan = verdicts[winner][0], verdicts[winner][3]
     for i, (v, ok, reason, plan) in enumerate(verdicts):
@@ -147,16 +132,55 @@ def choose(
     return out
 
 
-def _winner(verdicts: list[list]) -> int | None:
-    """Index of the chosen verdict: the first acceptance, replaced by a later one of the
-    same priority only when the cost rule says it is cheaper."""
+def _priority_groups(variants: list[Variant]) -> list[list[Variant]]:
+    """Variants in trial order, grouped by priority (highest first)."""
+    groups: list[list[Variant]] = []
+    for v in variants:
+        if groups and groups[-1][0].priority == v.priority:
+            groups[-1].append(v)
+        else:
+            groups.append([v])
+    return groups
+
+
+def _verdict(v: Variant, call: TileCall) -> list:
+    """[variant, accepted, reason, plan]: the predicates, then the plan."""
+    try:
+        ok, reason = v.check(call)
+    except Exception as exc:
+        raise _bug(v, "predicates", call, exc) from exc
+    plan = None
+    if ok:
+        try:
+            plan = v.make_plan(call)
+        except Decline as d:
+            ok, reason = False, d.reason
+        except Exception as exc:
+            raise _bug(v, "plan", call, exc) from exc
+    return [v, ok, reason, plan]
+
+
+def _emitted(v: Variant, plan: Any, call: TileCall) -> PrimFunc:
+    """The variant's PrimFunc; a Decline passes through, anything else is a bug."""
+    try:
+        func = v.emit(plan, call)
+    except Decline:
+        raise
+    except Exception as exc:
+        raise _bug(v, "emitter", call, exc) from exc
+    if not isinstance(func, PrimFunc):
+        wrong = TypeError(f"returned {type(func).__name__}, not a PrimFunc")
+        raise _bug(v, "emitter", call, wrong)
+    return func
+
+
+def _winner(verdicts: list[list], first: int) -> int | None:
+    """Index of the choice among ``verdicts[first:]`` (one priority): the first acceptance,
+    replaced by a later one only when the cost rule says it is cheaper."""
     best = None
-    for i, (v, ok, _, plan) in enumerate(verdicts):
-        if not ok:
-            continue
-        if best is None:
-            best = i
-        elif v.priority == verdicts[best][0].priority and _cheaper(plan, verdicts[best][3]):
+    for i in range(first, len(verdicts)):
+        _, ok, _, plan = verdicts[i]
+        if ok and (best is None or _cheaper(plan, verdicts[best][3])):
             best = i
     return best
 

@@ -134,7 +134,7 @@ def choose_round_order(
     """The cheapest order of ``partition``'s rounds for its shared operand ``which``."""
     offsets = round_offsets(partition, which)
     rounds, threads = offsets.shape
-    warps = max(1, threads // LANES)
+    warps = -(-threads // LANES)  # a partial warp still issues every select
     access_bytes = partition.vec * elem_bytes
     steps = np.arange(rounds)[:, None]
     tids = np.arange(threads)[None, :]
