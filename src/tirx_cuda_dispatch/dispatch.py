@@ -8,6 +8,7 @@ bug and is raised as :class:`VariantError` naming the variant and the call.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,13 +135,7 @@ def choose(
 
 def _priority_groups(variants: list[Variant]) -> list[list[Variant]]:
     """Variants in trial order, grouped by priority (highest first)."""
-    groups: list[list[Variant]] = []
-    for v in variants:
-        if groups and groups[-1][0].priority == v.priority:
-            groups[-1].append(v)
-        else:
-            groups.append([v])
-    return groups
+    return [list(group) for _, group in itertools.groupby(variants, key=lambda v: v.priority)]
 
 
 def _verdict(v: Variant, call: TileCall) -> list:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -137,13 +138,13 @@ class LdStMatrixPlan:
     base: Any  # the shared region's base offset (int or PrimExpr)
     swizzle: Swizzle | None
 
-    @property
+    @cached_property  # the plan is frozen; dispatch, facts() and the suggestion all ask
     def bank_conflict(self) -> int:
         """Worst bank-conflict degree of the instructions (1 = none): each matrix is one
         wavefront, so rows of a matrix on the same banks serialize."""
         return max(conflict_ways(self.memory_accesses().items, 2), default=1)
 
-    @property
+    @cached_property
     def est_clocks(self) -> float:
         """Estimated SM clocks: one per wavefront, a matrix a wavefront times its conflict
         degree (the dispatch cost rule weighs this against copy -> reg)."""

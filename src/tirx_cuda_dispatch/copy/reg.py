@@ -24,6 +24,7 @@ clocks decides whether the rotation pays; explain() shows each step's conflict d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tvm.script import tirx as T
 
@@ -33,7 +34,7 @@ from ..errors import Decline
 from ..layout.atoms import memory_view
 from ..layout.partition import MemoryAccesses, ScopePartition
 from ..layout.register import induced_partition, register_layout_misfit, register_view
-from ..layout.round_order import RoundOrder, choose_round_order
+from ..layout.round_order import Rotation, RoundOrder, choose_round_order
 from ..layout.vector import vector_candidates
 from ..predicates import (
     requires_all_threads_active,
@@ -79,7 +80,7 @@ class RegPlan:
     order: RoundOrder | None = None  # shared memory only: the rounds' order per lane
 
     @property
-    def rotation(self):
+    def rotation(self) -> Rotation | None:
         return self.order.rotation if self.order is not None else None
 
     @property
@@ -214,6 +215,13 @@ def _emit_rotated(plan: RegPlan, call: TileCall):
     # a select moves at least one 32-bit register; narrower accesses select whole slots
     words, word = (vec_bits // 32, "uint32") if vec_bits >= 32 else (1, access)
 
+    def stage_bit(i: Any) -> Any:  # loading from bit 0 up, storing from the top bit down
+        return i if load else stages - 1 - i
+
+    def stage_source(q: Any, i: Any) -> Any:  # loading rotates slots back, storing forward
+        moved = T.shift_left(1, stage_bit(i))
+        return (q + rounds - moved) % rounds if load else (q + moved) % rounds
+
     # fmt: off
     @impl_prim_func
     def impl():
@@ -224,31 +232,23 @@ def _emit_rotated(plan: RegPlan, call: TileCall):
         # slots as whole accesses for the moves, as 32-bit words for the selects
         work = T.alloc_buffer((stages + 1, rounds, words), word, scope="local")
         slots = T.decl_buffer(((stages + 1) * rounds,), access, data=work.data, scope="local")
-        if load:
-            for step in range(rounds):
+        for step in range(rounds):  # in: step s takes round round_of(s) (load) or slot s
+            if load:
                 slots[step] = m_vecs[p.slot(1, rot.round_of(step, tid), tid)]
-            for b in T.unroll(stages):
-                for q in T.unroll(rounds):
-                    for w in T.unroll(words):
-                        work[b + 1, q, w] = T.Select(
-                            T.bitwise_and(T.shift_right(shift, b), 1) == 1,
-                            work[b, (q + rounds - T.shift_left(1, b)) % rounds, w],
-                            work[b, q, w],
-                        )
-            for q in range(rounds):
-                r_vecs[p.slot(0, q, tid)] = slots[stages * rounds + q]
-        else:
-            for q in range(rounds):
-                slots[q] = r_vecs[p.slot(0, q, tid)]
-            for i in T.unroll(stages):
-                for q in T.unroll(rounds):
-                    for w in T.unroll(words):
-                        work[i + 1, q, w] = T.Select(
-                            T.bitwise_and(T.shift_right(shift, stages - 1 - i), 1) == 1,
-                            work[i, (q + T.shift_left(1, stages - 1 - i)) % rounds, w],
-                            work[i, q, w],
-                        )
-            for step in range(rounds):
+            else:
+                slots[step] = r_vecs[p.slot(0, step, tid)]
+        for i in T.unroll(stages):
+            for q in T.unroll(rounds):
+                for w in T.unroll(words):
+                    work[i + 1, q, w] = T.Select(
+                        T.bitwise_and(T.shift_right(shift, stage_bit(i)), 1) == 1,
+                        work[i, stage_source(q, i), w],
+                        work[i, q, w],
+                    )
+        for step in range(rounds):  # out: the shifted slots land in order
+            if load:
+                r_vecs[p.slot(0, step, tid)] = slots[stages * rounds + step]
+            else:
                 m_vecs[p.slot(1, rot.round_of(step, tid), tid)] = slots[stages * rounds + step]
     # fmt: on
     return impl

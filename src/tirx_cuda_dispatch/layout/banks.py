@@ -61,47 +61,32 @@ def _wavefront_worst(
 def wavefront_costs(
     step: np.ndarray, thread: np.ndarray, first_byte: np.ndarray, nbytes: np.ndarray
 ) -> tuple[np.ndarray, int]:
-    """(conflict degree per access, wavefronts in all): :func:`access_ways` and
-    :func:`wavefronts` in one pass."""
-    if np.size(step) == 0:
-        return np.zeros(0, np.int64), 0
-    wave, worst = _wavefront_worst(step, thread, first_byte, nbytes)
-    return worst[wave], int(worst.sum())
-
-
-def access_ways(
-    step: np.ndarray, thread: np.ndarray, first_byte: np.ndarray, nbytes: np.ndarray
-) -> np.ndarray:
-    """Per access: the conflict degree of the wavefront that serves it.
+    """(conflict degree per access, wavefronts in all, i.e. shared-memory clocks).
 
     Accesses are flat arrays: the instruction (``step``) that issues it, the thread, its
     first byte and its size. Accesses of one instruction, one warp and one group of lanes
     that fit a wavefront together (8 lanes of 16 bytes, ...) are served together.
     """
     if np.size(step) == 0:
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), 0
     wave, worst = _wavefront_worst(step, thread, first_byte, nbytes)
-    return worst[wave]
+    return worst[wave], int(worst.sum())
 
 
-def conflict_ways(accesses: Sequence[Access], elem_bytes: int) -> list[int]:
-    """Per access (same order): the conflict degree of the wavefront that serves it."""
-    ways = access_ways(
-        np.array([a.round for a in accesses], np.int64),
-        np.array([a.thread for a in accesses], np.int64),
-        np.array([a.offset * elem_bytes for a in accesses], np.int64),
-        np.array([a.elements * elem_bytes for a in accesses], np.int64),
-    )
-    return [int(w) for w in ways]
-
-
-def total_wavefronts(accesses: Sequence[Access], elem_bytes: int) -> int:
-    """How many wavefronts (shared-memory clocks) the accesses take: conflict degrees summed."""
-    if not accesses:
-        return 0
+def _costs(accesses: Sequence[Access], elem_bytes: int) -> tuple[np.ndarray, int]:
     return wavefront_costs(
         np.array([a.round for a in accesses], np.int64),
         np.array([a.thread for a in accesses], np.int64),
         np.array([a.offset * elem_bytes for a in accesses], np.int64),
         np.array([a.elements * elem_bytes for a in accesses], np.int64),
-    )[1]
+    )
+
+
+def conflict_ways(accesses: Sequence[Access], elem_bytes: int) -> list[int]:
+    """Per access (same order): the conflict degree of the wavefront that serves it."""
+    return [int(w) for w in _costs(accesses, elem_bytes)[0]]
+
+
+def total_wavefronts(accesses: Sequence[Access], elem_bytes: int) -> int:
+    """How many wavefronts (shared-memory clocks) the accesses take: conflict degrees summed."""
+    return _costs(accesses, elem_bytes)[1]

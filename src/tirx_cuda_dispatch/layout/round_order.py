@@ -92,9 +92,6 @@ class RoundOrder:
         return facts
 
 
-PLAIN = None
-
-
 def round_offsets(partition: ScopePartition, which: int) -> np.ndarray:
     """Element offsets ``[round, thread]`` of operand ``which``'s accesses.
 
@@ -142,7 +139,7 @@ def choose_round_order(
         offsets, np.broadcast_to(steps, (rounds, threads)), access_bytes, elem_bytes
     )
     plain_clocks = plain_waves / WAVEFRONTS_PER_CLOCK
-    best = RoundOrder(PLAIN, plain_ways, plain_ways, 0, plain_clocks, plain_clocks)
+    best = RoundOrder(None, plain_ways, plain_ways, 0, plain_clocks, plain_clocks)
     if rounds < 2 or max(plain_ways) == 1:
         return best
     # cheapest selects first: once the selects alone cost more than the best, stop
