@@ -32,3 +32,32 @@ def rng():
 def gpu():
     """The local GPU's arch (``sm_90a`` on the H200)."""
     return _ARCH
+
+
+def pytest_configure(config):
+    _explain_every_compiled_program()
+
+
+def _explain_every_compiled_program():
+    """explain() must never crash on a program: every program a test compiles or simulates
+    is explained first, with the same target (an exception there fails that test)."""
+    import tvm
+
+    from tirx_cuda_dispatch import explain, toolchain
+
+    real_compile, real_lowered_tir = tvm.compile, toolchain.lowered_tir
+
+    def explained(func_or_mod, target):
+        if isinstance(func_or_mod, tvm.tirx.PrimFunc | tvm.IRModule) and target is not None:
+            explain(func_or_mod, target)
+
+    def compile_(mod, target=None, *args, **kwargs):
+        explained(mod, target)
+        return real_compile(mod, target, *args, **kwargs)
+
+    def lowered_tir(func_or_mod, arch="sm_90a", *args, **kwargs):
+        explained(func_or_mod, arch)
+        return real_lowered_tir(func_or_mod, arch, *args, **kwargs)
+
+    tvm.compile = compile_
+    toolchain.lowered_tir = lowered_tir

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import tvm
@@ -59,3 +60,18 @@ def test_explain_does_not_need_the_builtin_to_succeed():
     # explain plans only; a call nobody could lower is still reported.
     [report] = tcd.explain(warp_g2s(32, 32, "float32", "float16"))
     assert "dtype mismatch" in report.candidates[0].reason
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_explain_never_raises_on_the_examples(path):
+    from tirx_cuda_dispatch.__main__ import load_namespace
+
+    programs = [v for v in load_namespace(str(path)).values() if isinstance(v, tvm.tirx.PrimFunc)]
+    assert programs, f"{path.name} defines no program"
+    for program in programs:
+        for arch in ("sm_90a", "sm_100a"):
+            reports = tcd.explain(program, arch)
+            assert len(reports) >= 1 and all(str(r) for r in reports)

@@ -118,3 +118,73 @@ def test_draw_rejects_other_suffixes(tmp_path, capsys):
     code = main(["draw", LDSM, "-o", str(tmp_path / "x.pdf")])
     assert code == EXIT_UNAVAILABLE
     assert "must end in .svg or .png" in capsys.readouterr().err
+
+
+# -- errors users make: one clear line of reasons, the documented exit code, no traceback ----
+MIXED = """
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.tirx.layout import S, TileLayout
+
+@T.prim_func
+def kernel(A_ptr: T.handle):
+    A = T.match_buffer(A_ptr, ({rows}, 32), "float32")
+    T.device_entry()
+    T.cta_id([1])
+    T.warp_id([1])
+    T.lane_id([32])
+    T.thread_id([32])
+    A_s = T.alloc_buffer((32, 32), "{s_dtype}", scope="shared", layout=TileLayout(S[(32, 32)]))
+    Tx.warp.copy(A_s[:, :], A[0:32, :])
+"""
+
+
+def _program(tmp_path, rows=32, s_dtype="float32"):
+    path = tmp_path / f"prog_{rows}_{s_dtype}.py"
+    path.write_text(MIXED.format(rows=rows, s_dtype=s_dtype))
+    return str(path)
+
+
+@pytest.mark.parametrize("strict", [[], ["--strict"]], ids=["default", "strict"])
+def test_a_call_nobody_can_lower_exits_3_without_a_traceback(tmp_path, strict, capsys):
+    code = main(["lower", _program(tmp_path, s_dtype="float16"), *strict])
+    err = capsys.readouterr().err
+    assert code == EXIT_LOWERING
+    assert "dtype mismatch: dst A_s is float16, src A is float32" in err
+    assert "Traceback" not in err and "+---" not in err
+
+
+def test_an_out_of_bounds_region_exits_3_naming_buffer_axis_and_line(tmp_path, capsys):
+    code = main(["lower", _program(tmp_path, rows=16)])
+    err = capsys.readouterr().err
+    assert code == EXIT_LOWERING
+    assert "region out of bounds at" in err and "prog_16_float32.py:15" in err
+    assert "A[0:32, 0:32]: axis 0 runs 0:32, outside the extent 16 of A" in err
+    # negative control: the in-bounds twin lowers
+    assert main(["lower", _program(tmp_path, rows=32)]) == EXIT_OK
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (["--arch", "90a"], "unknown CUDA arch '90a' (write sm_90a)"),
+        (["--arch", "sm_9O"], "unknown CUDA arch 'sm_9O'"),
+        (["--arch", "llvm"], "unknown CUDA arch 'llvm'"),
+        (["--target", "{bad"], "not valid JSON"),
+    ],
+)
+@pytest.mark.parametrize("command", ["explain", "lower"])
+def test_bad_targets_are_usage_errors(command, option, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, LDSM, *option])
+    assert exit_.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_target_accepts_every_form_explain_takes(capsys):
+    for form in ("sm_90a", '{"kind": "cuda", "arch": "sm_90a"}'):
+        assert main(["explain", LDSM, "--target", form]) == EXIT_OK
+        assert "variant: ldstmatrix" in capsys.readouterr().out
+    assert main(["explain", LDSM, "--target", "llvm"]) == EXIT_OK
+    assert "target is llvm, needs cuda" in capsys.readouterr().out

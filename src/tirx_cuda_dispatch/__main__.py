@@ -114,11 +114,12 @@ def _seed_programs():
 
 def demo(arch: str) -> int:
     from . import explain, runtime, toolchain
+    from .targets import describe
 
     gpu = runtime.gpu_arch()
     failed = False
     for title, func, inputs, expected, own_arch in _seed_programs():
-        target_arch = own_arch or arch
+        target_arch = own_arch or describe(arch)
         print(f"== {title}")
         print(explain(func, target_arch))
         source = toolchain.cuda_source(func, target_arch)
@@ -219,6 +220,7 @@ def _explain(spec: str, arch: str, as_json: bool) -> int:
 
 def _lower(spec: str, emit: str, arch: str, strict: bool) -> int:
     from . import PIPELINE, STRICT_PIPELINE, toolchain
+    from .targets import describe
 
     _, program = load_program(spec)
     pipeline = STRICT_PIPELINE if strict else PIPELINE
@@ -229,9 +231,9 @@ def _lower(spec: str, emit: str, arch: str, strict: bool) -> int:
     if emit == "cuda":
         print(source)
     elif emit == "ptx":
-        print(toolchain.nvrtc_ptx(source, arch))
+        print(toolchain.nvrtc_ptx(source, describe(arch)))
     else:
-        print(toolchain.sass(toolchain.nvrtc_compile(source, arch)))
+        print(toolchain.sass(toolchain.nvrtc_compile(source, describe(arch))))
     return EXIT_OK
 
 
@@ -258,7 +260,15 @@ def _run(spec: str) -> int:
     return EXIT_UNAVAILABLE
 
 
-def _draw(spec: str, call_index: int, out: str, arch: str) -> int:
+def _draw(
+    spec: str,
+    call_index: int,
+    out: str,
+    arch: str,
+    rows: str | None = None,
+    cols: str | None = None,
+    warp: int | None = None,
+) -> int:
     from . import draw, explain
 
     _, program = load_program(spec)
@@ -277,20 +287,80 @@ def _draw(spec: str, call_index: int, out: str, arch: str) -> int:
             EXIT_UNAVAILABLE,
         )
     try:
-        pic = draw.picture(report.call_object, report.plan_object, report.variant)
+        pic = draw.picture(
+            report.call_object, report.plan_object, report.variant, rows=rows, cols=cols, warp=warp
+        )
         path = draw.write(pic, out)
+    except draw.ViewError as why:
+        raise CliError(f"draw: {why}", EXIT_USAGE) from None
     except draw.DrawError as why:
         raise CliError(f"cannot draw call {call_index}: {why}", EXIT_UNAVAILABLE) from None
+    view = f"; {pic.view}" if pic.view else ""
     print(
-        f"{path}: call {call_index}, {report.variant}, worst bank conflict {pic.worst_conflict}-way"
+        f"{path}: call {call_index}, {report.variant}, "
+        f"worst bank conflict {pic.worst_conflict}-way{view}"
     )
     return EXIT_OK
+
+
+def _arch(text: str) -> str:
+    """argparse type for --arch: a known CUDA arch; a typo is a usage error (exit 2)."""
+    from .targets import TargetError, check_arch
+
+    try:
+        return check_arch(text)
+    except TargetError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _target(text: str) -> str:
+    """argparse type for --target: any target form explain() accepts."""
+    from .targets import TargetError, as_target
+
+    try:
+        as_target(text)
+    except TargetError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def _add_target_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--arch",
+        dest="arch",
+        default="sm_90a",
+        type=_arch,
+        help="a CUDA arch: sm_90a (default), sm_100a, ...",
+    )
+    group.add_argument(
+        "--target",
+        dest="arch",
+        type=_target,
+        metavar="TARGET",
+        help='any target explain() takes: an arch, a kind (llvm) or JSON {"kind": "cuda", ...}',
+    )
 
 
 EXIT_CODES = """exit codes: 0 ok; 1 a check found a wrong result; 2 usage (bad arguments, no such
 file or program); 3 lowering failed (strict mode: a call none of our variants accepts, or
 a forced variant that declines; the message lists every variant's reason); 4 not available
 here (no GPU to run on, PNG without matplotlib, a call that cannot be drawn)"""
+
+
+def _from_tvm(err: BaseException) -> bool:
+    """Raised inside TVM (its passes, codegen, FFI), not by our code."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    return type(err).__module__.startswith("tvm") or "/tvm/" in where or "tvm_ffi" in where
+
+
+def _tvm_summary(err: BaseException) -> str:
+    """TVM's message without its C++ frames: the last non-empty line, with the type."""
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[-1].strip() if lines else ''}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,16 +371,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command")
     p_demo = sub.add_parser("demo", help="explain, lower and check the five seed programs")
-    p_demo.add_argument("--arch", default="sm_90a")
+    _add_target_options(p_demo)
     sub.add_parser("variants", help="list the registered variants in trial order")
     p_explain = sub.add_parser("explain", help="each call: operands, variant, plan, reasons")
     p_explain.add_argument("program", help="FILE.py[:FUNC]")
-    p_explain.add_argument("--arch", default="sm_90a")
+    _add_target_options(p_explain)
     p_explain.add_argument("--json", action="store_true", help="the report as JSON")
     p_lower = sub.add_parser("lower", help="the lowered TIR, CUDA, PTX or SASS")
     p_lower.add_argument("program", help="FILE.py[:FUNC]")
     p_lower.add_argument("--emit", choices=("tir", "cuda", "ptx", "sass"), default="cuda")
-    p_lower.add_argument("--arch", default="sm_90a")
+    _add_target_options(p_lower)
     p_lower.add_argument("--strict", action="store_true", help="no fallback to TVM's variants")
     p_run = sub.add_parser("run", help="run the file's own check (its main()) on the GPU")
     p_run.add_argument("program", help="FILE.py[:CHECK], CHECK defaults to main")
@@ -319,9 +389,25 @@ def main(argv: list[str] | None = None) -> int:
     p_draw.add_argument("--call", type=int, default=0, help="which call, as explain numbers it")
     p_draw.add_argument("-o", "--output", required=True, help="out.svg or out.png")
     p_draw.add_argument("--arch", default="sm_90a")
+    p_draw.add_argument(
+        "--rows", metavar="A:B", help="only rows A:B of the tile (half-open, like a Python slice)"
+    )
+    p_draw.add_argument(
+        "--cols",
+        metavar="C:D",
+        help="only columns C:D (default: the columns that fit in about 2000 px; the picture "
+        "and the printed line say what was cut; negative ends as --cols=-16:)",
+    )
+    p_draw.add_argument(
+        "--warp",
+        type=int,
+        metavar="N",
+        help="only warp N's threads: other cells blank, cropped to warp N's cells",
+    )
     args = parser.parse_args(argv)
 
     from .errors import DispatchError, VariantError
+    from .targets import TargetError
 
     try:
         if args.command in (None, "demo"):
@@ -335,12 +421,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return _run(args.program)
         if args.command == "draw":
-            return _draw(args.program, args.call, args.output, args.arch)
+            return _draw(
+                args.program, args.call, args.output, args.arch, args.rows, args.cols, args.warp
+            )
     except CliError as err:
         print(f"tirx-dispatch: {err}", file=sys.stderr)
         return err.code
     except (DispatchError, VariantError) as err:
         print(f"tirx-dispatch: {err}", file=sys.stderr)
+        return EXIT_LOWERING
+    except TargetError as err:
+        print(f"tirx-dispatch: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as err:
+        if not _from_tvm(err):
+            raise  # a bug of ours: its traceback is what a report needs
+        print(f"tirx-dispatch: TVM failed: {_tvm_summary(err)}", file=sys.stderr)
         return EXIT_LOWERING
     parser.print_usage(sys.stderr)
     return EXIT_USAGE

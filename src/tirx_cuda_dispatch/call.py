@@ -115,6 +115,17 @@ class Location:
         return f"{where}: {self.text.strip()}" if self.text else where
 
 
+def location_of(node: Any) -> Location:
+    """The source location of an IR node (its span), unknown when it has none."""
+    span = getattr(node, "span", None)
+    if span is None:
+        return Location(None, None, None)
+    file = str(span.source_name.name)
+    line = int(span.line)
+    text = linecache.getline(file, line) or None
+    return Location(file, line, text.rstrip("\n") if text else None)
+
+
 class TileCall:
     """A tile-primitive call in its dispatch context."""
 
@@ -147,7 +158,8 @@ class TileCall:
             return None
         arg = self.args[index]
         source = getattr(arg, "source", None)
-        if not isinstance(source, Buffer):
+        # A scalar element read (``s_local[0]`` as an operand) has a source but no region.
+        if not isinstance(source, Buffer) or not hasattr(arg, "region"):
             return None
         region = tuple((r.min, r.extent) for r in arg.region)
         return Operand(role, source, region)
@@ -222,13 +234,7 @@ class TileCall:
     # -- source location ---------------------------------------------------------------
     @cached_property
     def location(self) -> Location:
-        span = getattr(self.prim, "span", None)
-        if span is None:
-            return Location(None, None, None)
-        file = str(span.source_name.name)
-        line = int(span.line)
-        text = linecache.getline(file, line) or None
-        return Location(file, line, text.rstrip("\n") if text else None)
+        return location_of(self.prim)
 
     def __str__(self) -> str:
         operands = ", ".join(o.describe for o in self.operands)

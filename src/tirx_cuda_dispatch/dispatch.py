@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tvm.tirx import PrimFunc
 
@@ -19,16 +19,12 @@ from .errors import Decline, VariantError
 from .registry import Variant, variants_for
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One variant's answer for one call, in trial order."""
+class Candidate(NamedTuple):
+    """One variant's answer for one call, in trial order: ``(variant, accepted, reason)``."""
 
     variant: str
     accepted: bool
     reason: str | None
-
-    def __iter__(self):  # unpacks as (variant, accepted, reason)
-        return iter((self.variant, self.accepted, self.reason))
 
 
 @dataclass
@@ -40,6 +36,11 @@ class Outcome:
     plan: Any = None
     func: Any = None  # the emitted PrimFunc, when emitted
     candidates: list[Candidate] = field(default_factory=list)
+    # Filled in by the lowering bridge: the call's bounds verdicts, what TVM's built-in
+    # variants would do when none of ours accepts, and the error lowering raises (if any).
+    bounds: Any = None
+    builtin: Any = None
+    error: Exception | None = None
 
     @property
     def variant(self) -> str | None:

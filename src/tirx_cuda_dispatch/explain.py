@@ -14,19 +14,7 @@ import tvm
 
 from .dispatch import Candidate, Outcome, plan_facts
 from .lowering import run_lower
-
-
-def as_target(target: Any) -> tvm.target.Target:
-    """Accept a Target, a JSON-dict target, or a CUDA arch string such as ``"sm_90a"``."""
-    if isinstance(target, tvm.target.Target):
-        return target
-    if isinstance(target, dict):
-        return tvm.target.Target(target)
-    if isinstance(target, str) and target.startswith("sm_"):
-        return tvm.target.Target({"kind": "cuda", "arch": target})
-    raise TypeError(
-        f"target must be a tvm Target, a target dict or an arch like 'sm_90a', got {target!r}"
-    )
+from .targets import as_target
 
 
 def as_module(func_or_mod: Any) -> tvm.IRModule:
@@ -53,6 +41,14 @@ class CallReport:
     variant: str | None
     plan: dict[str, Any]
     candidates: list[Candidate] = field(default_factory=list)
+    # What TVM's built-in variants would do when none of ours accepts (None otherwise).
+    fallback: str | None = None
+    scalar_fallback: bool = False
+    # The error lowering raises for this call (out of bounds, a forced variant that
+    # declines, strict mode, nothing can lower it); None when it lowers.
+    error: str | None = None
+    # Operands whose bounds the analyzer could not decide: "role region: why".
+    bounds_undecided: list[str] = field(default_factory=list)
     # The chosen variant's plan object itself (what the emitter receives); not serialized.
     plan_object: Any = field(default=None, repr=False, compare=False)
     call_object: Any = field(default=None, repr=False, compare=False)  # the TileCall
@@ -71,6 +67,7 @@ class CallReport:
             }
             for o in call.operands
         ]
+        operands += _scalar_operands(call)
         return cls(
             index=index,
             op=call.op,
@@ -80,6 +77,10 @@ class CallReport:
             variant=out.variant,
             plan=plan_facts(out.plan),
             candidates=list(out.candidates),
+            fallback=None if out.builtin is None else str(out.builtin),
+            scalar_fallback=bool(out.builtin is not None and out.builtin.scalar),
+            error=None if out.error is None else str(out.error),
+            bounds_undecided=[str(o) for o in out.bounds.undecided] if out.bounds else [],
             plan_object=out.plan,
             call_object=call,
         )
@@ -94,19 +95,31 @@ class CallReport:
             "variant": self.variant,
             "plan": {k: _plain(v) for k, v in self.plan.items()},
             "candidates": [list(c) for c in self.candidates],
+            "fallback": self.fallback,
+            "scalar_fallback": self.scalar_fallback,
+            "error": self.error,
+            "bounds_undecided": self.bounds_undecided,
         }
 
     def __str__(self) -> str:
-        chosen = (
-            self.variant
-            or "none of ours: falls back to TVM's built-in variants (an error in strict mode)"
-        )
+        if self.variant is not None:
+            chosen = self.variant
+        elif self.fallback is not None and self.error is None:
+            chosen = f"none of ours: {self.fallback} (an error in strict mode)"
+            if self.scalar_fallback:
+                chosen = "WARNING " + chosen
+        else:
+            chosen = "none"
         lines = [f"[{self.index}] Tx.{self.scope}.{self.op} at {self.location}"]
         for o in self.operands:
             lines.append(
                 f"    {o['role']:<4} {o['region']:<28} {o['scope']:<7} {o['dtype']:<9} {o['layout']}"
             )
         lines.append(f"    variant: {chosen}")
+        if self.error is not None:
+            lines += _error_lines(self.error, self.fallback)
+        for note in self.bounds_undecided:
+            lines.append(f"    bounds not proved: {note}")
         if self.plan:
             facts = ", ".join(f"{k}={_plain(v)}" for k, v in self.plan.items())
             lines.append(f"    plan: {facts}")
@@ -114,6 +127,45 @@ class CallReport:
             verdict = "accepted" if c.accepted else "declined"
             lines.append(f"      - {c.variant}: {verdict}" + (f" ({c.reason})" if c.reason else ""))
         return "\n".join(lines)
+
+
+def _scalar_operands(call: Any) -> list[dict[str, Any]]:
+    """Arguments that are values, not regions (``s_local[0]``, ``0.5``), as operand rows."""
+    rows = []
+    for i, arg in enumerate(call.args):
+        if call.operand(i, "") is not None:
+            continue
+        source = getattr(arg, "source", None)  # an element read: s_local[0]
+        dtype = source.dtype if source is not None else getattr(arg, "dtype", None)
+        if dtype is None:
+            continue
+        role = "dst" if i == 0 else ("src" if i == 1 else f"src{i - 1}")
+        rows.append(
+            {
+                "role": role,
+                "buffer": None,
+                "scope": "scalar",
+                "dtype": str(dtype),
+                "region": (
+                    f"{source.name}[{', '.join(str(x) for x in arg.indices)}]"
+                    if source is not None and hasattr(arg, "indices")
+                    else str(arg)
+                ),
+                "layout": "-",
+            }
+        )
+    return rows
+
+
+def _error_lines(error: str, fallback: str | None) -> list[str]:
+    """The error, without what the report shows anyway (the call, our variants' reasons)."""
+    first, *rest = error.splitlines()
+    lines = [f"    ERROR when lowered: {first}"]
+    if first.startswith("region out of bounds"):
+        return lines + [f"      {line.strip()}" for line in rest]
+    if fallback is not None:
+        lines += [f"      {line.strip()}" for line in fallback.splitlines()]
+    return lines + [f"      {line.strip()}" for line in rest if line.strip().startswith("and ")]
 
 
 def _plain(value: Any) -> Any:

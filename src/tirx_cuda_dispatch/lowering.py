@@ -28,6 +28,8 @@ from tvm.script import tirx as T
 from tvm.tirx.operator.tile_primitive import fail, predicate, register_dispatch
 from tvm.tirx.operator.tile_primitive.dispatcher import DispatchFail
 
+from . import bounds
+from .builtin import BRIDGE_PREDICATE, probe
 from .call import TileCall
 from .codegen import impl_prim_func
 from .dispatch import Outcome, choose
@@ -48,6 +50,7 @@ class Session:
     mode: str = "lower"  # "lower" emits; "explain" plans only and splices no-ops
     outcomes: list[Outcome] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
+    bounds: list[bounds.CallBounds] = field(default_factory=list)  # every call's verdicts
 
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
@@ -96,11 +99,42 @@ def _bridge(op_call: Any, sctx: Any) -> Any:
 
 def _dispatch_in_session(s: Session, call: TileCall) -> Any:
     out = choose(call, emit=s.mode == "lower", exhaustive=s.mode == "explain")
+    out.bounds = bounds.find(s.bounds, call.prim)
     s.outcomes.append(out)
+    if out.chosen is None and call.forced_variant is None:
+        out.builtin = probe(call)
+    out.error = (out.bounds.error() if out.bounds else None) or _lowering_error(s, call, out)
     if s.mode == "explain":
         return _noop()
+    if out.error is not None:
+        s.errors.append(out.error)
+        fail(str(out.error))
     if out.chosen is not None:
-        return out.func
+        return _marked(out.func, len(s.outcomes) - 1)
+    fail("no tirx_cuda_dispatch variant accepted:\n" + out.reasons_table())
+
+
+CALL_MARK = "tirx_cuda_dispatch.call"
+
+
+def _marked(func: tvm.tirx.PrimFunc, index: int) -> tvm.tirx.PrimFunc:
+    """The emitted body under an attribute naming the call (its index in explain()'s
+    numbering), so that the simulator can say which call an access or a fault came from.
+    CUDA codegen emits nothing for an attribute it does not know."""
+    if not MARK_CALLS:
+        return func
+    body = tvm.tirx.AttrStmt(tvm.ir.StringImm(CALL_MARK), CALL_MARK, index, func.body)
+    return func.with_body(body)
+
+
+MARK_CALLS = True
+
+
+def _lowering_error(s: Session, call: TileCall, out: Outcome) -> DispatchError | None:
+    """The error lowering raises for a call none of our variants took, or None when
+    TVM's built-in variants take it (and the pipeline lets them)."""
+    if out.chosen is not None:
+        return None
     if call.forced_variant is not None:
         why = f"dispatch={call.forced_variant!r} was forced and declined"
         others = choose(call, exhaustive=True, honour_forced=False)
@@ -112,11 +146,14 @@ def _dispatch_in_session(s: Session, call: TileCall) -> Any:
                 f"\n  the other variants (not tried: dispatch= forces {call.forced_variant}):\n"
                 + others.reasons_table()
             )
-        s.errors.append(DispatchError(message))
-    elif s.fallback == "error":
+        return DispatchError(message)
+    if s.fallback == "error":
         why = "no tirx_cuda_dispatch variant accepts this call (strict mode)"
-        s.errors.append(DispatchError(_declined_message(out, why)))
-    fail("no tirx_cuda_dispatch variant accepted:\n" + out.reasons_table())
+        return DispatchError(f"{_declined_message(out, why)}\n  without strict mode: {out.builtin}")
+    if out.builtin is not None and out.builtin.variant is None:
+        why = "nothing can lower this call: none of our variants accepts it"
+        return DispatchError(f"{_declined_message(out, why)}\n  and {out.builtin}")
+    return None
 
 
 def _active_unforced(op_call: Any, sctx: Any) -> tuple[bool, str | None]:
@@ -153,7 +190,7 @@ def install_bridge() -> None:
                 "cuda",
                 variant=name,
                 priority=BRIDGE_PRIORITY,
-                when=[predicate(f"{BRIDGE_NAME} bridge", active)],
+                when=[predicate(BRIDGE_PREDICATE, active)],
             )(_bridge)
             _INSTALLED.add((op, name))
 
@@ -162,15 +199,79 @@ def run_lower(mod: tvm.IRModule, fallback: str = "builtin", mode: str = "lower")
     """Run TVM's LowerTIRx with our bridge active; returns (module, session)."""
     install_bridge()
     with session(fallback=fallback, mode=mode) as s:
+        s.bounds = bounds.scan(mod)
+        if mode == "lower":
+            _raise_bounds_errors(s.bounds)
+        target = _module_target(mod)
+        if target is not None and target.kind.name != "cuda" and s.bounds:
+            return _off_target(mod, s, target), s
         try:
             lowered = tvm.tirx.transform.LowerTIRx()(mod)
-        except Exception as exc:
-            if s.errors:
-                raise s.errors[0] from exc
+        except Exception:
+            if s.errors:  # ours, recorded by the bridge: TVM's report of it adds nothing
+                raise s.errors[0] from None
             raise
     if s.errors:
         raise s.errors[0]
     return lowered, s
+
+
+def _module_target(mod: tvm.IRModule) -> Any:
+    """The target the functions are bound to, else the current target scope's."""
+    for func in mod.functions.values():
+        attrs = getattr(func, "attrs", None)
+        if attrs is not None and "target" in attrs:
+            return attrs["target"]
+    return tvm.target.Target.current(allow_none=True)
+
+
+@dataclass
+class _OffTargetContext:
+    """What a predicate may ask of a call compiled for a target TVM's pass cannot dispatch
+    on: the target and the scope (our predicates decline on the target first)."""
+
+    target: Any
+    scope_kind: str
+    intra: dict = field(default_factory=dict)
+    inter: dict = field(default_factory=dict)
+    launch_params: dict = field(default_factory=dict)
+    var_range_map: dict = field(default_factory=dict)
+
+
+def _off_target(mod: tvm.IRModule, s: Session, target: Any) -> tvm.IRModule:
+    """A module with tile-primitive calls for a non-CUDA target: our variants decline each
+    call (their reasons are recorded, as for any call); TVM's own pass then lowers it or
+    fails, and its failure becomes our error naming the calls."""
+    for cb in s.bounds:
+        call = TileCall(cb.node, _OffTargetContext(target, str(cb.node.scope.name)))
+        out = choose(call, exhaustive=True)
+        out.bounds = cb
+        s.outcomes.append(out)
+    try:
+        return tvm.tirx.transform.LowerTIRx()(mod)
+    except Exception as exc:  # TVM cannot lower them for this target either
+        why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        for out in s.outcomes:
+            out.error = DispatchError(
+                _declined_message(
+                    out,
+                    f"nothing can lower this call for target "
+                    f"{target.kind.name}: none of our variants accepts it",
+                )
+                + f"\n  and TVM's LowerTIRx fails for {target.kind.name}: {why}"
+            )
+        if s.mode == "lower":
+            raise s.outcomes[0].error from None
+        return mod
+
+
+def _raise_bounds_errors(scanned: list[bounds.CallBounds]) -> None:
+    """Every provably out-of-bounds region of the program, in one error."""
+    errors = [e for e in (cb.error() for cb in scanned) if e is not None]
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise bounds.OutOfBoundsError("\n".join(str(e) for e in errors))
 
 
 def LowerTIRx(fallback: str = "builtin") -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)

@@ -20,6 +20,8 @@ from typing import Any
 
 import tvm
 
+from .targets import as_target, describe
+
 
 class ToolchainError(RuntimeError):
     """NVRTC or nvdisasm is missing, or compilation failed (the log is in the message)."""
@@ -152,9 +154,10 @@ def opcodes(sass_text: str) -> Counter:
     return Counter(_OPCODE.findall(sass_text))
 
 
-def cuda_source(func_or_mod, arch: str = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> str:
-    """The CUDA source TVM generates for ``func_or_mod`` through ``pipeline``."""
-    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+def cuda_source(func_or_mod, arch: Any = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> str:
+    """The CUDA source TVM generates for ``func_or_mod`` through ``pipeline``; ``arch`` is
+    any target form :func:`..targets.as_target` accepts."""
+    target = as_target(arch)
     # On a machine with a GPU, TVM's NVRTC callback compiles for Target.current() or else
     # the local GPU: scope the target so that sm_100a source is not built for an sm_90 GPU.
     with target:
@@ -162,12 +165,13 @@ def cuda_source(func_or_mod, arch: str = "sm_90a", pipeline: str = "tirx_cuda_di
     return ex.mod.imports[0].inspect_source()
 
 
-def lowered_tir(func_or_mod, arch: str = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> Any:
+def lowered_tir(func_or_mod, arch: Any = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> Any:
     """The device IRModule after ``pipeline`` and TVM's device finalization, right before
-    CUDA codegen (the form ``tvm.compile`` hands to the code generator)."""
+    CUDA codegen (the form ``tvm.compile`` hands to the code generator); ``arch`` is any
+    target form :func:`..targets.as_target` accepts."""
     from tvm.tirx.build import split_host_device_mods
 
-    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+    target = as_target(arch)
     mod = func_or_mod
     if isinstance(mod, tvm.tirx.PrimFunc):
         mod = tvm.IRModule.from_expr(mod)
@@ -182,6 +186,6 @@ def lowered_tir(func_or_mod, arch: str = "sm_90a", pipeline: str = "tirx_cuda_di
     return lowered[0]
 
 
-def kernel_sass(func_or_mod, arch: str = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> str:
+def kernel_sass(func_or_mod, arch: Any = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> str:
     """Lower, generate CUDA, compile with NVRTC and disassemble: the SASS of the kernel."""
-    return sass(nvrtc_compile(cuda_source(func_or_mod, arch, pipeline), arch))
+    return sass(nvrtc_compile(cuda_source(func_or_mod, arch, pipeline), describe(arch)))

@@ -1,0 +1,293 @@
+"""Every operand region of every tile-primitive call lies inside its buffer.
+
+TVM's parser does not check regions, and a variant lowers what it is given: a region past
+the end of its buffer would become a kernel that reads or writes foreign memory. So before
+dispatch, whichever variant would lower the call, each operand is given one of three
+verdicts:
+
+- ``in bounds``: TVM's arithmetic analyzer proves ``0 <= start`` and ``start + extent <=
+  shape`` on every axis, over the ranges of the thread, warp and CTA ids
+  (``T.cta_id([n])`` bounds ``bx`` to ``[0, n)``), the enclosing loops and lets, and
+  under the conditions of the enclosing ``if``\\s;
+- ``out of bounds``: a concrete assignment of those variables that satisfies the enclosing
+  conditions puts the region past the buffer (found by evaluating the start at the
+  corners of the variables' ranges); lowering raises :class:`OutOfBoundsError` naming
+  the buffer, the axis, the region, the extent and the source line;
+- ``undecided``: neither could be shown; explain() says so for that operand.
+"""
+
+from __future__ import annotations
+
+import itertools
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import sym
+from tvm.tirx import IntImm, Var
+
+from .call import Location, as_int, location_of
+from .errors import DispatchError
+
+MAX_CORNER_VARS = 8  # 2**8 corner assignments at most per expression
+
+
+@tvm_ffi.register_error
+class OutOfBoundsError(DispatchError):
+    """A tile-primitive operand's region provably lies (partly) outside its buffer."""
+
+
+@dataclass(frozen=True)
+class OperandBounds:
+    """One operand's verdict: ``in bounds``, ``out of bounds`` or ``undecided``."""
+
+    role: str
+    buffer: str
+    region: str
+    verdict: str
+    detail: str | None = None
+
+    def __str__(self) -> str:
+        text = f"{self.role} {self.region}: {self.verdict}"
+        return f"{text} ({self.detail})" if self.detail else text
+
+
+@dataclass(frozen=True)
+class CallBounds:
+    """The verdicts of one call's operands, with the call's source location."""
+
+    node: Any = field(repr=False, compare=False)  # the TilePrimitiveCall
+    location: Location
+    operands: tuple[OperandBounds, ...]
+
+    @property
+    def violations(self) -> list[OperandBounds]:
+        return [o for o in self.operands if o.verdict == "out of bounds"]
+
+    @property
+    def undecided(self) -> list[OperandBounds]:
+        return [o for o in self.operands if o.verdict == "undecided"]
+
+    def error(self) -> OutOfBoundsError | None:
+        """The error lowering raises for this call, or None when nothing is provably out."""
+        bad = self.violations
+        if not bad:
+            return None
+        lines = "\n".join(f"  {o.region}: {o.detail}" for o in bad)
+        names = ", ".join(sorted({o.buffer for o in bad}))
+        return OutOfBoundsError(
+            f"region out of bounds at {self.location}\n{lines}\n"
+            f"  keep the region inside the shape of {names}, or declare the buffer larger"
+        )
+
+
+@dataclass
+class _Env:
+    """What is known where a call stands: variable ranges, let values, conditions."""
+
+    ranges: list[tuple[Var, int, int, int]] = field(default_factory=list)  # var, lo, hi, step
+    symbolic: list[tuple[Var, Any, Any]] = field(default_factory=list)  # var, min, extent
+    lets: list[tuple[Var, Any]] = field(default_factory=list)
+    conditions: list[Any] = field(default_factory=list)
+
+    def snapshot(self) -> _Env:
+        return _Env(list(self.ranges), list(self.symbolic), list(self.lets), list(self.conditions))
+
+
+def scan(mod_or_func: Any) -> list[CallBounds]:
+    """The verdicts of every tile-primitive call of a PrimFunc or IRModule, in program order."""
+    funcs = (
+        list(mod_or_func.functions.values())
+        if isinstance(mod_or_func, tvm.IRModule)
+        else [mod_or_func]
+    )
+    out: list[CallBounds] = []
+    for func in funcs:
+        if isinstance(func, tvm.tirx.PrimFunc):
+            _walk(func.body, _Env(), out)
+    return out
+
+
+def find(scanned: list[CallBounds], node: Any) -> CallBounds | None:
+    """The verdicts :func:`scan` gave the call ``node`` (the same IR object), if any."""
+    for cb in scanned:
+        if cb.node.same_as(node):
+            return cb
+    return None
+
+
+# -- the walk ----------------------------------------------------------------------------
+def _walk(stmt: Any, env: _Env, out: list[CallBounds]) -> None:
+    kind = type(stmt).__name__
+    if kind == "SeqStmt":
+        scope = env.snapshot()  # ids, lets and buffers declared in a sequence last to its end
+        for s in stmt.seq:
+            _walk(s, scope, out)
+    elif kind == "TilePrimitiveCall":
+        out.append(check_call(stmt, env))
+    elif kind == "ScopeIdDefStmt":
+        d = getattr(stmt, "def")
+        for var, ext in zip(d.def_ids, d.extents, strict=False):
+            _add_range(env, var, 0, ext, 1)
+    elif kind == "For":
+        inner = env.snapshot()
+        step = 1 if stmt.step is None else stmt.step
+        _add_range(inner, stmt.loop_var, stmt.min, stmt.extent, step)
+        _walk(stmt.body, inner, out)
+    elif kind == "Bind":
+        env.lets.append((stmt.var, stmt.value))
+    elif kind == "IfThenElse":
+        then_env = env.snapshot()
+        then_env.conditions.append(stmt.condition)
+        _walk(stmt.then_case, then_env, out)
+        if stmt.else_case is not None:
+            else_env = env.snapshot()
+            else_env.conditions.append(tvm.tirx.Not(stmt.condition))
+            _walk(stmt.else_case, else_env, out)
+    else:  # AttrStmt, While, ...: no facts of their own; their bodies may hold calls
+        body = getattr(stmt, "body", None)
+        if body is not None:
+            _walk(body, env.snapshot(), out)
+
+
+def _add_range(env: _Env, var: Var, lo: Any, extent: Any, step: Any) -> None:
+    lo_i, ext_i, step_i = as_int(lo), as_int(extent), as_int(step)
+    if lo_i is not None and ext_i is not None and step_i is not None and ext_i > 0:
+        env.ranges.append((var, lo_i, lo_i + (ext_i - 1) * step_i + 1, step_i))
+    else:
+        env.symbolic.append((var, lo, extent))
+
+
+# -- one call ----------------------------------------------------------------------------
+def check_call(node: Any, env: _Env) -> CallBounds:
+    """Verdicts for the tensor operands (regions and scalar element reads) of one call."""
+    operands = []
+    for i, arg in enumerate(node.args):
+        role = "dst" if i == 0 else ("src" if i == 1 else f"src{i - 1}")
+        source = getattr(arg, "source", None)
+        if not isinstance(source, tvm.tirx.Buffer):
+            continue
+        if hasattr(arg, "region"):
+            spans = [(r.min, r.extent) for r in arg.region]
+        elif hasattr(arg, "indices"):
+            spans = [(ix, 1) for ix in arg.indices]
+        else:
+            continue
+        operands.append(_operand(role, source, spans, env))
+    return CallBounds(node, location_of(node), tuple(operands))
+
+
+def _operand(role: str, buf: Any, spans: list[tuple[Any, Any]], env: _Env) -> OperandBounds:
+    name = str(buf.name)
+    text = f"{name}[{', '.join(_span_text(lo, ext) for lo, ext in spans)}]"
+    shape = list(buf.shape)
+    if len(spans) != len(shape):
+        detail = f"{len(spans)} indices for a {len(shape)}-d buffer of shape {_shape_text(shape)}"
+        return OperandBounds(role, name, text, "out of bounds", detail)
+    undecided = []
+    for axis, ((lo, ext), n) in enumerate(zip(spans, shape, strict=True)):
+        verdict, detail = _axis(lo, ext, n, env)
+        if verdict == "out of bounds":
+            full = (
+                f"axis {axis} runs {_span_text(lo, ext)}{detail}, outside the extent {n} of "
+                f"{name} on that axis (shape {_shape_text(shape)})"
+            )
+            return OperandBounds(role, name, text, verdict, full)
+        if verdict == "undecided":
+            undecided.append(f"axis {axis}: {detail}")
+    if undecided:
+        return OperandBounds(role, name, text, "undecided", "; ".join(undecided))
+    return OperandBounds(role, name, text, "in bounds")
+
+
+def _axis(lo: Any, ext: Any, n: Any, env: _Env) -> tuple[str, str | None]:
+    """``(verdict, detail)`` for one axis: ``0 <= lo`` and ``lo + ext <= n``."""
+    lo_e, hi_e = _expr(lo), _expr(lo) + _expr(ext)
+    n_e = _expr(n)
+    with ExitStack() as stack:
+        ana = _analyzer(env, stack)
+        if ana.can_prove(lo_e >= 0) and ana.can_prove(hi_e <= n_e):
+            return "in bounds", None
+    witness = _witness(lo_e, hi_e, n_e, env)
+    if witness is not None:
+        return "out of bounds", witness
+    return "undecided", (
+        f"cannot prove 0 <= {lo} and {lo} + {ext} <= {n} over the ranges of {_vars_text(lo_e, env)}"
+    )
+
+
+def _analyzer(env: _Env, stack: ExitStack) -> sym.Analyzer:
+    ana = sym.Analyzer()
+    for var, lo, hi, _ in env.ranges:
+        ana.bind(var, tvm.ir.Range(lo, hi))
+    for var, lo, ext in env.symbolic:
+        ana.bind(var, tvm.ir.Range.from_min_extent(lo, ext))
+    for var, value in env.lets:
+        ana.bind(var, value)
+    for cond in env.conditions:
+        stack.enter_context(ana.constraint_scope(cond))
+    return ana
+
+
+def _witness(lo: Any, hi: Any, n: Any, env: _Env) -> str | None:
+    """A concrete assignment (at the corners of the ranges) that satisfies the enclosing
+    conditions and puts ``[lo, hi)`` outside ``[0, n)``, described; None if none found."""
+    free = _free_vars([lo, hi, n, *env.conditions, *(v for _, v in env.lets)])
+    let_vars = [var for var, _ in env.lets]
+    free = [v for v in free if not any(v.same_as(x) for x in let_vars)]
+    ranged = {var: (lo_v, hi_v, step) for var, lo_v, hi_v, step in env.ranges}
+    if any(v not in ranged for v in free) or len(free) > MAX_CORNER_VARS:
+        return None
+    for values in itertools.product(*(_corner_values(*ranged[v]) for v in free)):
+        ana = sym.Analyzer()
+        for var, x in zip(free, values, strict=True):
+            ana.bind(var, IntImm(str(var.ty), x))
+        for var, value in env.lets:
+            ana.bind(var, value)
+        lo_v, hi_v, n_v = (as_int(ana.simplify(_expr(e))) for e in (lo, hi, n))
+        if lo_v is None or hi_v is None or n_v is None:
+            return None
+        if not all(as_int(ana.simplify(c)) for c in env.conditions):
+            continue
+        if lo_v < 0 or hi_v > n_v:
+            where = ", ".join(f"{v.name} = {x}" for v, x in zip(free, values, strict=True))
+            return f" (= {lo_v}:{hi_v} when {where})" if where else ""
+    return None
+
+
+def _corner_values(lo: int, hi: int, step: int) -> tuple[int, ...]:
+    last = lo + ((hi - 1 - lo) // step) * step
+    return (lo,) if last == lo else (lo, last)
+
+
+def _free_vars(exprs: list[Any]) -> list[Var]:
+    seen: list[Var] = []
+    for e in exprs:
+        for v in tvm.tirx.analysis.undefined_vars(e):
+            if not any(v.same_as(s) for s in seen):
+                seen.append(v)
+    return seen
+
+
+def _expr(value: Any) -> Any:
+    return IntImm("int64", value) if isinstance(value, int) else value
+
+
+def _span_text(lo: Any, ext: Any) -> str:
+    lo_i, ext_i = as_int(lo), as_int(ext)
+    if lo_i is not None and ext_i is not None:
+        return f"{lo_i}:{lo_i + ext_i}"
+    if ext_i == 1:
+        return str(lo)
+    return f"{lo}:{lo} + {ext}"
+
+
+def _shape_text(shape: list[Any]) -> str:
+    return "(" + ", ".join(str(as_int(s) if as_int(s) is not None else s) for s in shape) + ")"
+
+
+def _vars_text(expr: Any, env: _Env) -> str:
+    names = [str(v.name) for v in tvm.tirx.analysis.undefined_vars(expr)]
+    return ", ".join(names) if names else "no variables"

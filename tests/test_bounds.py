@@ -1,0 +1,175 @@
+"""Regions inside their buffers: proved, refuted with a witness, or reported as undecided."""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.tirx.layout import S, TileLayout
+
+import tirx_cuda_dispatch as tcd
+from tirx_cuda_dispatch import bounds
+from tirx_cuda_dispatch.bounds import OutOfBoundsError
+
+TARGET = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+
+
+def rows_copy(src_rows: int, copy_rows: int):
+    """A warp copies A[0:copy_rows, :] of a (src_rows, 32) float32 global A into shared."""
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (src_rows, 32), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        A_s = T.alloc_buffer(
+            (copy_rows, 32), "float32", scope="shared", layout=TileLayout(S[(copy_rows, 32)])
+        )
+        Tx.warp.copy(A_s[0:copy_rows, :], A[0:copy_rows, :])
+
+    return kernel
+
+
+def cta_tiles(ctas: int, rows: int = 64):
+    """CTA bx copies rows [bx*32, bx*32+32) of a (rows, 32) A: past the end once bx*32+32 > rows."""
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (rows, 32), "float32")
+        B = T.match_buffer(B_ptr, (rows, 32), "float32")
+        T.device_entry()
+        bx = T.cta_id([ctas])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        A_s = T.alloc_buffer((32, 32), "float32", scope="shared", layout=TileLayout(S[(32, 32)]))
+        Tx.warp.copy(A_s[:, :], A[bx * 32 : bx * 32 + 32, :])
+        Tx.warp.copy(B[bx * 32 : bx * 32 + 32, :], A_s[:, :])
+
+    return kernel
+
+
+def guarded_thread_copy(guard: bool):
+    """128 threads; thread tx copies 4 elements at tx*4 of a 128-element buffer: in bounds
+    only under ``if tx < 32``."""
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (128,), "float32")
+        B = T.match_buffer(B_ptr, (128,), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([4])
+        T.lane_id([32])
+        tx = T.thread_id([128])
+        if guard:
+            if tx < 32:
+                Tx.thread.copy(B[tx * 4 : tx * 4 + 4], A[tx * 4 : tx * 4 + 4])
+        else:
+            Tx.thread.copy(B[tx * 4 : tx * 4 + 4], A[tx * 4 : tx * 4 + 4])
+
+    return kernel
+
+
+def runtime_offset():
+    """The region starts at a kernel argument: nothing bounds it."""
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle, n: T.int32):
+        A = T.match_buffer(A_ptr, (128,), "float32")
+        B = T.match_buffer(B_ptr, (128,), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        Tx.thread.copy(B[n : n + 1], A[n : n + 1])
+
+    return kernel
+
+
+@pytest.mark.parametrize("pipeline", ["tirx_cuda_dispatch", "tirx_cuda_dispatch.strict"])
+def test_a_region_past_the_end_is_an_error_in_both_pipelines(pipeline):
+    with pytest.raises(OutOfBoundsError) as err:
+        tvm.compile(rows_copy(32, 64), target=TARGET, tir_pipeline=pipeline)
+    message = str(err.value)
+    assert "A[0:64, 0:32]" in message  # the buffer and the region
+    assert "axis 0 runs 0:64, outside the extent 32 of A" in message  # the axis and extent
+    assert "test_bounds.py:" in message and "Tx.warp.copy(A_s[0:copy_rows, :]" in message
+
+
+def test_the_in_bounds_twin_compiles():
+    tvm.compile(rows_copy(64, 64), target=TARGET, tir_pipeline="tirx_cuda_dispatch.strict")
+
+
+def test_a_cta_id_past_the_data_is_found_with_its_value():
+    with pytest.raises(OutOfBoundsError, match=r"\(= 64:96 when bx = 2\)"):
+        tvm.compile(cta_tiles(3), target=TARGET, tir_pipeline="tirx_cuda_dispatch")
+    tvm.compile(cta_tiles(2), target=TARGET, tir_pipeline="tirx_cuda_dispatch")  # twin: fits
+
+
+def test_an_enclosing_if_bounds_the_thread_index():
+    [call] = bounds.scan(guarded_thread_copy(guard=True))
+    assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]
+    # negative control: the same copy by all 128 threads runs past the end
+    [call] = bounds.scan(guarded_thread_copy(guard=False))
+    assert [o.verdict for o in call.operands] == ["out of bounds", "out of bounds"]
+    assert "when tx = 127" in call.operands[0].detail
+
+
+def test_explain_reports_the_error_instead_of_raising():
+    [report] = tcd.explain(rows_copy(32, 64))
+    assert report.error.startswith("region out of bounds")
+    assert "ERROR when lowered: region out of bounds" in str(report)
+
+
+def test_undecided_bounds_are_said_by_explain_and_do_not_fail_lowering():
+    [call] = bounds.scan(runtime_offset())
+    assert [o.verdict for o in call.operands] == ["undecided", "undecided"]
+    [report] = tcd.explain(runtime_offset())
+    assert report.error is None
+    assert "bounds not proved: dst B[n]: undecided (axis 0: cannot prove 0 <= n" in str(report)
+    tvm.compile(runtime_offset(), target=TARGET, tir_pipeline="tirx_cuda_dispatch")
+
+
+def test_loop_variables_are_bounded_by_their_loops():
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (128, 32), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        w = T.warp_id([4])
+        T.lane_id([32])
+        T.thread_id([128])
+        A_s = T.alloc_buffer((32, 32), "float32", scope="shared", layout=TileLayout(S[(32, 32)]))
+        for i in range(5):
+            Tx.warp.copy(A_s[w * 8 : w * 8 + 8, :], A[i * 32 + w * 8 : i * 32 + w * 8 + 8, :])
+
+    [call] = bounds.scan(kernel)
+    assert call.operands[0].verdict == "in bounds"
+    assert call.operands[1].verdict == "out of bounds"
+    assert "(= 128:136 when i = 4, w = 0)" in call.operands[1].detail
+
+
+def test_a_scalar_element_read_is_checked_too():
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32, 8), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        s = T.alloc_buffer((1,), "float32", scope="local")
+        a = T.alloc_buffer((32, 8), "float32", scope="local", layout=TileLayout(S[(32, 8)]))
+        Tx.warp.copy(a[:, :], A[:, :])
+        Tx.warp.mul(a[:, :], a[:, :], s[1])
+
+    call = bounds.scan(kernel)[1]
+    assert [o.verdict for o in call.operands][-1] == "out of bounds"
+    assert call.operands[-1].region == "s[1:2]"
+    assert "outside the extent 1 of s" in call.operands[-1].detail
