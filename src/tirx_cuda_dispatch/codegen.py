@@ -113,21 +113,46 @@ def load_global_l2_only(dst_ptr: Any, src_ptr: Any, vec_bits: int) -> Any:
     return helper_call(name, HelperMeaning("copy", bits=vec_bits), source, dst_ptr, src_ptr)
 
 
-def thread_index(call: TileCall) -> Any:
-    """The thread's index within the call's scope, as a TIR expression.
+_SCOPE_THREADS = {"warp": 32, "warpgroup": 128}
 
-    Call it inside a ``@T.prim_func`` body: the scope-id helpers declare their variables
-    in the body being built, and TVM binds them after dispatch.
+
+def thread_index(call: TileCall) -> Any:
+    """The thread's index within the call's scope, as a TIR expression of the launch's
+    thread variables (what TVM resolves ``T.lane_id()`` / ``T.thread_id_in_wg()`` to).
+
+    Written out rather than declared with TVM's scope-id helpers: each such call in an
+    emitter's body adds a kernel-level binding that TVM's simplifier inlines and leaves
+    behind as an unused ``int v_N = ...;``, and, the variable being unnamed, a bare
+    ``v_N;`` statement that TVM adds to keep it live.
     """
     if call.scope == "thread":
         return tirx.IntImm("int32", 0)
-    if call.scope == "warp":
-        return T.lane_id()
-    if call.scope == "warpgroup":
-        return T.thread_id_in_wg()
     if call.scope == "cta":
-        return call.launch_var("threadIdx.x")
+        return linear_thread_index(call)
+    if call.scope in _SCOPE_THREADS:
+        return tirx.floormod(linear_thread_index(call), _SCOPE_THREADS[call.scope])
     raise ValueError(f"no thread index for scope {call.scope}")
+
+
+def warp_index_in_warpgroup(call: TileCall) -> Any:
+    """The warp's index within its warpgroup, from TVM's warp-uniform ``warp_id_in_cta``
+    (a shuffle of the linear thread index over 32, bound once per kernel)."""
+    return tirx.floormod(call.launch_var("warp_id_in_cta"), 4)
+
+
+def linear_thread_index(call: TileCall) -> Any:
+    """``threadIdx.x + threadIdx.y * X + threadIdx.z * X * Y`` over the launched axes."""
+    index = stride = None
+    for axis in ("x", "y", "z"):
+        iv = call.ctx.launch_params.get(f"threadIdx.{axis}")
+        if iv is None:
+            continue
+        term = iv.var if stride is None else iv.var * stride
+        index = term if index is None else index + term
+        stride = iv.dom.extent if stride is None else stride * iv.dom.extent
+    if index is None:
+        raise ValueError(f"{call} is in a kernel that launches no threadIdx axis")
+    return index
 
 
 def storage_words(buffer: Any, elem_bits: int, word_bits: int) -> Any:

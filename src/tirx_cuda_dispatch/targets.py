@@ -16,9 +16,10 @@ from typing import Any
 
 import tvm
 
-# Compute capabilities of CUDA 12/13 (the ones NVRTC of our pinned wheels compiles for),
-# and the architecture-specific ("a") and family ("f") variants where NVIDIA defines them.
-SM_VERSIONS = (75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)
+# Compute capabilities NVIDIA has shipped since Maxwell (NVRTC of our pinned CUDA 13 wheels
+# compiles for sm_75 and newer; older ones still explain), and the architecture-specific
+# ("a") and family ("f") variants where NVIDIA defines them.
+SM_VERSIONS = (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)
 _ARCH_SPECIFIC_FROM = 90  # sm_90a is the first "a" target
 _FAMILY_FROM = 100  # sm_100f is the first "f" target
 _ARCH = re.compile(r"sm_(\d+)([af]?)")

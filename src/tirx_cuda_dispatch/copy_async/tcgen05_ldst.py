@@ -47,7 +47,7 @@ from tvm.tirx.layout import laneid as axis_laneid
 from tvm.tirx.layout import wid_in_wg as axis_wid_in_wg
 
 from ..call import Operand, TileCall, as_int
-from ..codegen import impl_prim_func, storage_words
+from ..codegen import impl_prim_func, storage_words, warp_index_in_warpgroup
 from ..errors import Decline, check
 from ..predicates import (
     requires_all_threads_active,
@@ -470,7 +470,7 @@ def emit(plan: Tcgen05Plan, call: TileCall):
     # fmt: off
     @impl_prim_func
     def impl():
-        warp = T.warp_id_in_wg()
+        warp = T.meta_var(warp_index_in_warpgroup(call))
         regs = T.decl_buffer((words,), "uint32", data=reg_buf.data, scope="local")
         issue_all(warp, regs)
     # fmt: on
