@@ -168,6 +168,46 @@ def part_stream(gpu: Gpu, args) -> list[dict]:
     return rows
 
 
+# -- 1b. masked copies of odd tiles ------------------------------------------------------------
+# (name, dtype, tile rows, tile cols, scope, threads per CTA, the nearest even tile)
+MASKED = [
+    ("f32 4x6 warp", "float32", 4, 6, "warp", 32, (4, 8)),
+    ("f16 48x40 cta256", "float16", 48, 40, "cta", 256, (48, 48)),
+    ("f32 30x100 cta128", "float32", 30, 100, "cta", 128, (32, 100)),
+    ("bf16 5x70 warp", "bfloat16", 5, 70, "warp", 32, (8, 64)),
+]
+
+
+def part_masked(gpu: Gpu, args) -> list[dict]:
+    """Odd tiles streamed global -> shared -> global: ours (masked vector copies) against
+    the built-in (its scalar single-thread copy) and a device copy, and against our own
+    nearest even tile (what the mask costs)."""
+    import copy_stream
+
+    rows = []
+    for name, dtype, tm, tn, scope, threads, even in MASKED:
+        total = args.stream_mib * 2**20 // 4
+        odd = copy_stream.bench_config(
+            name, dtype, tm, tn, scope, threads, total_bytes=total, batch=5, reps=args.reps
+        )
+        ev = copy_stream.bench_config(
+            name, dtype, *even, scope, threads, total_bytes=total, batch=5, reps=args.reps
+        )
+        rows.append(
+            {
+                "config": name,
+                "ours GB/s": odd["ours_GBps"],
+                "built-in GB/s": odd["builtin_GBps"],
+                "ours/built-in": odd["ours_vs_builtin"],
+                "ours/D2D": odd["ours_vs_copy"],
+                "even tile": f"{even[0]}x{even[1]}",
+                "even ours GB/s": ev["ours_GBps"],
+                "odd/even": odd["ours_GBps"] / ev["ours_GBps"],
+            }
+        )
+    return rows
+
+
 # -- 2. copy -> reg loop ------------------------------------------------------------------------
 REG_LAYOUTS = {
     # name: (register layout, tile shape)
@@ -534,6 +574,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 TITLES = {
     "stream": "1. Streaming copy global -> shared -> global (GB/s, bytes read + written)",
+    "masked": "1b. Odd tiles streamed global -> shared -> global: masked vector copies (ours) vs the built-in's scalar copy, and vs our nearest even tile",
     "reg": "2. copy -> reg loop, shared -> registers -> shared (float32; 4 warps per CTA, each its own tile; warp barriers between copies)",
     "reg_hand": "2b. Hand-written references for the copy -> reg loop (B/clk/SM)",
     "ldst": "3. copy -> ldstmatrix loop, m16n8k16 A fragment, 16x16 float16 per warp (B/clk/SM)",
@@ -563,7 +604,7 @@ def write_docs(text: str, path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="stream,reg,reg_hand,ldst,eltwise,sass,compile")
+    parser.add_argument("--only", default="stream,masked,reg,reg_hand,ldst,eltwise,sass,compile")
     parser.add_argument(
         "--iters", type=int, default=1000, help="loop iterations of the loop programs"
     )
@@ -575,7 +616,7 @@ def main() -> int:
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     parts = args.only.split(",")
-    gpu_parts = {"stream", "reg", "reg_hand", "ldst", "eltwise"}
+    gpu_parts = {"stream", "masked", "reg", "reg_hand", "ldst", "eltwise"}
     gpu = None
     if gpu_parts & set(parts):
         if runtime.gpu_arch() is None:
@@ -584,6 +625,7 @@ def main() -> int:
         gpu = Gpu()
     runners = {
         "stream": lambda: part_stream(gpu, args),
+        "masked": lambda: part_masked(gpu, args),
         "reg": lambda: part_reg(gpu, args),
         "reg_hand": lambda: part_reg_handwritten(gpu, args),
         "ldst": lambda: part_ldst(gpu, args),

@@ -173,3 +173,29 @@ def test_a_scalar_element_read_is_checked_too():
     assert [o.verdict for o in call.operands][-1] == "out of bounds"
     assert call.operands[-1].region == "s[1:2]"
     assert "outside the extent 1 of s" in call.operands[-1].detail
+
+
+def test_a_padded_shared_layout_past_its_buffer_is_out_of_bounds():
+    """TVM allocates a shared buffer by its shape: a layout with padded rows addresses past
+    it, whichever variant (ours or TVM's) copies it."""
+
+    def kernel_with(row_stride):
+        @T.prim_func
+        def kernel(A_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (8, 16), "float16")
+            T.device_entry()
+            T.cta_id([1])
+            T.warp_id([1])
+            T.lane_id([32])
+            T.thread_id([32])
+            A_s = T.alloc_buffer(
+                (8, 16), "float16", scope="shared", layout=TileLayout(S[(8, 16) : (row_stride, 1)])
+            )
+            Tx.warp.copy(A_s[:, :], A[:, :])
+
+        return kernel
+
+    with pytest.raises(OutOfBoundsError, match=r"spans 212 elements but A_s holds 128"):
+        tvm.compile(kernel_with(28), target=TARGET, tir_pipeline="tirx_cuda_dispatch")
+    [call] = bounds.scan(kernel_with(16))  # negative control: the unpadded tile fits
+    assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]

@@ -45,10 +45,12 @@ def test_explain_names_the_builtin_variant_that_takes_the_call():
 
 
 def test_explain_says_loudly_when_the_fallback_is_the_scalar_copy():
-    # 4x6 = 24 elements for 32 threads: our gmem_smem declines, TVM copies with one thread
-    [report] = tcd.explain(warp_g2s(4, 6))
+    # under `if lane < 16` our variants decline and TVM copies with one thread
+    [report] = tcd.explain(warp_g2s(32, 32, narrow=True))
     assert report.scalar_fallback
-    assert "SCALAR single-thread copy (one thread copies 24 elements one at a time)" in str(report)
+    assert "SCALAR single-thread copy (one thread copies 1,024 elements one at a time)" in str(
+        report
+    )
     assert str(report).count("WARNING") == 1
     # negative control: a tile our variant takes has no fallback and no warning
     [report] = tcd.explain(warp_g2s(32, 32))
@@ -74,7 +76,7 @@ def test_explain_reports_a_call_nobody_can_lower():
 
 
 def test_a_forced_variant_that_declines_is_reported_as_the_error_it_becomes():
-    func = warp_g2s(4, 6, dispatch="gmem_smem")
+    func = warp_g2s(32, 32, "float32", "float16", dispatch="gmem_smem")
     [report] = tcd.explain(func)
     assert report.error.startswith("dispatch='gmem_smem' was forced and declined")
     assert report.fallback is None  # a forced call does not fall back

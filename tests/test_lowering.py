@@ -36,7 +36,7 @@ def test_our_variant_lowers_and_tvm_pipeline_is_untouched():
 
 @pytest.mark.filterwarnings("ignore:copy/fallback")
 def test_declined_call_falls_back_to_builtin():
-    func = warp_g2s(3, 5)  # 15 elements over 32 threads: gmem_smem declines
+    func = warp_g2s(32, 32, narrow=True)  # under `if lane < 16`: our variants decline
     assert "T.warp.copy" in tvm.IRModule({"main": func}).script()
     lowered = _lower(func).script()
     assert "T.warp.copy" not in lowered
@@ -44,28 +44,29 @@ def test_declined_call_falls_back_to_builtin():
 
 
 def test_strict_mode_names_the_call_and_every_reason():
-    func = warp_g2s(3, 5)
+    func = warp_g2s(32, 32, narrow=True)
     with pytest.raises(tcd.DispatchError) as err:
         _lower(func, fallback="error")
     msg = str(err.value)
     assert "strict mode" in msg
     assert "kernels.py:" in msg and "Tx.warp.copy(A_s[:, :], A[:, :]" in msg
     assert "gmem_smem" in msg
-    assert "region of 15 elements is not divisible by the 32 threads of scope warp" in msg
+    assert "scope warp is narrowed: laneid runs over [0, 16) of [0, 32)" in msg
+    assert "without strict mode: falls back to TVM's built-in 'fallback'" in msg
 
 
 def test_strict_pipeline_raises_too():
-    with pytest.raises(tcd.DispatchError, match="not divisible"):
-        _compile(warp_g2s(3, 5), pipeline="tirx_cuda_dispatch.strict")
+    with pytest.raises(tcd.DispatchError, match="narrowed"):
+        _compile(warp_g2s(32, 32, narrow=True), pipeline="tirx_cuda_dispatch.strict")
 
 
 def test_forced_variant_that_declines_is_an_error():
     with pytest.raises(tcd.DispatchError) as err:
-        _lower(warp_g2s(3, 5, dispatch="gmem_smem"))
+        _lower(warp_g2s(32, 32, "float32", "float16", dispatch="gmem_smem"))
     text = str(err.value)
     assert "dispatch='gmem_smem' was forced and declined" in text
     assert "kernels.py:" in text and "Tx.warp.copy(A_s[:, :], A[:, :]" in text  # the line
-    assert "not divisible" in text and "pad the tile to 32 elements" in text  # what to change
+    assert "dtype mismatch: dst A_s is float16, src A is float32" in text  # the rule
     # every other variant with its reason, in trial order
     assert re.search(
         r"the other variants \(not tried: dispatch= forces gmem_smem\):\n"

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOWERING, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOWERING, EXIT_UNAVAILABLE, EXIT_FAULT = 0, 1, 2, 3, 4, 5
 
 
 def _kernel_text(cuda_source: str) -> str:
@@ -342,10 +342,127 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-EXIT_CODES = """exit codes: 0 ok; 1 a check found a wrong result; 2 usage (bad arguments, no such
-file or program); 3 lowering failed (strict mode: a call none of our variants accepts, or
-a forced variant that declines; the message lists every variant's reason); 4 not available
-here (no GPU to run on, PNG without matplotlib, a call that cannot be drawn)"""
+EXIT_CODES = """exit codes: 0 ok; 1 a check found a wrong result (or, with --compare, the two
+lowerings differ); 2 usage (bad arguments, no such file or program, unknown arch); 3
+lowering failed (a region out of bounds, a call nothing can lower, strict mode: a call
+none of our variants accepts, or a forced variant that declines; the message lists every
+variant's reason); 4 not available here (no GPU to run on, PNG without matplotlib, a call
+that cannot be drawn, a kernel parameter sim cannot make); 5 the simulator found a fault
+(out of bounds, misaligned, a race, a read of unwritten memory; the message names the
+tile-primitive call and its source line)"""
+
+
+# -- sim: the kernel on the CPU simulator ------------------------------------------------
+def _sim_inputs(program: Any, seed: int) -> tuple[list[str], list[np.ndarray]]:
+    """Random data (never zeros) for every buffer parameter of the kernel, seeded."""
+    from . import runtime
+
+    func = program
+    if hasattr(func, "functions"):
+        funcs = list(func.functions.values())
+        if len(funcs) != 1:
+            raise CliError("sim takes a module with one function; name a PrimFunc", EXIT_USAGE)
+        func = funcs[0]
+    rng = np.random.default_rng(seed)
+    names, arrays = [], []
+    for param in func.params:
+        if type(param.ty).__name__ != "BufferType":  # TIRx: a buffer parameter is typed so
+            raise CliError(
+                f"parameter {param.name} is a scalar ({param.ty}): sim makes random buffers "
+                "only; call tirx_cuda_dispatch.sim.run from Python with its value",
+                EXIT_UNAVAILABLE,
+            )
+        shape = []
+        for extent in param.shape:
+            if not hasattr(extent, "value"):
+                raise CliError(
+                    f"buffer {param.name} has a symbolic shape {list(param.shape)}: sim needs "
+                    "constant shapes",
+                    EXIT_UNAVAILABLE,
+                )
+            shape.append(int(extent.value))
+        names.append(str(param.name))
+        arrays.append(runtime.random_array(tuple(shape), str(param.dtype), rng))
+    return names, arrays
+
+
+def _counter_lines(counters: Any, indent: str = "    ") -> list[str]:
+    out = []
+    instr = ", ".join(f"{k} x{v}" for k, v in sorted(counters.instructions.items()))
+    out.append(f"{indent}warp instructions: {instr or '(none)'}")
+    moved = ", ".join(f"{k} {v} B" for k, v in sorted(counters.bytes.items()))
+    out.append(f"{indent}bytes: {moved or '(none)'}")
+    if counters.bank_conflicts:
+        hist = counters.conflict_histogram()
+        text = ", ".join(f"{ways}-way x{n}" for ways, n in hist.items())
+        out.append(
+            f"{indent}shared-memory accesses by bank-conflict degree: {text} "
+            f"(worst {counters.max_conflict()}-way)"
+        )
+    return out
+
+
+def _sim(spec: str, arch: str, seed: int, check: str | None, compare: str | None) -> int:
+    from . import explain, runtime, sim
+    from .targets import describe
+
+    path = spec.partition(":")[0]
+    name, program = load_program(spec)
+    namespace = load_namespace(path) if check else {}
+    check_fn = namespace.get(check) if check else None
+    if check and not callable(check_fn):
+        raise CliError(f"{path} has no {check}(inputs, outputs) function to check with", EXIT_USAGE)
+    names, inputs = _sim_inputs(program, seed)
+    reports = explain(program, arch)
+    try:
+        result = sim.run(program, inputs, target=arch)
+    except sim.SimError as err:
+        print(f"tirx-dispatch: the simulator found a fault: {err}", file=sys.stderr)
+        return EXIT_FAULT
+    print(f"{name} ({describe(arch)}), simulated with seed {seed}:")
+    for r in reports:
+        counters = result.by_call.get(r.index)
+        lowered_by = r.variant or "TVM's built-in variant"
+        print(f"[{r.index}] Tx.{r.scope}.{r.op} -> {lowered_by}, at {r.location}")
+        if counters is not None:
+            print("\n".join(_counter_lines(counters)))
+        else:
+            print("    (lowered by TVM's built-in variant: counted with the kernel's own)")
+    print("kernel in all:")
+    print("\n".join(_counter_lines(result.counters)))
+    for argname, before, after in zip(names, inputs, result.arrays, strict=True):
+        same = np.array_equal(runtime.bits(before), runtime.bits(after))
+        print(f"  {argname}: {'unchanged' if same else 'written'}")
+    code = EXIT_OK
+    if compare == "builtin":
+        try:
+            theirs = sim.run(program, inputs, target=arch, pipeline="tirx")
+        except sim.SimError as err:
+            print(f"TVM's built-in lowering faults in the simulator: {err}")
+            return EXIT_FAILED
+        differ = [
+            n
+            for n, a, b in zip(names, result.arrays, theirs.arrays, strict=True)
+            if not np.array_equal(runtime.bits(a), runtime.bits(b))
+        ]
+        if differ:
+            print(
+                f"--compare builtin: outputs differ from TVM's built-in lowering in {', '.join(differ)}"
+            )
+            code = EXIT_FAILED
+        else:
+            print("--compare builtin: every array equals TVM's built-in lowering bit for bit")
+    if check_fn is not None:
+        try:
+            verdict = check_fn(inputs, result.arrays)
+        except AssertionError as err:
+            print(f"--check {check}: wrong result: {err}")
+            return EXIT_FAILED
+        if verdict is False:
+            print(f"--check {check}: wrong result")
+            return EXIT_FAILED
+        print(f"--check {check}: ok")
+    return code
 
 
 def _from_tvm(err: BaseException) -> bool:
@@ -384,6 +501,23 @@ def main(argv: list[str] | None = None) -> int:
     p_lower.add_argument("--strict", action="store_true", help="no fallback to TVM's variants")
     p_run = sub.add_parser("run", help="run the file's own check (its main()) on the GPU")
     p_run.add_argument("program", help="FILE.py[:CHECK], CHECK defaults to main")
+    p_sim = sub.add_parser(
+        "sim", help="run the kernel in the CPU simulator on random inputs: counters per call"
+    )
+    p_sim.add_argument("program", help="FILE.py[:FUNC]")
+    _add_target_options(p_sim)
+    p_sim.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p_sim.add_argument(
+        "--check",
+        metavar="NAME",
+        help="the file's NAME(inputs, outputs) says whether the outputs are right "
+        "(returns False or raises AssertionError when not)",
+    )
+    p_sim.add_argument(
+        "--compare",
+        choices=("builtin",),
+        help="also simulate TVM's built-in lowering and compare the outputs bit for bit",
+    )
     p_draw = sub.add_parser("draw", help="picture one call: owners, registers, rounds, banks")
     p_draw.add_argument("program", help="FILE.py[:FUNC]")
     p_draw.add_argument("--call", type=int, default=0, help="which call, as explain numbers it")
@@ -418,6 +552,8 @@ def main(argv: list[str] | None = None) -> int:
             return _explain(args.program, args.arch, args.json)
         if args.command == "lower":
             return _lower(args.program, args.emit, args.arch, args.strict)
+        if args.command == "sim":
+            return _sim(args.program, args.arch, args.seed, args.check, args.compare)
         if args.command == "run":
             return _run(args.program)
         if args.command == "draw":

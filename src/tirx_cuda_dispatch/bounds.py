@@ -27,6 +27,7 @@ import tvm
 import tvm_ffi
 from tvm import sym
 from tvm.tirx import IntImm, Var
+from tvm.tirx.layout import ComposeLayout, TileLayout
 
 from .call import Location, as_int, location_of
 from .errors import DispatchError
@@ -183,6 +184,9 @@ def _operand(role: str, buf: Any, spans: list[tuple[Any, Any]], env: _Env) -> Op
     name = str(buf.name)
     text = f"{name}[{', '.join(_span_text(lo, ext) for lo, ext in spans)}]"
     shape = list(buf.shape)
+    overhang = _layout_overhang(buf)
+    if overhang is not None:
+        return OperandBounds(role, name, text, "out of bounds", overhang)
     if len(spans) != len(shape):
         detail = f"{len(spans)} indices for a {len(shape)}-d buffer of shape {_shape_text(shape)}"
         return OperandBounds(role, name, text, "out of bounds", detail)
@@ -200,6 +204,35 @@ def _operand(role: str, buf: Any, spans: list[tuple[Any, Any]], env: _Env) -> Op
     if undecided:
         return OperandBounds(role, name, text, "undecided", "; ".join(undecided))
     return OperandBounds(role, name, text, "in bounds")
+
+
+def _layout_overhang(buf: Any) -> str | None:
+    """TVM 0.27 allocates a shared buffer by its shape, not by its layout's span: a padded
+    layout on an ``(8, 16)`` buffer addresses past the 128 elements the kernel allocates,
+    whichever variant lowers the copy. Says so, or None when the layout fits."""
+    if not str(buf.scope()).startswith("shared") or buf.layout is None:
+        return None
+    layout = buf.layout
+    tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
+    if not isinstance(tile, TileLayout):
+        return None
+    span, size = as_int(tile.span()), _static_size(buf.shape)
+    if span is None or size is None or span <= size:
+        return None
+    return (
+        f"its layout {str(layout).replace('T.', '')} spans {span} elements but {buf.name} "
+        f"holds {size} (shape {_shape_text(list(buf.shape))}; TVM allocates a shared buffer "
+        "by its shape): declare the buffer with a shape that covers the padding"
+    )
+
+
+def _static_size(shape: Any) -> int | None:
+    n = 1
+    for s in shape:
+        if as_int(s) is None:
+            return None
+        n *= as_int(s)
+    return n
 
 
 def _axis(lo: Any, ext: Any, n: Any, env: _Env) -> tuple[str, str | None]:

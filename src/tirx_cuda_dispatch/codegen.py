@@ -30,6 +30,11 @@ _ACCESS_CTYPES = {
 }
 
 
+# The attribute the lowering puts around each call body it emits, valued with the call's
+# explain() index: the simulator attributes counts and faults to calls by it.
+CALL_MARK = "tirx_cuda_dispatch.call"
+
+
 def impl_prim_func(body: Any) -> Any:
     """``@T.prim_func(check_well_formed=False)`` for an emitter's closure, parsed directly.
 
@@ -45,6 +50,14 @@ def impl_prim_func(body: Any) -> Any:
 
 
 impl_prim_func.dispatch_token = "tirx"  # the parser reads the dialect off the decorator
+
+
+def sequence(funcs: list[Any]) -> Any:
+    """One emitted PrimFunc whose body runs the bodies of ``funcs`` in order (an emitter
+    whose plan has parts of different shapes emits one small function per part)."""
+    if len(funcs) == 1:
+        return funcs[0]
+    return funcs[0].with_body(tirx.SeqStmt([f.body for f in funcs]))
 
 
 def access_dtype(vec_bits: int) -> str:

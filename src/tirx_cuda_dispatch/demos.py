@@ -327,3 +327,57 @@ def elementwise_roundtrip(
         copy(B[full], RB[full])
     # fmt: on
     return elementwise
+
+
+def smem_elementwise_roundtrip(
+    op: str,
+    shape: tuple[int, ...],
+    dtype: str = "float32",
+    scope: str = "warp",
+    cta_threads: int | None = None,
+) -> Any:
+    """``B = op(A, C)`` (binary ops) or ``B = op(A)`` (unary) on shared tiles: A and C go
+    global -> shared, the op writes a third shared tile that starts out holding B's
+    poison, and that tile goes back to B. The calls TVM's own elementwise tests make on
+    shared memory."""
+    family = ELEMENTWISE_FAMILIES[op]
+    if family not in ("unary", "binary"):
+        raise ValueError(f"smem_elementwise_roundtrip takes unary and binary ops, not {op}")
+    threads = _scope_threads(scope, cta_threads)
+    warps = threads // 32
+    with_wg = warps % 4 == 0
+    ns = getattr(Tx, scope)
+    copy, fn = ns.copy, getattr(ns, op)
+    full = tuple(slice(0, e) for e in shape)
+    s_layout = TileLayout(S[shape])
+    binary = family == "binary"
+
+    # fmt: off
+    @T.prim_func
+    def smem_elementwise(A_ptr: T.handle, C_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, shape, dtype)
+        C = T.match_buffer(C_ptr, shape, dtype)
+        B = T.match_buffer(B_ptr, shape, dtype)
+        T.device_entry()
+        T.cta_id([1])
+        if with_wg:
+            T.warpgroup_id([warps // 4])
+            T.warp_id_in_wg([4])
+        T.warp_id([warps])
+        T.lane_id([32])
+        T.thread_id([threads])
+        SA = T.alloc_buffer(shape, dtype, scope="shared", layout=s_layout)
+        SC = T.alloc_buffer(shape, dtype, scope="shared", layout=s_layout)
+        SB = T.alloc_buffer(shape, dtype, scope="shared", layout=s_layout)
+        copy(SA[full], A[full])
+        copy(SC[full], C[full])
+        copy(SB[full], B[full])  # poison: an op that writes nothing shows
+        T.cuda.cta_sync()
+        if binary:
+            fn(SB[full], SA[full], SC[full])
+        else:
+            fn(SB[full], SA[full])
+        T.cuda.cta_sync()
+        copy(B[full], SB[full])
+    # fmt: on
+    return smem_elementwise

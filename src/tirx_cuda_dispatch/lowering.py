@@ -31,7 +31,7 @@ from tvm.tirx.operator.tile_primitive.dispatcher import DispatchFail
 from . import bounds
 from .builtin import BRIDGE_PREDICATE, probe
 from .call import TileCall
-from .codegen import impl_prim_func
+from .codegen import CALL_MARK, impl_prim_func
 from .dispatch import Outcome, choose
 from .errors import DispatchError, VariantError
 from .registry import registered_ops, variants_for
@@ -112,9 +112,6 @@ def _dispatch_in_session(s: Session, call: TileCall) -> Any:
     if out.chosen is not None:
         return _marked(out.func, len(s.outcomes) - 1)
     fail("no tirx_cuda_dispatch variant accepted:\n" + out.reasons_table())
-
-
-CALL_MARK = "tirx_cuda_dispatch.call"
 
 
 def _marked(func: tvm.tirx.PrimFunc, index: int) -> tvm.tirx.PrimFunc:

@@ -122,11 +122,81 @@ def _reason(func):
     return cand.reason
 
 
-def test_declines_non_divisible_count():
-    assert _reason(warp_g2s(3, 5)) == (
-        "region of 15 elements is not divisible by the 32 threads of scope warp: pad the tile "
-        "to 32 elements or copy at a scope whose thread count divides it"
-    )
+# -- masked copies: counts the scope's threads do not divide --------------------------------
+ODD_TILES = [
+    # dtype, tile, scope, cta_threads, pieces (as explain shows them)
+    ("float32", (4, 6), "warp", None, ["128-bit x 6: 0 full rounds + 1 round of 6 of 32 threads"]),
+    (
+        "float16",
+        (48, 40),
+        "cta",
+        256,
+        ["128-bit x 240: 0 full rounds + 1 round of 240 of 256 threads"],
+    ),
+    (
+        "float32",
+        (32, 6),
+        "warp",
+        None,
+        ["128-bit x 48: 1 full rounds + 1 round of 16 of 32 threads"],
+    ),
+    (
+        "int8",
+        (5, 3),
+        "warpgroup",
+        None,
+        ["8-bit x 15: 0 full rounds + 1 round of 15 of 128 threads"],
+    ),
+    (
+        "bfloat16",
+        (3, 70),
+        "warp",
+        None,
+        ["32-bit x 105: 3 full rounds + 1 round of 9 of 32 threads"],
+    ),
+]
+
+
+@pytest.mark.parametrize("dtype, tile, scope, threads, pieces", ODD_TILES)
+def test_odd_tiles_get_masked_vector_copies(dtype, tile, scope, threads, pieces):
+    func = demos.gmem_smem_roundtrip(dtype, tile, scope, cta_threads=threads)
+    for plan in _plans(func):
+        assert plan["pieces"] == pieces
+    assert "pad" not in str(tcd.explain(func))  # no divisibility decline, no advice to pad
+
+
+def test_a_run_the_widest_vector_does_not_divide_gets_a_narrower_tail():
+    """Rows of 6 float32 at a row stride of 8 on both sides: 128-bit for columns 0:4 of
+    each row, 64-bit for columns 4:6 (plan tier: the pieces over MemoryViews)."""
+    from tirx_cuda_dispatch.layout.atoms import MemoryView
+    from tirx_cuda_dispatch.layout.partition import synthesize_pieces
+
+    views = [MemoryView(name, ((4, 8), (6, 1)), 0) for name in ("g", "s")]
+    part = synthesize_pieces(views, 32, 32)
+    assert [(p.vec_bits, p.count, p.tail) for p in part.pieces] == [(128, 4, 4), (64, 4, 4)]
+    offsets = sorted(o for a in part.accesses(0) for o in range(a.offset, a.offset + a.elements))
+    assert offsets == [r * 8 + c for r in range(4) for c in range(6)]  # each element once
+
+
+def test_masked_copy_has_one_thread_predicate_per_partial_round():
+    func = demos.gmem_smem_roundtrip("float32", (32, 6), "warp")
+    src = toolchain.cuda_source(func, "sm_90a")
+    kernel = src[src.index('extern "C" __global__') :]
+    assert kernel.count("if (((int)threadIdx.x) < 16)") == 2  # load round, store round
+    assert kernel.count("if (") == 2  # no per-element branch
+    sass = toolchain.opcodes(toolchain.sass(toolchain.nvrtc_compile(src, "sm_90a")))
+    memory = [k for k in sass if k.startswith(("LDG", "STG", "LDS", "STS"))]
+    assert {k[:3] for k in memory} == {"LDG", "STG", "LDS", "STS"}
+    assert all("128" in k for k in memory), memory  # every access is a full vector
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("dtype, tile, scope, threads, pieces", ODD_TILES)
+def test_odd_tile_roundtrip_by_ours(dtype, tile, scope, threads, pieces, rng, where, gpu):
+    func = demos.gmem_smem_roundtrip(dtype, tile, scope, cta_threads=threads, ctas=2)
+    shape = (2 * tile[0], tile[1])
+    a, out = _roundtrip(func, shape, dtype, rng, where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(a))
 
 
 def test_declines_register_operand():

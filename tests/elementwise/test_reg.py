@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tvm
 from tvm.script import tirx as T
 from tvm.tirx.layout import Axis, R, S, TileLayout
 
@@ -95,9 +96,50 @@ def test_packed_forms_reach_the_sass(op, dtype, arch, opcode):
     assert not any(o.startswith(("LDL", "STL")) for o in ops)
 
 
-def test_scalar_operand_uses_the_scalar_form():
-    report = _report(_kernel("add", "float16", scalar=T.float16(2.0)), "add")
-    assert report.variant == "reg" and report.plan["packed"] is None
+SCALAR_PAIRS = [
+    # op, dtype, scalar, arch, packed form, SASS opcode (one per pair)
+    ("maximum", "float16", 0.0, "sm_90a", "max_f16x2", "HMNMX2"),  # the ReLU
+    ("add", "float16", 2.0, "sm_90a", "add_f16x2", "HADD2"),
+    # ptxas issues some bf16 pair multiplies as HFMA2 with a -0 addend (the same result)
+    ("mul", "bfloat16", -1.5, "sm_90a", "mul_bf16x2", ("HMUL2.BF16_V2", "HFMA2.MMA.BF16_V2")),
+    ("add", "float32", 0.25, "sm_100a", "add_f32x2", "FADD2"),
+    ("mul", "float32", 3.0, "sm_100a", "mul_f32x2", "FMUL2"),
+]
+
+
+def _scalar_kernel(op, dtype, value):
+    return _kernel(op, dtype, scalar=tvm.tirx.const(value, dtype))
+
+
+@pytest.mark.parametrize("op, dtype, value, arch, packed, opcode", SCALAR_PAIRS)
+def test_scalar_operand_is_broadcast_into_the_pair_form(op, dtype, value, arch, packed, opcode):
+    func = _scalar_kernel(op, dtype, value)
+    assert _report(func, op, arch).plan["packed"] == packed
+    ops = toolchain.opcodes(toolchain.kernel_sass(func, arch))
+    opcodes = (opcode,) if isinstance(opcode, str) else opcode
+    assert sum(ops[o] for o in opcodes) == 4  # 8 elements a thread: 4 pairs, one each
+    scalar_forms = [k for k in ops if k.startswith(("HADD ", "HMUL ", "FADD ", "FMUL ", "HMNMX "))]
+    assert not scalar_forms, ops
+
+
+def test_scalar_operand_keeps_the_scalar_form_where_no_pair_form_exists():
+    report = _report(_kernel("fdiv", "float16", scalar=T.float16(2.0)), "fdiv")
+    assert report.variant == "reg" and report.plan["packed"] is None  # negative control
+
+
+@pytest.mark.parametrize("op, dtype, value, arch, packed, opcode", SCALAR_PAIRS)
+@pytest.mark.parametrize(
+    "where", [p for p in WHERE if p.id == "sim"] + [WHERE[1]], ids=["sim", "gpu"]
+)
+def test_scalar_pair_forms_match_numpy(op, dtype, value, arch, packed, opcode, rng, where, gpu):
+    if where == "gpu" and arch == "sm_100a":
+        pytest.skip("sm_100a pair forms run on Blackwell only; checked in the simulator")
+    func = _scalar_kernel(op, dtype, value)
+    a, c, d = (runtime.random_array(SHAPE, dtype, rng) for _ in range(3))
+    out = execute(func, [a, c, d, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE, arch)
+    fn = {"maximum": np.maximum, "add": np.add, "mul": np.multiply}[op]
+    want = fn(a, np.array(value, dtype=a.dtype)).astype(a.dtype)
+    np.testing.assert_array_equal(runtime.bits(out[3]), runtime.bits(want))
 
 
 @pytest.mark.parametrize("c_layout, c_shape", [(ROW_BROADCAST, (1, 8)), (COL_BROADCAST, (32, 1))])

@@ -3,6 +3,10 @@ did, and agree with the H200 bit for bit."""
 
 from __future__ import annotations
 
+import ast
+from collections import Counter
+from pathlib import Path
+
 import numpy as np
 import pytest
 from tvm.script import tirx as T
@@ -12,6 +16,7 @@ from tvm.tirx.layout import Axis, S, TileLayout
 import tirx_cuda_dispatch as tcd
 from tirx_cuda_dispatch import demos, runtime, sim
 from tirx_cuda_dispatch.sim import SimError
+from tirx_cuda_dispatch.sim.calls import Instruction
 from tirx_cuda_dispatch.sim.numerics import fma
 
 lane = Axis.laneid
@@ -202,6 +207,92 @@ def test_row_per_lane_float32_conflicts_as_the_plan_says(k, rng):
         r.ways for r in c.bank_conflicts if r.buffer == "A_smem" and "b128" in r.instruction
     ]
     assert len(reg_side) >= 2 * k // 4 and max(reg_side) == 1
+
+
+def _each_access_listed_once(counters, expected: dict[str, int]) -> None:
+    """The kinds are exactly ``expected``, none of them a helper's name, and the bytes
+    each space and direction moved are those of the listed loads and stores (full warps):
+    an access counted twice, or under two names, shows."""
+    kinds = dict(counters.instructions)
+    assert kinds == expected
+    assert not [k for k in kinds if k.startswith(("tirx_cuda_dispatch_", "tvm_builtin_"))]
+    moved = Counter()
+    for kind, n in kinds.items():
+        op, _, rest = kind.partition(".")
+        if op in ("ld", "st"):
+            space, width = rest.rsplit(".b", 1)
+            moved[f"{space}.{'load' if op == 'ld' else 'store'}"] += n * 32 * int(width) // 8
+    assert moved == counters.bytes
+
+
+GMEM_SMEM_COUNTS = {
+    "bar.sync": 8,  # 2 CTAs x 4 warps
+    "ld.global.b128": 16,  # the L2-only load helper: one ld.global.b128 per warp and round
+    "st.shared.b128": 16,
+    "ld.shared.b128": 16,
+    "st.global.b128": 16,
+    "shfl.sync": 8,  # the warp index, made uniform
+}
+
+
+@pytest.mark.parametrize("pipeline", ["tirx_cuda_dispatch", "tirx"])
+def test_each_access_is_counted_once(pipeline, rng):
+    a = runtime.random_array((64, 64), "float16", rng)
+    func = demos.gmem_smem_roundtrip("float16", (32, 64), "warpgroup", ctas=2)
+    out = sim.run(func, [a, runtime.poison_like(a)], pipeline=pipeline)
+    _each_access_listed_once(out.counters, GMEM_SMEM_COUNTS)
+    # a packed pair: one cvt per warp and pair, its register operands no accesses of their own
+    x = runtime.random_array((32, 8), "float32", rng)
+    c = runtime.random_array((32, 8), "float16", rng)
+    layout = TileLayout(S[(32, 8) : (1 @ lane, 1)])
+    cast = demos.elementwise_roundtrip("cast", layout, (32, 8), "float16", src_dtype="float32")
+    out = sim.run(cast, [x, c, c, runtime.poison_like(c)], pipeline=pipeline)
+    expected = {"cvt.rn.f16x2.f32": 4, "ld.global.b128": 5, "st.global.b128": 1, "shfl.sync": 1}
+    _each_access_listed_once(out.counters, expected)
+
+
+def test_a_helper_also_listed_by_name_is_caught(rng, monkeypatch):
+    a = runtime.random_array((64, 64), "float16", rng)
+    func = demos.gmem_smem_roundtrip("float16", (32, 64), "warpgroup", ctas=2)
+    helper = sim.CALLS["tirx.cuda.func_call"]
+
+    def counted_twice(m, call):  # what the simulator used to do
+        m.counters.instructions[call.args[0].value] += len(m.warps())
+        return helper.run(m, call)
+
+    monkeypatch.setitem(
+        sim.CALLS, helper.name, Instruction(helper.name, helper.meaning, counted_twice)
+    )
+    out = sim.run(func, [a, runtime.poison_like(a)])
+    with pytest.raises(AssertionError):
+        _each_access_listed_once(out.counters, GMEM_SMEM_COUNTS)
+
+
+def test_the_simulator_modules_import_without_a_circle():
+    """No import circle among the simulator's modules, and no import inside a function
+    to dodge one: the interpreter is handed the instruction table as data."""
+    root = Path(sim.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in root.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        top = {id(n) for n in tree.body}
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module] if node.module else [a.name for a in node.names]
+                if id(node) not in top:
+                    raise AssertionError(f"{path.name}: late import of .{names} in a function")
+                deps.update(n.split(".")[0] for n in names)
+        graph[path.stem] = deps
+
+    def visit(module: str, stack: tuple[str, ...]) -> None:
+        assert module not in stack, f"import circle {' -> '.join((*stack, module))}"
+        for dep in graph.get(module, ()):
+            visit(dep, (*stack, module))
+
+    for module in graph:
+        visit(module, ())
+    assert "intrinsics" not in graph["interpreter"] and "calls" not in graph["interpreter"]
 
 
 # -- numerics ---------------------------------------------------------------------------------

@@ -2,8 +2,7 @@
 
 Accepts: a CUDA target; scope thread / warp / warpgroup / cta with every thread of it
 active; a valid copy (layouts on both sides, equal dtypes, equal non-unit extents)
-between global and shared memory (neither side a register); an element count that the
-scope's threads divide.
+between global and shared memory (neither side a register); any element count.
 
 Emits: neither operand says which thread owns which element, so the partition is
 synthesized from the scope (:mod:`..layout.partition`): ``[outer, threads, vec]`` with
@@ -13,6 +12,13 @@ vector loads and stores (``ld.global.cg``/``st.shared`` or ``ld.shared``/``st.gl
 PTX ISA "Data Movement and Conversion Instructions: ld, st"; global data is cached in L2
 only, since a copy reads it once). A swizzled shared offset goes through the swizzle in
 the loop.
+
+Where the threads do not divide the vectors evenly (odd tiles: 4x6 float32 at warp scope,
+48x40 float16 in a 256-thread CTA), or where that takes fewer rounds than the narrower
+even split, the partition is masked (:func:`..layout.partition.synthesize_pieces`): full
+rounds for every thread, then one round in which only threads ``tid < tail`` move a
+vector; a contiguous run the widest vector does not divide gets a narrower piece for its
+tail. explain() shows the pieces.
 """
 
 from __future__ import annotations
@@ -22,10 +28,15 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from ..call import TileCall
-from ..codegen import access_view, impl_prim_func, load_global_l2_only, thread_index
+from ..codegen import access_view, impl_prim_func, load_global_l2_only, sequence, thread_index
 from ..errors import Decline
 from ..layout.atoms import memory_view
-from ..layout.partition import MemoryAccesses, ScopePartition, synthesize_partition
+from ..layout.partition import (
+    MemoryAccesses,
+    PiecewisePartition,
+    ScopePartition,
+    scope_partition,
+)
 from ..predicates import (
     requires_all_threads_active,
     requires_cuda,
@@ -38,22 +49,6 @@ from ..registry import variant
 GMEM_SMEM_PAIRS = (("global", "shared"), ("shared", "global"))
 
 
-def requires_count_divisible_by_threads(call: TileCall) -> tuple[bool, str | None]:
-    """The region's element count divides evenly among the scope's threads."""
-    src = call.operand(1, "src")
-    count = 1
-    for ext in src.extents:
-        count *= ext
-    threads = call.thread_count
-    if count % threads:
-        return False, (
-            f"region of {count} elements is not divisible by the {threads} threads of scope "
-            f"{call.scope}: pad the tile to {-(-count // threads) * threads} elements or copy "
-            "at a scope whose thread count divides it"
-        )
-    return True, None
-
-
 @dataclass(frozen=True)
 class GmemSmemPlan:
     """Facts of one global<->shared copy: who moves what, at which width."""
@@ -61,7 +56,11 @@ class GmemSmemPlan:
     direction: str  # "global->shared" or "shared->global"
     dtype: str
     elem_bits: int
-    partition: ScopePartition  # operands in the order (global, shared)
+    partition: ScopePartition | PiecewisePartition  # operands in the order (global, shared)
+
+    @property
+    def masked(self) -> bool:
+        return isinstance(self.partition, PiecewisePartition)
 
     @property
     def vec(self) -> int:
@@ -93,6 +92,8 @@ class GmemSmemPlan:
             "threads": self.threads,
             "direction": self.direction,
         }
+        if self.masked:
+            facts["pieces"] = [str(piece) for piece in p.pieces]
         if p.swizzles[1] is not None:
             facts["swizzle"] = str(p.swizzles[1])
         if p.narrower_because:
@@ -100,6 +101,9 @@ class GmemSmemPlan:
         return facts
 
     def __str__(self) -> str:
+        if self.masked:
+            pieces = "; ".join(str(piece) for piece in self.partition.pieces)
+            return f"gmem_smem {self.direction} {self.dtype}, masked: {pieces}"
         return (
             f"gmem_smem {self.direction} {self.dtype}: {self.outer} rounds x "
             f"{self.threads} threads x {self.vec} ({self.vec_bits}-bit)"
@@ -111,9 +115,8 @@ def plan(call: TileCall) -> GmemSmemPlan:
     g, s = (src, dst) if src.memory == "global" else (dst, src)
     if src.elem_bits < 8:
         raise Decline(f"{src.dtype} elements are narrower than a byte; needs 8 bits or more")
-    partition = synthesize_partition(
-        [memory_view(g), memory_view(s)], call.thread_count, src.elem_bits, driver=0
-    )
+    views = [memory_view(g), memory_view(s)]
+    partition = scope_partition(views, call.thread_count, src.elem_bits)
     direction = "global->shared" if g is src else "shared->global"
     return GmemSmemPlan(direction, src.dtype, src.elem_bits, partition)
 
@@ -128,12 +131,14 @@ def plan(call: TileCall) -> GmemSmemPlan:
         requires_all_threads_active,
         requires_valid_copy,
         requires_memory_pair(GMEM_SMEM_PAIRS),
-        requires_count_divisible_by_threads,
     ],
     plan=plan,
 )
 def emit(plan: GmemSmemPlan, call: TileCall):
-    """Serial round loop of vector copies between global and shared memory."""
+    """Serial round loop of vector copies between global and shared memory (masked: one
+    loop per piece, its last round under ``tid < tail``)."""
+    if plan.masked:
+        return sequence([_emit_piece(plan, call, i) for i in range(len(plan.partition.pieces))])
     dst, src = call.operand(0, "dst"), call.operand(1, "src")
     g, s = (src, dst) if plan.direction == "global->shared" else (dst, src)
     p = plan.partition
@@ -157,5 +162,48 @@ def emit(plan: GmemSmemPlan, call: TileCall):
                 ))
             else:
                 g_vecs[p.slot(0, rnd, tid)] = s_vecs[p.slot(1, rnd, tid)]
+    # fmt: on
+    return impl
+
+
+def _emit_piece(plan: GmemSmemPlan, call: TileCall, index: int):
+    """One piece of a masked partition: its full rounds, then its partial round."""
+    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    g, s = (src, dst) if plan.direction == "global->shared" else (dst, src)
+    part = plan.partition
+    piece = part.pieces[index]
+    g_buf, s_buf = g.buffer, s.buffer
+    vec, vec_bits, elem_bits = piece.vec, piece.vec_bits, plan.elem_bits
+    threads, full, tail = piece.threads, piece.full_rounds, piece.tail
+    to_shared = plan.direction == "global->shared"
+
+    def slot(which, v):
+        return part.offset(index, which, v) // vec
+
+    # fmt: off
+    @impl_prim_func
+    def impl():
+        tid = T.meta_var(thread_index(call))
+        g_vecs = access_view(g_buf, vec_bits, elem_bits)
+        s_vecs = access_view(s_buf, vec_bits, elem_bits)
+        for rnd in range(full):
+            if to_shared:
+                T.evaluate(load_global_l2_only(
+                    T.address_of(s_vecs[slot(1, rnd * threads + tid)]),
+                    T.address_of(g_vecs[slot(0, rnd * threads + tid)]),
+                    vec_bits,
+                ))
+            else:
+                g_vecs[slot(0, rnd * threads + tid)] = s_vecs[slot(1, rnd * threads + tid)]
+        if tail > 0:
+            if tid < tail:
+                if to_shared:
+                    T.evaluate(load_global_l2_only(
+                        T.address_of(s_vecs[slot(1, full * threads + tid)]),
+                        T.address_of(g_vecs[slot(0, full * threads + tid)]),
+                        vec_bits,
+                    ))
+                else:
+                    g_vecs[slot(0, full * threads + tid)] = s_vecs[slot(1, full * threads + tid)]
     # fmt: on
     return impl

@@ -125,8 +125,9 @@ def make_plan(op: ElementwiseOp):
         tensors = _tensor_inputs(op, call)
         views = [register_view(dst)] + [_lifted(o, dst) for _, o in tensors]
         src_dtype = tensors[0][1].dtype if tensors else dst.dtype
-        all_tensors = len(tensors) == len(op.inputs(call.args))
-        form = packed_form(op, dst.dtype, src_dtype, call.sm) if all_tensors else None
+        # A scalar input (the dtype rule gave it the inputs' dtype) joins a pair form as a
+        # broadcast pair: max(x, 0) on half pairs is one HMNMX2 per pair.
+        form = packed_form(op, dst.dtype, src_dtype, call.sm) if tensors else None
         bits = dst.elem_bits
         widths = ([(2 * bits, 2)] if form else []) + [(bits, 1)]
         partition = induced_partition(views, 0, call.scope, call.thread_count, widths)
@@ -160,6 +161,8 @@ def make_emit(op: ElementwiseOp):
             return op.compute(vals, dst.dtype)
 
         packed = form is not None
+        if packed and any(i.is_scalar for i in inputs):
+            return _emit_packed_with_scalars(plan, call, op)
         lanes = 2 if packed else 1
         source = form.source(len(tensors)) if form else None
         operands = [dst] + tensors
@@ -192,6 +195,70 @@ def make_emit(op: ElementwiseOp):
         return impl
 
     return emit
+
+
+def _emit_packed_with_scalars(plan: ElementwisePlan, call: TileCall, op: ElementwiseOp):
+    """The pair loop where some inputs are scalars: each scalar is broadcast once into a
+    two-element register pair, whose address the pair helper reads every step."""
+    dst = _dst(call)
+    inputs = op.inputs(call.args)
+    tensors = [call.operand(i.index, i.role) for i in inputs if not i.is_scalar]
+    scalars = [i.scalar for i in inputs if i.is_scalar]
+    p, form = plan.partition, plan.packed
+    in_dtype = form.in_dtype
+    operands = [dst] + tensors
+    padded = operands + [dst] * (3 - len(operands))
+    scalar_pad = scalars + [scalars[0]] * (2 - len(scalars))
+    # helper argument k after d: ("view", index into views) or ("pair", index into pairs)
+    order, t = [], 0
+    for i in inputs:
+        if i.is_scalar:
+            order.append(("pair", len([o for o in order if o[0] == "pair"])))
+        else:
+            t += 1
+            order.append(("view", t))
+
+    def flat(o: Operand) -> Any:
+        words = storage_words(o.buffer, o.elem_bits, o.elem_bits * 2)
+        return T.decl_buffer((words,), f"{o.dtype}x2", data=o.buffer.data, scope="local")
+
+    def argument(views, pairs, kind, k, rnd, tid):
+        if kind == "pair":
+            return T.address_of(pairs[k][0])
+        return T.address_of(views[k][p.slot(k, rnd, tid)])
+
+    source = form.source(len(inputs))
+
+    # fmt: off
+    @impl_prim_func
+    def impl():
+        tid = T.meta_var(thread_index(call))
+        v0 = flat(padded[0])
+        v1 = flat(padded[1])
+        v2 = flat(padded[2])
+        views = T.meta_var([v0, v1, v2][: len(operands)])
+        s0 = T.alloc_local((2,), in_dtype)
+        s0[0] = scalar_pad[0]
+        s0[1] = scalar_pad[0]
+        if len(scalars) > 1:
+            s1 = T.alloc_local((2,), in_dtype)
+            s1[0] = scalar_pad[1]
+            s1[1] = scalar_pad[1]
+            for rnd in range(p.rounds):
+                T.evaluate(helper_call(
+                    form.helper, form.meaning, source,
+                    T.address_of(views[0][p.slot(0, rnd, tid)]),
+                    *[argument(views, [s0, s1], kind, k, rnd, tid) for kind, k in order],
+                ))
+        else:
+            for rnd in range(p.rounds):
+                T.evaluate(helper_call(
+                    form.helper, form.meaning, source,
+                    T.address_of(views[0][p.slot(0, rnd, tid)]),
+                    *[argument(views, [s0], kind, k, rnd, tid) for kind, k in order],
+                ))
+    # fmt: on
+    return impl
 
 
 def _register(op: ElementwiseOp) -> None:

@@ -230,3 +230,154 @@ def synthesize_partition(
             narrower_because=refusals[0] if refusals else None,
         )
     raise Decline("no access width fits: " + "; ".join(refusals))
+
+
+# -- masked partitions: element counts the scope's threads do not divide ------------------
+@dataclass(frozen=True)
+class Piece:
+    """A part of the region moved ``vec`` elements at a time: vector ``v`` of the piece
+    (``0 <= v < count``) is at ``bases[i] + dims_offset(v, dims, i)`` on operand ``i``.
+
+    Vector ``v`` goes to thread ``v % threads`` in round ``v // threads``: every thread
+    moves one vector in each of the ``full_rounds``, and in one last round only threads
+    ``tid < tail`` do (one predicate on the thread index, no per-element branch).
+    Consecutive threads take consecutive vectors of the driving operand (coalesced)."""
+
+    dims: tuple[Dim, ...]  # over vectors, outer -> inner
+    vec: int
+    vec_bits: int
+    bases: tuple[Any, ...]
+    threads: int
+
+    @property
+    def count(self) -> int:
+        return _product(d.extent for d in self.dims)
+
+    @property
+    def full_rounds(self) -> int:
+        return self.count // self.threads
+
+    @property
+    def tail(self) -> int:
+        return self.count % self.threads
+
+    def offset(self, which: int, v: Any, swizzle: Swizzle | None = None) -> Any:
+        off = self.bases[which] + dims_offset(v, self.dims, which)
+        return swizzle.apply(off) if swizzle is not None else off
+
+    def __str__(self) -> str:
+        tail = f" + 1 round of {self.tail} of {self.threads} threads" if self.tail else ""
+        return f"{self.vec_bits}-bit x {self.count}: {self.full_rounds} full rounds{tail}"
+
+
+@dataclass(frozen=True)
+class PiecewisePartition:
+    """A masked partition: one or more :class:`Piece` s, widest vectors first; a contiguous
+    run the widest vector does not divide gets narrower pieces for its tail."""
+
+    pieces: tuple[Piece, ...]
+    threads: int
+    swizzles: tuple[Swizzle | None, ...]
+    narrower_because: str | None = None  # why the first piece is not wider
+
+    @property
+    def vec(self) -> int:
+        return self.pieces[0].vec
+
+    @property
+    def vec_bits(self) -> int:
+        return self.pieces[0].vec_bits
+
+    @property
+    def rounds(self) -> int:
+        return sum(p.full_rounds + (1 if p.tail else 0) for p in self.pieces)
+
+    def offset(self, piece: int, which: int, v: Any) -> Any:
+        return self.pieces[piece].offset(which, v, self.swizzles[which])
+
+    def accesses(self, which: int) -> tuple[Access, ...]:
+        """Every access to operand ``which``; rounds numbered across the pieces."""
+        out = []
+        first_round = 0
+        for i, p in enumerate(self.pieces):
+            for v in range(p.count):
+                rnd, tid = first_round + v // self.threads, v % self.threads
+                out.append(Access(rnd, tid, int(self.offset(i, which, v)), p.vec))
+            first_round += p.full_rounds + (1 if p.tail else 0)
+        return tuple(out)
+
+
+def synthesize_pieces(
+    views: Sequence[MemoryView], threads: int, elem_bits: int, driver: int = 0
+) -> PiecewisePartition:
+    """The masked partition of equally sized ``views`` over ``threads`` (any element count).
+
+    The innermost contiguous run is cut into pieces, widest aligned vector first: a
+    ``w``-wide piece needs every other dimension's stride and the piece's start offset on
+    every operand to be multiples of ``w``; what it leaves of the run goes to narrower ones.
+    """
+    rows = common_refinement(*(v.atoms for v in views))
+    dims = [Dim(ext, strides) for ext, strides in rows]
+    dims.sort(key=lambda d: -d.strides[driver])
+    dims = _fuse(dims) or [Dim(1, tuple(1 for _ in views))]
+    caps = [v.swizzle.unit for v in views if v.swizzle is not None]
+    cap = min(caps) if caps else None
+    inner, body = dims[-1], dims[:-1]
+    if any(s != 1 for s in inner.strides):  # no contiguous run: one element at a time
+        body, run = dims, 1
+    else:
+        run = inner.extent
+    names = [v.operand for v in views]
+    pieces: list[Piece] = []
+    refusals: list[str] = []
+    start = 0
+    for bits, elems in vector_candidates(elem_bits):
+        if start == run:
+            break
+        count = (run - start) // elems
+        misfit = None
+        if count == 0:
+            misfit = f"the remaining run of {run - start} elements is narrower"
+        elif cap is not None and elems > cap:
+            misfit = f"wider than one {cap}-element swizzle unit"
+        else:
+            misfit = vector_misfit(
+                elems,
+                (elems, tuple(1 for _ in views)),
+                [(f"{names[i]} dimension", d.strides[i]) for d in body for i in range(len(views))],
+                [(names[i], v.base + start) for i, v in enumerate(views)],
+            )
+        if misfit is not None:
+            if not pieces:
+                refusals.append(f"{bits}-bit: {misfit}")
+            continue
+        vec_dims = [*body, Dim(count, tuple(elems for _ in views))] if run > 1 else list(body)
+        pieces.append(
+            Piece(
+                dims=tuple(d for d in vec_dims if d.extent != 1) or (Dim(1, vec_dims[0].strides),),
+                vec=elems,
+                vec_bits=bits,
+                bases=tuple(v.base + start for v in views),
+                threads=threads,
+            )
+        )
+        start += count * elems
+    return PiecewisePartition(
+        pieces=tuple(pieces),
+        threads=threads,
+        swizzles=tuple(v.swizzle for v in views),
+        narrower_because=refusals[0] if refusals else None,
+    )
+
+
+def scope_partition(
+    views: Sequence[MemoryView], threads: int, elem_bits: int, driver: int = 0
+) -> ScopePartition | PiecewisePartition:
+    """The even ``[outer, threads, vec]`` split where the threads divide the vectors, else
+    (or where it takes fewer rounds: a wider vector with one masked round) the masked one."""
+    masked = synthesize_pieces(views, threads, elem_bits, driver)
+    try:
+        even = synthesize_partition(views, threads, elem_bits, driver)
+    except Decline:
+        return masked
+    return masked if masked.rounds < even.rounds else even

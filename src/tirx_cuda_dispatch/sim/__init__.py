@@ -1,11 +1,13 @@
-"""A CPU simulator of the kernels our pipeline emits: the oracle for machines without a GPU.
+"""A CPU simulator of lowered kernels: the oracle for machines without a GPU.
 
-``run`` lowers a TVMScript kernel through the pipeline (the device TIR right before CUDA
-codegen, :func:`..toolchain.lowered_tir`) and executes it for every thread of the chosen
-CTAs in lockstep, with the PTX ISA's semantics for what our emitters produce: vector
-loads and stores (bounds and alignment enforced), ``ldmatrix``/``stmatrix``,
-``tcgen05.alloc/ld/st/wait/dealloc``, barriers (a missing one is a reported race), the
-elementwise math and casts. It returns the arrays as the kernel left them and counters
+``run`` lowers a TVMScript kernel through a pipeline (ours, or TVM's built-in ``"tirx"``;
+the device TIR right before CUDA codegen, :func:`..toolchain.lowered_tir`) and executes
+it for every thread of the chosen CTAs in lockstep, with the PTX ISA's semantics for what
+the lowerings produce: vector loads and stores (bounds and alignment enforced), PTX
+``ld``/``st``, ``ldmatrix``/``stmatrix``, ``tcgen05.alloc/ld/st/wait/dealloc``, barriers
+(a missing one is a reported race), the elementwise math, casts and packed forms, and the
+helpers both lowerings call by name. Every call it knows is one entry of :data:`CALLS`,
+with its meaning. It returns the arrays as the kernel left them and counters
 (instructions, bytes by memory space, shared-memory bank conflicts per access)::
 
     out = sim.run(kernel, [a, b_poisoned], target="sm_90a")
@@ -19,24 +21,42 @@ Anything it does not know (a node, a call, a helper without a recorded meaning) 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from . import helpers, intrinsics, ptx
+from .calls import Instruction, merge
 from .errors import SimError
 from .interpreter import Machine
 from .memory import BankRecord, Counters
 
-__all__ = ["BankRecord", "Counters", "SimError", "SimResult", "run", "simulate"]
+__all__ = [
+    "CALLS",
+    "BankRecord",
+    "Counters",
+    "Instruction",
+    "SimError",
+    "SimResult",
+    "run",
+    "simulate",
+]
+
+CALLS = merge(intrinsics.TABLE, ptx.TABLE, helpers.TABLE)
+"""Every call the simulator executes, by TIR op name, with its meaning."""
 
 
 @dataclass
 class SimResult:
-    """The arrays as the kernel left them (copies of the inputs), and what it did."""
+    """The arrays as the kernel left them (copies of the inputs), and what it did: in all
+    (``counters``) and per tile-primitive call our lowering emitted (``by_call``, keyed by
+    the call's explain() index; ``None`` holds the kernel's own statements and the calls
+    TVM's built-in variants lowered)."""
 
     arrays: list[np.ndarray]
     counters: Counters
+    by_call: dict[int | None, Counters] = field(default_factory=dict)
 
     def __getitem__(self, i: int) -> np.ndarray:
         return self.arrays[i]
@@ -65,7 +85,28 @@ def run(
         host = next(iter(host.functions.values()))
     # the device kernel may list its parameters in another order than the user's function
     names = [p.name for p in host.params]
-    return simulate(device_mod, args, grid=grid, seed=seed, names=names)
+    try:
+        return simulate(device_mod, args, grid=grid, seed=seed, names=names)
+    except SimError as err:
+        raise _located(err, func_or_mod, target) from None
+
+
+def _located(err: SimError, func_or_mod: Any, target: Any) -> SimError:
+    """``err`` naming the tile-primitive call (and its source line) the faulting access
+    came from, when it came from one our lowering emitted."""
+    index = getattr(err, "call", None)
+    if index is None:
+        return err
+    from ..explain import explain
+
+    reports = explain(func_or_mod, target)
+    if not 0 <= index < len(reports):
+        return err
+    r = reports[index]
+    located = SimError(f"in call [{index}] Tx.{r.scope}.{r.op} at {r.location}: {err}")
+    located.call = index
+    located.location = r.location
+    return located
 
 
 def simulate(
@@ -93,9 +134,10 @@ def simulate(
     if names is not None:
         device_args = [arrays[_argument_of(p.name, names)] for p in func.params]
     blocks = range(grid) if isinstance(grid, int) else (list(grid) if grid is not None else None)
-    machine = Machine(func, device_args, blocks, np.random.default_rng(seed))
+    machine = Machine(func, device_args, blocks, np.random.default_rng(seed), CALLS)
     machine.run()
-    return SimResult([a for a in arrays if isinstance(a, np.ndarray)], machine.counters)
+    arrays_out = [a for a in arrays if isinstance(a, np.ndarray)]
+    return SimResult(arrays_out, machine.total_counters(), dict(machine.by_call))
 
 
 def _argument_of(device_name: str, names: Sequence[str]) -> int:

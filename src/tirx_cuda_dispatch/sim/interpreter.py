@@ -1,53 +1,31 @@
 """Lockstep SIMT execution of a lowered device function, one CTA at a time.
 
-The function is the TIR our pipeline hands to CUDA codegen: flat statements (``Bind``,
-``DeclBuffer``, ``AllocBuffer``), thread launches, serial loops, buffer loads and stores,
-and calls (PTX instructions, CUDA built-ins, math). Every value is a numpy array whose
-first axis runs over the CTA's threads (length 1 when uniform); vectors add a lanes axis.
-An ``if`` on a thread-dependent condition narrows the active mask; loops must have a
-uniform trip count. Anything the simulator does not know raises :class:`SimError`
-naming it: no node, call or attribute is skipped.
+The function is the TIR a pipeline (ours or TVM's built-in) hands to CUDA codegen: flat
+statements (``Bind``, ``DeclBuffer``, ``AllocBuffer``), thread launches, serial loops,
+buffer loads and stores, and calls (PTX instructions, CUDA built-ins, math, helpers).
+Every value is a numpy array whose first axis runs over the CTA's threads (length 1 when
+uniform); vectors add a lanes axis. An ``if`` on a thread-dependent condition narrows
+the active mask; loops must have a uniform trip count. Calls run through the instruction
+table the machine is given (:mod:`.calls`): the interpreter knows no instruction itself.
+Anything the simulator does not know raises :class:`SimError` naming it: no node, call
+or attribute is skipped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from ..codegen import CALL_MARK
 from .errors import SimError
-from .memory import BankRecord, Counters, Memory, bank_ways
+from .memory import BankRecord, Clocks, Counters, Memory, bank_ways
 from .numerics import cast, fma, from_bits, is_float, parse_dtype, to_bits
 from .tmem import TensorMemory
+from .values import Binding, Pointer
 
 DYNAMIC_SHARED_BYTES = 232448  # the most a CTA may have on sm_90 / sm_100 (227 KB)
-
-
-@dataclass
-class Pointer:
-    """An address: an allocation and a byte offset per thread (``(1,)`` when uniform)."""
-
-    memory: Memory
-    offsets: np.ndarray
-    shared_window: bool = False  # went through cvta.to.shared
-
-
-@dataclass
-class Binding:
-    """A buffer variable: its storage, where it starts, and how it is indexed."""
-
-    name: str
-    pointer: Pointer
-    dtype: np.dtype
-    lanes: int
-    shape: tuple[int, ...]
-    strides: tuple[Any, ...]
-    elem_offset: Any
-
-    @property
-    def elem_bytes(self) -> int:
-        return self.dtype.itemsize * self.lanes
 
 
 def _dtype_of(node: Any) -> str:
@@ -62,21 +40,32 @@ def _as_int(v: Any, what: str) -> int:
 
 
 class Machine:
-    """Runs one device function over a grid of CTAs."""
+    """Runs one device function over a grid of CTAs; ``calls`` maps a call's op name to
+    what executes it (``handler(machine, call)``)."""
 
-    def __init__(self, func: Any, args: list[Any], blocks: Any, rng: np.random.Generator):
-        from . import intrinsics  # late: intrinsics imports Pointer from here
-
+    def __init__(
+        self,
+        func: Any,
+        args: list[Any],
+        blocks: Any,
+        rng: np.random.Generator,
+        calls: Mapping[str, Callable[[Machine, Any], Any]],
+    ):
         self.func = func
         self.rng = rng
-        self.counters = Counters()
-        self.calls = intrinsics.CALLS
+        # What each tile-primitive call did, by its explain() index (None: statements of
+        # the kernel itself, and calls TVM's built-in variants lowered): ``counters`` is
+        # the current call's, so every instruction counts where it was issued.
+        self.by_call: dict[int | None, Counters] = {None: Counters()}
+        self.counters = self.by_call[None]
+        self.call: int | None = None
+        self.calls = calls
         self.env: dict[Any, Any] = {}
         self.blocks = blocks
         self.threads = 1
         self.mask = np.ones(1, dtype=bool)
         self.tid = np.zeros(1, dtype=np.int64)
-        self.epoch = 0
+        self.clocks = Clocks(1)
         self.tmem: TensorMemory | None = None
         self.dynamic_shared: Memory | None = None
         self.globals: list[Memory] = []
@@ -85,7 +74,7 @@ class Machine:
                 flat = arg.reshape(-1).view(np.uint8)
                 mem = Memory(param.name, "global", flat.size, data=flat)
                 self.globals.append(mem)
-                self.env[param] = Pointer(mem, np.zeros(1, dtype=np.int64))
+                self.env[param] = Pointer(mem, np.zeros(1, dtype=np.int64), arg.dtype.itemsize)
             else:
                 self.env[param] = np.array([arg])
 
@@ -94,6 +83,27 @@ class Machine:
         self.exec(self.func.body)
         if self.tmem is not None:
             self.tmem.check_freed()
+
+    def _in_call(self, index: int, body: Any) -> None:
+        """Run the body our lowering emitted for tile call ``index``; its counts and any
+        fault are that call's."""
+        outer, outer_counters = self.call, self.counters
+        self.call, self.counters = index, self.by_call.setdefault(index, Counters())
+        try:
+            self.exec(body)
+        except SimError as err:
+            if getattr(err, "call", None) is None:
+                err.call = index
+            raise
+        finally:
+            self.call, self.counters = outer, outer_counters
+
+    def total_counters(self) -> Counters:
+        """Every call's counters and the kernel's own, added up."""
+        total = Counters()
+        for c in self.by_call.values():
+            total.add(c)
+        return total
 
     def exec(self, stmt: Any) -> None:
         kind = type(stmt).__name__
@@ -148,7 +158,8 @@ class Machine:
             mem = Memory(buf.name, "local", nbytes, threads=self.threads, rng=self.rng)
         else:
             raise SimError(f"the simulator has no memory scope {scope!r} ({buf.name})")
-        self.env[buf] = self._binding(buf, Pointer(mem, np.zeros(1, dtype=np.int64)))
+        ptr = Pointer(mem, np.zeros(1, dtype=np.int64), dtype.itemsize * lanes)
+        self.env[buf] = self._binding(buf, ptr)
 
     def _binding(self, buf: Any, ptr: Pointer) -> Binding:
         dtype, lanes = parse_dtype(buf.dtype)
@@ -163,6 +174,9 @@ class Machine:
         )
 
     def _s_AttrStmt(self, s: Any) -> None:
+        if s.attr_key == CALL_MARK:
+            self._in_call(int(s.value), s.body)
+            return
         if s.attr_key != "thread_extent":
             self.exec(s.body)  # other attributes annotate; they do not change semantics
             return
@@ -186,6 +200,7 @@ class Machine:
             self.mask = np.ones(extent, dtype=bool)
             if self.blocks is None and self.tmem is None:
                 self._start_cta()  # a kernel without blockIdx is a single CTA
+            self.clocks = Clocks(-(-extent // 32))
             self.env[var] = self.tid.astype(np.int32)
             self.exec(s.body)
             self.threads, self.mask = 1, np.ones(1, dtype=bool)
@@ -194,7 +209,7 @@ class Machine:
             raise SimError(f"the simulator launches threadIdx.x and blockIdx.* only, not {tag}")
 
     def _start_cta(self) -> None:
-        self.epoch = 0
+        self.clocks = Clocks(-(-self.threads // 32))
         if self.tmem is not None:
             self.tmem.check_freed()
         self.tmem = TensorMemory(self.rng)
@@ -303,13 +318,18 @@ class Machine:
         direction = "load" if raw is None else "store"
         self._count_access(mem, direction, flat_threads, flat_offs, size, mem.name, gather)
         if raw is None:
-            data = mem.load(flat_threads, flat_offs, size, self.epoch)
+            data = mem.load(flat_threads, flat_offs, size, self.clocks)
             return data.reshape(len(threads), -1)
         mine = raw[threads].reshape(len(flat_threads), size)
-        mem.store(flat_threads, flat_offs, mine, self.epoch)
+        mem.store(flat_threads, flat_offs, mine, self.clocks)
         return None
 
     def _count_access(self, mem, direction, threads, offsets, size, name, gather) -> None:
+        """One instruction per issuing warp (per lane of a gather) and its bytes. Local
+        buffers are registers (nvcc keeps statically indexed ones there): reading or
+        writing them is part of the instruction that does it, not an access to count."""
+        if mem.space == "local":
+            return
         warps = np.unique(threads // 32)
         kind = f"{'ld' if direction == 'load' else 'st'}.{mem.space}.b{size * 8}"
         # a gather issues one scalar access per lane of the vector

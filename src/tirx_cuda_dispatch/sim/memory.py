@@ -3,15 +3,17 @@
 One :class:`Memory` per allocation: global (the caller's arrays), shared (per CTA, with
 race tracking between barriers), local (per thread). Every access is checked: in bounds,
 aligned to its own size (a misaligned vector access faults on the GPU), and reading only
-bytes that something wrote. Shared memory remembers, per byte, which warp last wrote and
-read it in which barrier epoch: a write and a read (or two writes) by different warps in
-the same epoch are a race, because nothing orders them on the GPU (the lockstep
-simulation would otherwise hide a missing barrier).
+bytes that something wrote. Shared memory remembers, per byte, which warp last wrote it
+and at which step of that warp, and the step at which each warp last read it; a barrier
+orders only the warps it releases together (:class:`Clocks`). A write and a read (or two
+writes) by different warps that no chain of barriers orders are a race, because nothing
+orders them on the GPU (the lockstep simulation would otherwise hide a missing barrier).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +22,35 @@ from ..layout.banks import conflict_ways
 from ..layout.partition import Access
 from .errors import SimError
 
-NONE, MANY = -1, -2
+NONE = -1
+
+
+class Clocks:
+    """Happens-before between the warps of one CTA, from the barriers each took part in.
+
+    A vector clock per warp: ``known[b, a]`` is the latest step of warp ``a`` that warp
+    ``b`` is ordered after (its own entry is its current step, from 1). A barrier that
+    releases a set of warps together (``bar.sync``: all of the CTA for ``__syncthreads``,
+    128 threads for a warpgroup's named barrier) joins their clocks and starts a new step
+    for each, so ordering is transitive across barriers of different sets. An access
+    remembers its warp's step; a later access by warp ``b`` is ordered after one by warp
+    ``a`` at step ``s`` iff ``known[b, a] >= s``.
+    """
+
+    def __init__(self, warps: int) -> None:
+        self.known = np.eye(max(1, warps), dtype=np.int64)
+
+    @property
+    def warps(self) -> int:
+        return self.known.shape[0]
+
+    def barrier(self, warps: Iterable[int]) -> None:
+        w = np.array(sorted(set(warps)), dtype=np.int64)
+        self.known[w] = self.known[w].max(axis=0)
+        self.known[w, w] += 1
+
+    def step(self, warps: np.ndarray) -> np.ndarray:
+        return self.known[warps, warps]
 
 
 @dataclass
@@ -32,6 +62,12 @@ class Counters:
     instructions: Counter = field(default_factory=Counter)
     bytes: Counter = field(default_factory=Counter)  # "shared.load" -> bytes
     bank_conflicts: list[BankRecord] = field(default_factory=list)
+
+    def add(self, other: Counters) -> None:
+        """Add ``other``'s counts to these."""
+        self.instructions.update(other.instructions)
+        self.bytes.update(other.bytes)
+        self.bank_conflicts.extend(other.bank_conflicts)
 
     def conflict_histogram(self) -> dict[int, int]:
         """How many shared-memory warp accesses had each conflict degree."""
@@ -82,10 +118,9 @@ class Memory:
             self.data = rng.integers(0, 256, size=shape, dtype=np.uint8)  # garbage, not 0
             self.written = np.zeros(shape, dtype=bool)
         if space == "shared":
-            self.w_epoch = np.full(shape, -1, dtype=np.int64)
+            self.w_step = np.zeros(shape, dtype=np.int64)
             self.w_warp = np.full(shape, NONE, dtype=np.int32)
-            self.r_epoch = np.full(shape, -1, dtype=np.int64)
-            self.r_warp = np.full(shape, NONE, dtype=np.int32)
+            self.r_step: np.ndarray | None = None  # (bytes, warps), 0: not read; sized on use
         # tcgen05.ld results may not be read before tcgen05.wait::ld (local only)
         self.pending = np.zeros(shape, dtype=bool) if space == "local" else None
 
@@ -98,21 +133,24 @@ class Memory:
                 f"{what} of {size} bytes at byte {int(offsets[i])} of {self.space} "
                 f"{self.name} ({self.nbytes} bytes) is out of bounds (thread {int(threads[i])})"
             )
-        align = size if size & (size - 1) == 0 else 1
-        misaligned = offsets % min(align, 16) != 0
+        # an access is aligned to its own size, up to the widest one (PTX's 256-bit .v8)
+        align = min(size if size & (size - 1) == 0 else 1, 32)
+        misaligned = offsets % align != 0
         if misaligned.any():
             i = int(np.argmax(misaligned))
             raise SimError(
                 f"misaligned {size}-byte {what} at byte {int(offsets[i])} of {self.space} "
                 f"{self.name} (thread {int(threads[i])}): a {size}-byte access must be "
-                f"{min(align, 16)}-byte aligned, the GPU faults"
+                f"{align}-byte aligned, the GPU faults"
             )
         return offsets[:, None] + np.arange(size)
 
     def _index(self, threads: np.ndarray, cells: np.ndarray):
         return (threads[:, None], cells) if self.space == "local" else cells
 
-    def load(self, threads: np.ndarray, offsets: np.ndarray, size: int, epoch: int) -> np.ndarray:
+    def load(
+        self, threads: np.ndarray, offsets: np.ndarray, size: int, clocks: Clocks
+    ) -> np.ndarray:
         """Bytes ``(n, size)`` that ``threads`` read at byte ``offsets``."""
         cells = self._cells(threads, offsets, size, "load")
         index = self._index(threads, cells)
@@ -131,74 +169,67 @@ class Memory:
                 f"tcgen05.wait::ld is missing before the use"
             )
         if self.space == "shared":
-            self._track(threads, cells, epoch, write=False)
+            self._track(threads, cells, clocks, write=False)
         return self.data[index]
 
-    def store(self, threads: np.ndarray, offsets: np.ndarray, raw: np.ndarray, epoch: int) -> None:
+    def store(
+        self, threads: np.ndarray, offsets: np.ndarray, raw: np.ndarray, clocks: Clocks
+    ) -> None:
         cells = self._cells(threads, offsets, raw.shape[1], "store")
         if self.space == "shared":
-            self._track(threads, cells, epoch, write=True)
+            self._track(threads, cells, clocks, write=True)
         index = self._index(threads, cells)
         self.data[index] = raw
         self.written[index] = True
         if self.pending is not None:
             self.pending[index] = False
 
-    def _track(self, threads: np.ndarray, cells: np.ndarray, epoch: int, write: bool) -> None:
-        """Race check: another warp touched these bytes in the same barrier epoch."""
+    def _track(self, threads: np.ndarray, cells: np.ndarray, clocks: Clocks, write: bool) -> None:
+        """Race check: another warp touched these bytes and no barrier orders the two."""
         warps = np.broadcast_to((threads // 32)[:, None], cells.shape).ravel()
+        if warps.max() >= clocks.warps:
+            raise SimError(f"warp {int(warps.max())} accesses {self.name} outside the launch")
         flat = cells.ravel()
-        same_epoch_w = self.w_epoch[flat] == epoch
-        other_w = same_epoch_w & (self.w_warp[flat] >= 0) & (self.w_warp[flat] != warps)
-        if other_w.any():
-            i = int(np.argmax(other_w))
+        if self.r_step is None or self.r_step.shape[1] != clocks.warps:
+            self.r_step = np.zeros((self.nbytes, clocks.warps), dtype=np.int64)
+        known = clocks.known[warps]  # (n, warps): what each accessing warp is ordered after
+        writer = self.w_warp[flat]
+        seen = known[np.arange(flat.size), np.maximum(writer, 0)]
+        unordered_w = (writer >= 0) & (writer != warps) & (seen < self.w_step[flat])
+        if unordered_w.any():
+            i = int(np.argmax(unordered_w))
             kind = "writes" if write else "reads"
             raise SimError(
                 f"shared-memory race on {self.name} byte {int(flat[i])}: warp {int(warps[i])} "
-                f"{kind} it after warp {int(self.w_warp[flat[i]])} wrote it, with no barrier "
-                f"between"
+                f"{kind} it after warp {int(writer[i])} wrote it, with no barrier between"
             )
-        if write:
-            r_same = self.r_epoch[flat] == epoch
-            r_w = self.r_warp[flat]
-            other_r = r_same & ((r_w == MANY) | ((r_w >= 0) & (r_w != warps)))
-            if other_r.any():
-                i = int(np.argmax(other_r))
-                raise SimError(
-                    f"shared-memory race on {self.name} byte {int(flat[i])}: warp "
-                    f"{int(warps[i])} overwrites it while another warp reads it in the same "
-                    f"barrier interval (a barrier is missing between the read and the write)"
-                )
-            # two warps writing one byte in this very access
-            lo = np.full(self.nbytes, np.iinfo(np.int32).max, dtype=np.int64)
-            hi = np.full(self.nbytes, -1, dtype=np.int64)
-            np.minimum.at(lo, flat, warps)
-            np.maximum.at(hi, flat, warps)
-            clash = (hi[flat] != lo[flat]) & (hi[flat] >= 0)
-            if clash.any():
-                i = int(np.argmax(clash))
-                raise SimError(
-                    f"shared-memory race on {self.name} byte {int(flat[i])}: warps "
-                    f"{int(lo[flat[i]])} and {int(hi[flat[i]])} write it at once"
-                )
-            self.w_epoch[flat] = epoch
-            self.w_warp[flat] = warps
-        else:
-            fresh = self.r_epoch[flat] != epoch
-            prev = np.where(fresh, NONE, self.r_warp[flat])
-            merged = np.where(
-                (prev == NONE) | (prev == warps), warps, MANY
-            )  # readers so far this epoch
-            self.r_epoch[flat] = epoch
-            self.r_warp[flat] = merged
-            # several warps reading the same byte in this access
-            lo = np.full(self.nbytes, np.iinfo(np.int32).max, dtype=np.int64)
-            hi = np.full(self.nbytes, -1, dtype=np.int64)
-            np.minimum.at(lo, flat, warps)
-            np.maximum.at(hi, flat, warps)
-            many = hi[flat] != lo[flat]
-            if many.any():
-                self.r_warp[flat[many]] = MANY
+        steps = clocks.step(warps)
+        if not write:
+            self.r_step[flat, warps] = steps
+            return
+        others = np.arange(clocks.warps)[None, :] != warps[:, None]
+        unordered_r = ((self.r_step[flat] > known) & others).any(axis=1)
+        if unordered_r.any():
+            i = int(np.argmax(unordered_r))
+            raise SimError(
+                f"shared-memory race on {self.name} byte {int(flat[i])}: warp "
+                f"{int(warps[i])} overwrites it while another warp reads it with no barrier "
+                f"between (a barrier is missing between the read and the write)"
+            )
+        # two warps writing one byte in this very access
+        lo = np.full(self.nbytes, np.iinfo(np.int32).max, dtype=np.int64)
+        hi = np.full(self.nbytes, -1, dtype=np.int64)
+        np.minimum.at(lo, flat, warps)
+        np.maximum.at(hi, flat, warps)
+        clash = (hi[flat] != lo[flat]) & (hi[flat] >= 0)
+        if clash.any():
+            i = int(np.argmax(clash))
+            raise SimError(
+                f"shared-memory race on {self.name} byte {int(flat[i])}: warps "
+                f"{int(lo[flat[i]])} and {int(hi[flat[i]])} write it at once"
+            )
+        self.w_step[flat] = steps
+        self.w_warp[flat] = warps
 
 
 def bank_ways(threads: np.ndarray, offsets: np.ndarray, size: int) -> dict[int, int]:

@@ -111,19 +111,89 @@ def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype) -> np.ndar
     """
     if dtype == np.float64:
         raise SimError("float64 fma needs wider arithmetic than the simulator has")
-    p = a.astype(np.float64) * b.astype(np.float64)
-    c64 = c.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        s = p + c64
-        bp = s - c64
-        err = (p - bp) + (c64 - (s - bp))  # TwoSum: s + err == p + c exactly
-    bits = s.view(np.uint64)
-    fix = (err != 0) & np.isfinite(s) & ((bits & 1) == 0)
-    s = s.copy()
-    s[fix] = np.nextafter(s[fix], np.where(err[fix] > 0, np.inf, -np.inf))
+    s = _odd_sum(a.astype(np.float64) * b.astype(np.float64), c.astype(np.float64))
     if dtype.itemsize == 2:
         return _round_to_odd_f32(s).astype(dtype)  # exact: s is odd-rounded already
     return s.astype(dtype)
+
+
+def _odd_sum(p: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``p + c`` in float64 rounded to odd: TwoSum recovers the rounding error exactly,
+    and an inexact even sum steps toward it. Rounding that to any format of at most 51
+    bits, in any rounding mode, gives the correct rounding of the exact sum."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = p + c
+        bp = s - c
+        err = (p - bp) + (c - (s - bp))  # TwoSum: s + err == p + c exactly
+    bits = np.asarray(s).view(np.uint64)
+    fix = (err != 0) & np.isfinite(s) & ((bits & 1) == 0)
+    s = np.array(s, copy=True)
+    s[fix] = np.nextafter(s[fix], np.where(err[fix] > 0, np.inf, -np.inf))
+    return s
+
+
+ROUNDING_MODES = ("rn", "rz", "rm", "rp")
+_F32_MIN_NORMAL = np.float32(np.finfo(np.float32).tiny)
+
+
+def f32_arith(
+    op: str, args: list[np.ndarray], mode: str = "rn", ftz: bool = False, sat: bool = False
+) -> np.ndarray:
+    """PTX ``add``/``sub``/``mul``/``fma`` on ``.f32`` (ISA "Floating Point Instructions"):
+    the exact result rounded once in ``mode`` (``.rn`` nearest even, ``.rz`` toward zero,
+    ``.rm`` down, ``.rp`` up); ``.ftz`` flushes subnormal inputs and results to zero of
+    the same sign; ``.sat`` clamps the result to [0, 1] (NaN to +0)."""
+    if mode not in ROUNDING_MODES:
+        raise SimError(f"f32 {op}: no rounding mode .{mode}")
+    xs = [np.asarray(v, dtype=np.float32) for v in args]
+    if ftz:
+        xs = [_flush(x) for x in xs]
+    w = [x.astype(np.float64) for x in xs]
+    with np.errstate(all="ignore"):
+        if op == "mul":
+            exact = w[0] * w[1]  # 24 x 24 bits and the exponents fit float64: exact
+            addends = None
+        elif op in ("add", "sub", "fma"):
+            p, c = (w[0] * w[1], w[2]) if op == "fma" else (w[0], w[1] if op == "add" else -w[1])
+            exact, addends = _odd_sum(p, c), (p, c)
+        else:
+            raise SimError(f"the simulator has no f32 arithmetic {op!r}")
+    out = _round_f32(exact, mode)
+    if addends is not None and mode == "rm":
+        # x + (-x) is +0 in every mode but round-down, where it is -0 (IEEE 754 6.3)
+        p, c = addends
+        cancel = (exact == 0) & ~((p == 0) & (c == 0) & np.signbit(p) & np.signbit(c))
+        cancel &= ~((p == 0) & (c == 0) & ~np.signbit(p) & ~np.signbit(c))
+        out = np.where(cancel, np.float32(-0.0), out)
+    if ftz:
+        out = _flush(out)
+    if sat:
+        out = np.where(np.isnan(out), np.float32(0.0), np.clip(out, 0.0, 1.0)).astype(np.float32)
+    return out
+
+
+def _round_f32(exact: np.ndarray, mode: str) -> np.ndarray:
+    """A float64 that is exact or rounded to odd, rounded to float32 in ``mode``."""
+    near = np.asarray(exact).astype(np.float32)  # round to nearest even
+    if mode == "rn":
+        return near
+    back = near.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        fix = {
+            "rz": np.abs(back) > np.abs(exact),
+            "rm": back > exact,
+            "rp": back < exact,
+        }[mode]
+    toward = {"rz": 0.0, "rm": -np.inf, "rp": np.inf}[mode]
+    near = near.copy()
+    near[fix] = np.nextafter(near[fix], np.float32(toward))
+    return near
+
+
+def _flush(x: np.ndarray) -> np.ndarray:
+    """Subnormal float32 values to zero of the same sign (``.ftz``)."""
+    sub = (x != 0) & (np.abs(x) < _F32_MIN_NORMAL)
+    return np.where(sub, np.copysign(np.float32(0.0), x), x).astype(np.float32)
 
 
 def from_bits(raw: np.ndarray, dtype: np.dtype, lanes: int) -> np.ndarray:

@@ -1,0 +1,320 @@
+"""Random tile-primitive programs, and the differential check that runs each one lowered by
+our pipeline and by TVM's built-in one.
+
+Programs are drawn through a :class:`Chooser` (pick one of some options, an integer in a
+range), so the hypothesis strategies of the tests and the seeded generator of the GPU
+script (``bench/differential.py``) draw from the same space: copies global <-> shared
+(every scope, odd element counts, column offsets, swizzled tiles), copies through register
+layouts (rows, columns, fragments, warpgroup tiles), m8n8 fragments against row-major,
+column-major, padded and swizzled tiles, elementwise ops on registers and on shared
+memory, over every dtype the ops take.
+
+:func:`differential` lowers a case with ``"tirx_cuda_dispatch"`` (ours: calls our
+variants decline go to TVM's) and with ``"tirx"`` (TVM's built-in variants alone), runs
+both through ``execute`` (the simulator, or the GPU), and compares each with numpy and
+with each other, bit for bit: only exact ops are drawn.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+from tvm.tirx.layout import Axis, S, TileLayout
+
+from . import demos, runtime
+
+T_ = TypeVar("T_")
+OURS, BUILTIN = "tirx_cuda_dispatch", "tirx"
+COPY_DTYPES = ("float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "float64")
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+SCOPE_THREADS = {"warp": 32, "warpgroup": 128, "cta": 128}
+EXACT_OPS: dict[str, Callable[..., np.ndarray]] = {
+    "add": lambda x, y: x + y,
+    "sub": lambda x, y: x - y,
+    "mul": lambda x, y: x * y,
+    "maximum": np.maximum,
+}
+lane = Axis.laneid
+
+
+class Chooser(Protocol):
+    """Where a generator's choices come from (hypothesis' ``draw``, or a numpy generator)."""
+
+    def pick(self, options: Sequence[T_]) -> T_: ...
+
+    def integer(self, lo: int, hi: int) -> int: ...  # lo..hi inclusive
+
+
+class RandomChooser:
+    """Choices from a seeded numpy generator (the GPU script)."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def pick(self, options: Sequence[T_]) -> T_:
+        return options[int(self.rng.integers(len(options)))]
+
+    def integer(self, lo: int, hi: int) -> int:
+        return int(self.rng.integers(lo, hi, endpoint=True))
+
+
+@dataclass
+class Case:
+    """One random program with its inputs (outputs poisoned) and numpy's answer."""
+
+    kind: str
+    params: dict[str, Any]
+    func: Any
+    args: list[np.ndarray]
+    output: int  # the argument compared
+    expected: np.ndarray
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{self.kind}({shown})"
+
+
+# -- the generators ------------------------------------------------------------------------
+def _swizzled(dtype: str, shape: tuple[int, int], mode: int) -> Any:
+    from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
+
+    modes = {
+        32: SwizzleMode.SWIZZLE_32B_ATOM,
+        64: SwizzleMode.SWIZZLE_64B_ATOM,
+        128: SwizzleMode.SWIZZLE_128B_ATOM,
+    }
+    try:
+        return mma_shared_layout(dtype, modes[mode], shape)
+    except Exception:  # noqa: BLE001  (the atom does not tile this shape: a plain tile then)
+        return None
+
+
+def gmem_smem_case(c: Chooser, seed: int) -> Case:
+    dtype = c.pick(COPY_DTYPES)
+    scope = c.pick(("warp", "warpgroup", "cta"))
+    rows = c.pick((1, 3, 4, 5, 8, 16, 32))
+    cols = c.pick((3, 5, 6, 8, 12, 16, 24, 32, 40, 64, 128))
+    extra = c.pick((0, 0, 8, 16, 3))
+    offset = c.integer(0, extra) if extra else 0
+    ctas = c.integer(1, 3)
+    threads = SCOPE_THREADS[scope] * (c.pick((1, 2)) if scope == "cta" else 1)
+    swizzle = c.pick((None, None, 32, 64, 128))
+    layout = None
+    if swizzle is not None and dtype in ("float16", "float32"):
+        layout = _swizzled(dtype, (rows, cols), swizzle)
+    params = dict(
+        dtype=dtype,
+        tile=(rows, cols),
+        scope=scope,
+        ctas=ctas,
+        cta_threads=threads,
+        shared_layout=layout,
+        cols=cols + extra,
+        col_offset=offset,
+    )
+    a = runtime.random_array((ctas * rows, cols + extra), dtype, np.random.default_rng(seed))
+    expected = runtime.poison_like(a).copy()
+    expected[:, offset : offset + cols] = a[:, offset : offset + cols]
+    shown = {**params, "shared_layout": None if layout is None else f"swizzle {swizzle}B"}
+    func = demos.gmem_smem_roundtrip(**params)
+    return Case("gmem_smem", shown, func, [a, runtime.poison_like(a)], 1, expected)
+
+
+def register_layout(c: Chooser) -> tuple[Any, tuple[int, int], str, str]:
+    """A register layout of a warp (or a warpgroup): lane owns a row, a column, several
+    rows, or an mma-like fragment; some do not fit (a variant must decline them)."""
+    kind = c.pick(("row", "column", "rows", "fragment", "wide"))
+    k = c.pick((1, 2, 3, 4, 6, 8, 16, 32))
+    if kind == "row":
+        return TileLayout(S[(32, k) : (1 @ lane, 1)]), (32, k), "warp", f"row x{k}"
+    if kind == "column":
+        return TileLayout(S[(k, 32) : (1, 1 @ lane)]), (k, 32), "warp", f"column x{k}"
+    if kind == "rows":
+        m = c.pick((2, 3, 4))
+        layout = TileLayout(S[(m, 32, k) : (k, 1 @ lane, 1)])
+        return layout, (m * 32, k), "warp", f"{m} rows x{k}"
+    if kind == "fragment":
+        num = c.pick((1, 2, 4))
+        layout = TileLayout(S[(8, num, 4, 2) : (4 @ lane, 2, 1 @ lane, 1)])
+        return layout, (8, num * 8), "warp", f"m8n8 fragment x{num}"
+    layout = TileLayout(S[(4, 32, k) : (1 @ Axis.wid_in_wg, 1 @ lane, 1)])
+    return layout, (128, k), "warpgroup", f"warpgroup rows x{k}"
+
+
+def copy_reg_case(c: Chooser, seed: int) -> Case:
+    layout, shape, scope, what = register_layout(c)
+    dtype = c.pick(COPY_DTYPES)
+    memory = c.pick(("shared", "global"))
+    a = runtime.random_array(shape, dtype, np.random.default_rng(seed))
+    func = demos.reg_roundtrip(layout, shape, dtype, scope, memory)
+    params = dict(layout=what, dtype=dtype, memory=memory)
+    return Case("copy_reg", params, func, [a, runtime.poison_like(a)], 1, a)
+
+
+def fragment_case(c: Chooser, seed: int) -> Case:
+    num = c.pick((1, 2, 4))
+    blocks = c.pick((1, 2))
+    extents, strides = (blocks, 8, num, 4, 2), (num * 2, 4 @ lane, 2, 1 @ lane, 1)
+    shape = (blocks * 8, num * 8)
+    shared = c.pick(("row", "column", "padded", "swizzle"))
+    if shared == "row":
+        s_layout = TileLayout(S[shape])
+    elif shared == "column":
+        s_layout = TileLayout(S[shape : (1, shape[0])])
+    elif shared == "padded":
+        s_layout = TileLayout(S[shape : (shape[1] + c.pick((4, 8, 12)), 1)])
+    else:
+        s_layout = _swizzled("float16", shape, c.pick((32, 64, 128))) or TileLayout(S[shape])
+    dtype = c.pick(("float16", "bfloat16", "float32", "int16"))
+    regs = blocks * num * 2
+    a = runtime.random_array(shape, dtype, np.random.default_rng(seed))
+    func = demos.ldstmatrix_roundtrip(TileLayout(S[extents:strides]), s_layout, shape, regs, dtype)
+    f = runtime.poison_like(np.zeros((32, regs), a.dtype))
+    params = dict(num=num, blocks=blocks, shared=shared, dtype=dtype)
+    return Case("fragment", params, func, [a, runtime.poison_like(a), f], 1, a)
+
+
+def elementwise_case(c: Chooser, seed: int) -> Case:
+    op = c.pick(sorted(EXACT_OPS))
+    dtype = c.pick(FLOAT_DTYPES)
+    layout, shape, scope, what = register_layout(c)
+    rng = np.random.default_rng(seed)
+    a, cc, d = (runtime.random_array(shape, dtype, rng) for _ in range(3))
+    func = demos.elementwise_roundtrip(op, layout, shape, dtype, scope)
+    expected = EXACT_OPS[op](a, cc).astype(a.dtype)
+    params = dict(op=op, dtype=dtype, layout=what)
+    return Case("elementwise", params, func, [a, cc, d, runtime.poison_like(a)], 3, expected)
+
+
+def smem_elementwise_case(c: Chooser, seed: int) -> Case:
+    op = c.pick(sorted(EXACT_OPS))
+    dtype = c.pick(FLOAT_DTYPES)
+    scope = c.pick(("warp", "warpgroup", "cta"))
+    shape = (c.pick((1, 4, 5, 8, 16, 32)), c.pick((3, 6, 8, 16, 32, 64)))
+    rng = np.random.default_rng(seed)
+    a, cc = (runtime.random_array(shape, dtype, rng) for _ in range(2))
+    func = demos.smem_elementwise_roundtrip(op, shape, dtype, scope)
+    expected = EXACT_OPS[op](a, cc).astype(a.dtype)
+    params = dict(op=op, dtype=dtype, scope=scope, shape=shape)
+    return Case("smem_elementwise", params, func, [a, cc, runtime.poison_like(a)], 2, expected)
+
+
+GENERATORS: dict[str, Callable[[Chooser, int], Case]] = {
+    "gmem_smem": gmem_smem_case,
+    "copy_reg": copy_reg_case,
+    "fragment": fragment_case,
+    "elementwise": elementwise_case,
+    "smem_elementwise": smem_elementwise_case,
+}
+
+
+def random_case(c: Chooser, kind: str | None = None) -> Case:
+    """One program of ``kind`` (or of a kind chosen too); data seeded from the chooser."""
+    kind = kind or c.pick(sorted(GENERATORS))
+    return GENERATORS[kind](c, c.integer(0, 2**32 - 1))
+
+
+# -- the differential check ----------------------------------------------------------------
+Execute = Callable[[Any, list[np.ndarray], str], list[np.ndarray]]
+
+
+def simulate(func: Any, args: list[np.ndarray], pipeline: str) -> list[np.ndarray]:
+    from . import sim
+
+    return sim.run(func, args, pipeline=pipeline).arrays
+
+
+@dataclass
+class Verdict:
+    """What happened to one case.
+
+    ``ours``: ``lowered`` when our variants took every call, else the kind of the first
+    decline (the built-in took that call), or why our pipeline refused the program.
+    ``builtin``: what TVM's built-in pipeline did: ``lowered`` (and right), ``cannot
+    lower``, or ``WRONG``/``faults``: a finding about the baseline, not a failure of ours.
+    ``problems``: every failure of ours (empty: the case passed): our output differs from
+    numpy or from a correct built-in, our kernel faults in the simulator, the simulator
+    cannot run a lowering, or we refuse a sound program TVM lowers.
+    """
+
+    case: Case
+    ours: str = "lowered"
+    builtin: str = "lowered"
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def reason_kind(reason: str) -> str:
+    """A decline reason without its names and numbers: what fuzz statistics count."""
+    text = re.sub(r"\b[A-Za-z_]\w*_(smem|ptr|s)\b|\b[A-Z]\w*\b", "X", reason)
+    text = re.sub(r"\d+", "N", text)
+    return text.split(";")[0].split(":")[0].strip()[:80]
+
+
+def our_coverage(func: Any) -> str:
+    """``lowered`` when our variants take every call, else the kind of the first decline."""
+    from . import explain
+
+    for report in explain(func):
+        if report.variant is None:
+            reasons = [c.reason for c in report.candidates if c.reason]
+            return "declined: " + (reason_kind(reasons[0]) if reasons else "no variant")
+    return "lowered"
+
+
+def differential(case: Case, execute: Execute = simulate) -> Verdict:
+    """Run ``case`` through both pipelines with ``execute``; compare with numpy and with each
+    other (see :class:`Verdict`)."""
+    from .bounds import OutOfBoundsError
+    from .errors import DispatchError
+    from .sim.errors import SimError
+
+    verdict = Verdict(case, ours=our_coverage(case.func))
+    want = runtime.bits(case.expected)
+    outputs: dict[str, Any] = {}
+    for name, pipeline in (("ours", OURS), ("builtin", BUILTIN)):
+        try:
+            outputs[name] = execute(case.func, [a.copy() for a in case.args], pipeline)[case.output]
+        except Exception as err:  # noqa: BLE001  (every outcome is classified below)
+            outputs[name] = err
+    ours, builtin = outputs["ours"], outputs["builtin"]
+    rejected = isinstance(ours, OutOfBoundsError)
+    if rejected:
+        verdict.ours = "rejected: out of bounds"
+    elif isinstance(ours, DispatchError):
+        verdict.ours = "cannot lower: " + reason_kind(str(ours).splitlines()[0])
+    elif isinstance(ours, Exception):
+        verdict.problems.append(f"ours: {_summary(ours)}")
+    elif not np.array_equal(runtime.bits(ours), want):
+        bad = int(np.count_nonzero(runtime.bits(ours) != want))
+        verdict.problems.append(f"ours differs from numpy in {bad} of {want.size} elements")
+    if isinstance(builtin, SimError) and "unknown" in str(builtin).lower():
+        verdict.problems.append(
+            f"the simulator cannot run the built-in's kernel: {_summary(builtin)}"
+        )
+    elif isinstance(builtin, SimError):
+        verdict.builtin = f"faults: {_summary(builtin)}"
+        if not rejected:
+            verdict.problems.append(
+                f"the built-in's kernel faults where ours does not reject: {_summary(builtin)}"
+            )
+    elif isinstance(builtin, Exception):
+        verdict.builtin = f"cannot lower: {_summary(builtin)}"
+    elif not np.array_equal(runtime.bits(builtin), want):
+        bad = int(np.count_nonzero(runtime.bits(builtin) != want))
+        verdict.builtin = f"WRONG: differs from numpy in {bad} of {want.size} elements"
+    elif isinstance(ours, DispatchError) and not rejected:
+        verdict.problems.append("ours cannot lower a program TVM's built-in lowers correctly")
+    return verdict
+
+
+def _summary(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return f"{type(err).__name__}: {(lines[-1] if lines else '')[:200]}"

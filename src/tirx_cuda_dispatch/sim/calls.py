@@ -1,0 +1,169 @@
+"""The instruction table: what each call a lowered kernel makes means, as data.
+
+One :class:`Instruction` per TIR op name (``tirx.ptx.ld_vec``, ``tirx.cuda.warp_sync``,
+...): its meaning in one or two sentences with the PTX ISA / CUDA section it comes from,
+and the function that executes it. The modules that define instructions each fill a
+:class:`Table` (:mod:`.intrinsics`, :mod:`.ptx`, :mod:`.helpers`); :func:`merge` joins
+them, refusing a name defined twice, and the interpreter is handed the result. The
+registry knows no instruction, and the interpreter looks names up in what it is given: a
+name in no table is a :class:`SimError` naming it.
+
+Also here: what several instruction modules share, namely reading the operands of a PTX
+table call and moving bytes between registers, memory and addresses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import SimError
+from .numerics import from_bits, parse_dtype, to_bits
+from .values import Pointer
+
+Handler = Callable[[Any, Any], Any]  # (machine, call) -> value
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One call the simulator executes: the op name, its meaning, and how to run it."""
+
+    name: str
+    meaning: str
+    run: Handler
+
+    def __call__(self, machine: Any, call: Any) -> Any:
+        return self.run(machine, call)
+
+
+class Table(dict[str, Instruction]):
+    """Instructions by op name; ``@table.entry(name, ...)`` registers a function whose
+    docstring is the meaning."""
+
+    def entry(self, *names: str) -> Callable[[Handler], Handler]:
+        def register(fn: Handler) -> Handler:
+            for name in names:
+                self.add(Instruction(name, _meaning_of(fn, name), fn))
+            return fn
+
+        return register
+
+    def add(self, instruction: Instruction) -> None:
+        if instruction.name in self:
+            raise ValueError(f"instruction {instruction.name} is defined twice")
+        if not instruction.meaning.strip():
+            raise ValueError(f"instruction {instruction.name} has no meaning")
+        self[instruction.name] = instruction
+
+
+def _meaning_of(fn: Handler, name: str) -> str:
+    doc = (fn.__doc__ or "").strip()
+    if not doc:
+        raise ValueError(f"instruction {name}: its function {fn.__name__} has no docstring")
+    return " ".join(doc.split())
+
+
+def merge(*tables: Table) -> Table:
+    """One table of all instructions; a name two tables define is an error."""
+    out = Table()
+    for table in tables:
+        for instruction in table.values():
+            out.add(instruction)
+    return out
+
+
+# -- PTX table calls --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PtxOperands:
+    """A ``T.ptx`` call's arguments: ``[operands...] [modifier tokens] [marker]``.
+
+    TVM's PTX table emits every modifier slot of the entry (``""`` where omitted) and a
+    trailing marker naming what the list alone cannot say (a predicate operand, sunk
+    destination lanes, ``.pred`` operands). ``tokens`` are the given modifiers in order.
+    """
+
+    operands: list[Any]
+    tokens: list[str]
+    marker: str
+
+
+def ptx_operands(call: Any) -> PtxOperands:
+    args = list(call.args)
+    split = len(args)
+    while split > 0 and type(args[split - 1]).__name__ == "StringImm":
+        split -= 1
+    strings = [a.value for a in args[split:]]
+    marker = strings[-1] if strings else ""
+    tokens = [t for t in strings[:-1] if t]
+    return PtxOperands(args[:split], tokens, marker)
+
+
+def plain_ptx_operands(call: Any, what: str) -> PtxOperands:
+    """The operands of a call without predicate or sunk lanes (which the simulator does
+    not model: it says so instead of executing them unpredicated)."""
+    parsed = ptx_operands(call)
+    flags = [f for f in parsed.marker.split(",") if f]
+    if any(f == "pred" or f == "keep" or (f.startswith("s") and f[1:].isdigit()) for f in flags):
+        raise SimError(f"{what}: predicated or sunk-lane form ({parsed.marker!r}) is not modeled")
+    return parsed
+
+
+# -- moving bytes -------------------------------------------------------------------------------
+def load_at(m: Any, ptr: Pointer, dtype_text: str) -> np.ndarray:
+    """Each active thread reads one ``dtype_text`` value at its address (counted; reads
+    of registers are not accesses, :meth:`Machine._count_access`)."""
+    dtype, lanes = parse_dtype(dtype_text)
+    threads = m._active_threads()
+    size = dtype.itemsize * lanes
+    offs = m.per_thread(ptr.offsets)[threads]
+    m._count_access(ptr.memory, "load", threads, offs, size, ptr.memory.name, False)
+    raw = ptr.memory.load(threads, offs, size, m.clocks)
+    full = np.zeros((m.threads, size), dtype=np.uint8)
+    full[threads] = raw
+    return from_bits(full, dtype, lanes)
+
+
+def store_at(m: Any, ptr: Pointer, values: np.ndarray, dtype_text: str) -> None:
+    """Each active thread writes its ``dtype_text`` value at its address (counted as
+    :func:`load_at` is)."""
+    dtype, lanes = parse_dtype(dtype_text)
+    threads = m._active_threads()
+    size = dtype.itemsize * lanes
+    offs = m.per_thread(ptr.offsets)[threads]
+    raw = to_bits(m.per_thread(values), dtype, lanes, m.threads)[threads]
+    m._count_access(ptr.memory, "store", threads, offs, size, ptr.memory.name, False)
+    ptr.memory.store(threads, offs, raw, m.clocks)
+
+
+def register_operand(m: Any, target: Any, what: str) -> tuple[Any, np.dtype]:
+    """The register buffer element a PTX output operand names, and its dtype."""
+    if type(target).__name__ != "TensorLoad":
+        raise SimError(f"{what}: a PTX destination must be a register element, got {target}")
+    dtype, lanes = parse_dtype(str(target.ty.dtype))
+    if lanes != 1:
+        raise SimError(f"{what}: PTX register operand {target} is a vector")
+    return target, dtype
+
+
+def write_register(m: Any, target: Any, values: np.ndarray, what: str = "PTX") -> None:
+    """Write ``values`` (one per thread, the register's own dtype or its bits as an
+    unsigned integer of the same width) to the register element ``target``."""
+    target, dtype = register_operand(m, target, what)
+    b = m._bound(target.source)
+    offsets, size = m._address(b, target.indices)
+    values = np.ascontiguousarray(m.per_thread(values))
+    if values.dtype.itemsize != dtype.itemsize:
+        raise SimError(f"{what}: {values.dtype} value into {dtype} register {target}")
+    raw = values.view(np.uint8).reshape(m.threads, dtype.itemsize)
+    m._memory_op(b, m._active_threads(), offsets, size, raw, 1)
+
+
+def register_bits(m: Any, operand: Any, bits: int, what: str = "PTX") -> np.ndarray:
+    """An operand's bits per thread as ``uint{bits}`` (a register of exactly that width)."""
+    value = np.ascontiguousarray(m.per_thread(m.eval(operand)))
+    if value.dtype.itemsize * 8 != bits or value.ndim != 1:
+        raise SimError(f"{what}: register operand {operand} is not {bits} bits")
+    return value.view(np.dtype(f"uint{bits}"))
