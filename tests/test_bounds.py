@@ -199,3 +199,31 @@ def test_a_padded_shared_layout_past_its_buffer_is_out_of_bounds():
         tvm.compile(kernel_with(28), target=TARGET, tir_pipeline="tirx_cuda_dispatch")
     [call] = bounds.scan(kernel_with(16))  # negative control: the unpadded tile fits
     assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]
+
+
+def test_a_layout_that_does_not_cover_its_buffer_is_an_error():
+    """A swizzle atom that does not tile the shape (64-byte atoms on 40 float32 columns)
+    covers 512 of 640 elements: every lowering would move the wrong ones (TVM's built-in
+    gives wrong results on it); ours says so before any variant is asked."""
+    from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
+
+    def kernel_with(cols):
+        layout = mma_shared_layout("float32", SwizzleMode.SWIZZLE_64B_ATOM, (16, cols))
+
+        @T.prim_func
+        def kernel(A_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (16, cols), "float32")
+            T.device_entry()
+            T.cta_id([1])
+            T.warp_id([1])
+            T.lane_id([32])
+            T.thread_id([32])
+            A_s = T.alloc_buffer((16, cols), "float32", scope="shared", layout=layout)
+            Tx.warp.copy(A_s[:, :], A[:, :])
+
+        return kernel
+
+    with pytest.raises(OutOfBoundsError, match=r"covers 512 elements but A_s has 640"):
+        tvm.compile(kernel_with(40), target=TARGET, tir_pipeline="tirx_cuda_dispatch")
+    [call] = bounds.scan(kernel_with(32))  # negative control: the atom tiles 16x32
+    assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]

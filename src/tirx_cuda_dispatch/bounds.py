@@ -207,16 +207,29 @@ def _operand(role: str, buf: Any, spans: list[tuple[Any, Any]], env: _Env) -> Op
 
 
 def _layout_overhang(buf: Any) -> str | None:
-    """TVM 0.27 allocates a shared buffer by its shape, not by its layout's span: a padded
-    layout on an ``(8, 16)`` buffer addresses past the 128 elements the kernel allocates,
-    whichever variant lowers the copy. Says so, or None when the layout fits."""
-    if not str(buf.scope()).startswith("shared") or buf.layout is None:
+    """A memory layout must describe its buffer: as many elements as the shape has (a
+    swizzle atom that does not tile the shape covers fewer, and every lowering then moves
+    the wrong elements), and, since TVM 0.27 allocates a shared buffer by its shape, not
+    by its layout's span, no padding past the allocation (a padded layout on an ``(8, 16)``
+    buffer addresses past the 128 elements the kernel allocates, whichever variant lowers
+    the copy). Says what is wrong, or None when the layout fits."""
+    scope = str(buf.scope())
+    if buf.layout is None or not (scope.startswith("shared") or scope == "global"):
         return None
     layout = buf.layout
     tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
-    if not isinstance(tile, TileLayout):
+    if not isinstance(tile, TileLayout) or len(tile.replica) > 0:
         return None
-    span, size = as_int(tile.span()), _static_size(buf.shape)
+    covered, size = as_int(tile.size()), _static_size(buf.shape)
+    if covered is not None and size is not None and covered != size:
+        return (
+            f"its layout {str(layout).replace('T.', '')} covers {covered} elements but "
+            f"{buf.name} has {size} (shape {_shape_text(list(buf.shape))}): give the buffer a "
+            "layout of its own shape"
+        )
+    if not scope.startswith("shared"):
+        return None
+    span = as_int(tile.span())
     if span is None or size is None or span <= size:
         return None
     return (

@@ -87,7 +87,15 @@ def memory_view(opnd: Operand) -> MemoryView:
         # TVM's layout arithmetic and our offsets are 32-bit: decline rather than wrap.
         raise Decline(f"{opnd.name} holds {size} elements; offsets must stay below 2**31")
     _check_span_fits_shape(opnd, layout, size)
-    sliced = layout.slice(list(opnd.shape), _region_bounds(opnd))
+    try:
+        sliced = layout.slice(list(opnd.shape), _region_bounds(opnd))
+    except Exception as exc:  # noqa: BLE001  (TVM's layout algebra refuses: say why, decline)
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
+        raise Decline(
+            f"{opnd.name}'s layout {str(layout).replace('T.', '')} does not describe its shape "
+            f"{list(opnd.shape)} (TVM cannot slice it: {why}); give the buffer a layout of "
+            "its own shape"
+        ) from None
     if sliced is None:
         raise Decline(f"{opnd.name} layout {layout} cannot be sliced to region {opnd.describe}")
     tile = sliced.tile_layout if isinstance(sliced, ComposeLayout) else sliced
