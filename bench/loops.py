@@ -112,6 +112,40 @@ def elementwise_loop(
     return loop
 
 
+def smem_elementwise_loop(op: str, shape: tuple[int, int], dtype: str, ctas: int) -> Any:
+    """One warpgroup per CTA: its tile of A and B into shared tiles S and Q, then ``iters``
+    times ``S = op(S, Q)`` on shared memory (a barrier between: the next application reads
+    what other threads wrote), then S -> B."""
+    rows, cols = shape
+    full = (slice(0, rows), slice(0, cols))
+    fn = getattr(Tx.wg, op)
+    layout = TileLayout(S[shape])
+
+    # fmt: off
+    @T.prim_func
+    def loop(A_ptr: T.handle, B_ptr: T.handle, iters: T.int32):
+        A = T.match_buffer(A_ptr, (ctas * rows, cols), dtype)
+        B = T.match_buffer(B_ptr, (ctas * rows, cols), dtype)
+        T.device_entry()
+        bx = T.cta_id([ctas])
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        T.warp_id([4])
+        T.lane_id([32])
+        T.thread_id([128])
+        Sa = T.alloc_buffer(shape, dtype, scope="shared", layout=layout)
+        Q = T.alloc_buffer(shape, dtype, scope="shared", layout=layout)
+        Tx.wg.copy(Sa[full], A[bx * rows:(bx + 1) * rows, 0:cols])
+        Tx.wg.copy(Q[full], B[bx * rows:(bx + 1) * rows, 0:cols])
+        T.cuda.cta_sync()
+        for _it in T.serial(iters):
+            fn(Sa[full], Sa[full], Q[full])
+            T.cuda.cta_sync()
+        Tx.wg.copy(B[bx * rows:(bx + 1) * rows, 0:cols], Sa[full])
+    # fmt: on
+    return loop
+
+
 # -- hand-written CUDA references -----------------------------------------------------------
 CLOCK_KERNEL = r"""
 extern "C" __global__ void spin(long long cycles, long long* out) {

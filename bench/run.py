@@ -397,6 +397,49 @@ def part_eltwise(gpu: Gpu, args) -> list[dict]:
     return rows
 
 
+# -- 4b. elementwise on shared memory ---------------------------------------------------------
+SMEM_ELTWISE = [("add", "float32"), ("add", "float16"), ("mul", "bfloat16"), ("maximum", "float16")]
+
+
+def part_smem_eltwise(gpu: Gpu, args) -> list[dict]:
+    """``S = op(S, Q)`` on a 64x64 shared tile per warpgroup, in a loop with a barrier
+    between applications: ours (elementwise -> smem) against TVM's built-in 'smem' variant,
+    time per element and SASS instructions per element of one application."""
+    rng = np.random.default_rng(11)
+    ctas = gpu.sms * 4
+    shape = (64, 64)
+    iters = args.iters
+    rows = []
+    for op, dtype in SMEM_ELTWISE:
+        func = loops.smem_elementwise_loop(op, shape, dtype, ctas)
+        a = runtime.random_array((ctas * 64, 64), dtype, rng)
+        q = runtime.random_array((ctas * 64, 64), dtype, rng)
+        exe = runtime.build(func, None, OURS)
+        dev = tvm.cuda(0)
+        tensors = [tvm.runtime.tensor(x, device=dev) for x in (a, q)]
+        exe[runtime.entry_name(func)](*tensors, iters)
+        ours_out = tensors[-1].numpy()
+        fns = {
+            p: _launcher(func, p, [a, q], ours_out, f"smem {op} {dtype}", iters)
+            for p in (OURS, BUILTIN)
+        }
+        ms = gpu.time(fns)
+        elems = ctas * 64 * 64 * iters
+        per_thread = 64 * 64 / 128
+        sass = {p: _sass_counts(func, p) for p in (OURS, BUILTIN)}
+        rows.append(
+            {
+                "op": f"{op} {dtype}",
+                "ours ps/element": ms[OURS] * 1e9 / elems,
+                "built-in ps/element": ms[BUILTIN] * 1e9 / elems,
+                "ours/built-in time": ms[OURS] / ms[BUILTIN],
+                "ours SASS/elem": sum(sass[OURS].values()) / per_thread,
+                "built-in SASS/elem": sum(sass[BUILTIN].values()) / per_thread,
+            }
+        )
+    return rows
+
+
 # -- 5a. SASS per element against hand-written CUDA ----------------------------------------
 HAND_ELTWISE = {
     ("add", "float32"): ("float", "r[i] + q[i]"),
@@ -579,6 +622,7 @@ TITLES = {
     "reg_hand": "2b. Hand-written references for the copy -> reg loop (B/clk/SM)",
     "ldst": "3. copy -> ldstmatrix loop, m16n8k16 A fragment, 16x16 float16 per warp (B/clk/SM)",
     "eltwise": "4. elementwise -> reg, 32x32 register tile per warp, op applied in a loop",
+    "smem_eltwise": "4b. elementwise -> smem, 64x64 shared tile per warpgroup, op applied in a loop (SASS counts: the whole kernel over the elements one thread handles per application)",
     "sass": "5a. SASS arithmetic instructions per element (nvdisasm, sm_90a)",
     "compile": "5b. Compile cost, ours vs built-in on the same program (best of N, this machine)",
 }
@@ -616,7 +660,7 @@ def main() -> int:
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     parts = args.only.split(",")
-    gpu_parts = {"stream", "masked", "reg", "reg_hand", "ldst", "eltwise"}
+    gpu_parts = {"stream", "masked", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise"}
     gpu = None
     if gpu_parts & set(parts):
         if runtime.gpu_arch() is None:
@@ -630,6 +674,7 @@ def main() -> int:
         "reg_hand": lambda: part_reg_handwritten(gpu, args),
         "ldst": lambda: part_ldst(gpu, args),
         "eltwise": lambda: part_eltwise(gpu, args),
+        "smem_eltwise": lambda: part_smem_eltwise(gpu, args),
         "sass": lambda: part_sass(args),
         "compile": lambda: part_compile(args),
     }

@@ -335,11 +335,14 @@ def smem_elementwise_roundtrip(
     dtype: str = "float32",
     scope: str = "warp",
     cta_threads: int | None = None,
+    shared_layout: Any = None,
+    c_shape: tuple[int, ...] | None = None,
 ) -> Any:
     """``B = op(A, C)`` (binary ops) or ``B = op(A)`` (unary) on shared tiles: A and C go
     global -> shared, the op writes a third shared tile that starts out holding B's
     poison, and that tile goes back to B. The calls TVM's own elementwise tests make on
-    shared memory."""
+    shared memory. ``shared_layout`` lays out all three tiles (a swizzle, say); C of
+    ``c_shape`` (extent-1 dimensions) broadcasts against A."""
     family = ELEMENTWISE_FAMILIES[op]
     if family not in ("unary", "binary"):
         raise ValueError(f"smem_elementwise_roundtrip takes unary and binary ops, not {op}")
@@ -349,14 +352,16 @@ def smem_elementwise_roundtrip(
     ns = getattr(Tx, scope)
     copy, fn = ns.copy, getattr(ns, op)
     full = tuple(slice(0, e) for e in shape)
-    s_layout = TileLayout(S[shape])
+    s_layout = shared_layout if shared_layout is not None else TileLayout(S[shape])
     binary = family == "binary"
+    c_shape = c_shape or shape
+    c_full = tuple(slice(0, e) for e in c_shape)
 
     # fmt: off
     @T.prim_func
     def smem_elementwise(A_ptr: T.handle, C_ptr: T.handle, B_ptr: T.handle):
         A = T.match_buffer(A_ptr, shape, dtype)
-        C = T.match_buffer(C_ptr, shape, dtype)
+        C = T.match_buffer(C_ptr, c_shape, dtype)
         B = T.match_buffer(B_ptr, shape, dtype)
         T.device_entry()
         T.cta_id([1])
@@ -367,14 +372,14 @@ def smem_elementwise_roundtrip(
         T.lane_id([32])
         T.thread_id([threads])
         SA = T.alloc_buffer(shape, dtype, scope="shared", layout=s_layout)
-        SC = T.alloc_buffer(shape, dtype, scope="shared", layout=s_layout)
+        SC = T.alloc_buffer(c_shape, dtype, scope="shared", layout=TileLayout(S[c_shape]))
         SB = T.alloc_buffer(shape, dtype, scope="shared", layout=s_layout)
         copy(SA[full], A[full])
-        copy(SC[full], C[full])
+        copy(SC[c_full], C[c_full])
         copy(SB[full], B[full])  # poison: an op that writes nothing shows
         T.cuda.cta_sync()
         if binary:
-            fn(SB[full], SA[full], SC[full])
+            fn(SB[full], SA[full], SC[c_full])
         else:
             fn(SB[full], SA[full])
         T.cuda.cta_sync()
