@@ -163,8 +163,8 @@ def _error_lines(error: str, fallback: str | None) -> list[str]:
     lines = [f"    ERROR when lowered: {first}"]
     if first.startswith("region out of bounds"):
         return lines + [f"      {line.strip()}" for line in rest]
-    if fallback is not None:
-        lines += [f"      {line.strip()}" for line in fallback.splitlines()]
+    if fallback is not None:  # what TVM's built-in variants said, one line each
+        return lines + [f"      {line.strip()}" for line in fallback.splitlines()]
     return lines + [f"      {line.strip()}" for line in rest if line.strip().startswith("and ")]
 
 
