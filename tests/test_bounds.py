@@ -227,3 +227,74 @@ def test_a_layout_that_does_not_cover_its_buffer_is_an_error():
         tvm.compile(kernel_with(40), target=TARGET, tir_pipeline="tirx_cuda_dispatch")
     [call] = bounds.scan(kernel_with(32))  # negative control: the atom tiles 16x32
     assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]
+
+
+def test_a_strided_global_parameter_may_span_past_its_shape():
+    """A global parameter's memory is the caller's: rows 16 apart of a (4, 4) view span 52
+    elements, which the caller passes (tests/copy/test_gmem_smem.py runs it). TVM allocates
+    shared and local buffers by their shape, so there the same layout is out of bounds."""
+
+    def kernel_with(global_layout, shared_layout):
+        @T.prim_func
+        def kernel(A_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (4, 4), "float32", layout=global_layout)
+            T.device_entry()
+            T.cta_id([1])
+            T.warp_id([1])
+            T.lane_id([32])
+            T.thread_id([32])
+            A_s = T.alloc_buffer((4, 4), "float32", scope="shared", layout=shared_layout)
+            Tx.warp.copy(A_s[:, :], A[:, :])
+
+        return kernel
+
+    strided, compact = TileLayout(S[(4, 4) : (16, 1)]), TileLayout(S[(4, 4)])
+    [call] = bounds.scan(kernel_with(strided, compact))
+    assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]
+    tvm.compile(kernel_with(strided, compact), target=TARGET, tir_pipeline=tcd.STRICT_PIPELINE)
+    # negative control: the same layout on the shared side
+    with pytest.raises(OutOfBoundsError, match=r"spans 52 elements but A_s holds 16"):
+        tvm.compile(kernel_with(compact, strided), target=TARGET, tir_pipeline=tcd.PIPELINE)
+    # a global layout must still cover its shape: (4, 2) elements of a (4, 4) parameter
+    [call] = bounds.scan(kernel_with(TileLayout(S[(4, 2) : (16, 1)]), compact))
+    assert call.operands[1].verdict == "out of bounds"
+    assert "covers 8 elements but A has 16" in call.operands[1].detail
+
+
+def test_a_padded_local_layout_past_its_buffer_is_out_of_bounds():
+    """TVM allocates a local buffer by its shape too (``float R_ptr[16]`` for a (4, 4)
+    buffer whose layout spans 28): a register layout without thread axes is checked."""
+
+    def kernel_with(row_stride):
+        @T.prim_func
+        def kernel():
+            T.device_entry()
+            T.cta_id([1])
+            T.warp_id([1])
+            T.lane_id([32])
+            T.thread_id([32])
+            R = T.alloc_buffer(
+                (4, 4), "float32", scope="local", layout=TileLayout(S[(4, 4) : (row_stride, 1)])
+            )
+            Q = T.alloc_buffer((4, 4), "float32", scope="local", layout=TileLayout(S[(4, 4)]))
+            Tx.thread.copy(R[:, :], Q[:, :])
+
+        return kernel
+
+    [call] = bounds.scan(kernel_with(8))
+    assert [o.verdict for o in call.operands] == ["out of bounds", "in bounds"]
+    assert call.operands[0].detail == (
+        "its layout TileLayout(S[(4, 4):(8, 1)]) spans 28 elements but R holds 16 (shape "
+        "(4, 4); TVM allocates a local buffer by its shape): declare the buffer with a shape "
+        "that covers the padding"
+    )
+    [call] = bounds.scan(kernel_with(4))  # negative control: unpadded
+    assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]
+
+
+def test_a_register_layout_with_thread_axes_is_not_span_checked():
+    """A fragment layout spreads its shape over threads: its span is not a register count."""
+    from kernels import warp_g2local
+
+    [call] = bounds.scan(warp_g2local())
+    assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]

@@ -209,16 +209,23 @@ def _operand(role: str, buf: Any, spans: list[tuple[Any, Any]], env: _Env) -> Op
 def _layout_overhang(buf: Any) -> str | None:
     """A memory layout must describe its buffer: as many elements as the shape has (a
     swizzle atom that does not tile the shape covers fewer, and every lowering then moves
-    the wrong elements), and, since TVM 0.27 allocates a shared buffer by its shape, not
-    by its layout's span, no padding past the allocation (a padded layout on an ``(8, 16)``
-    buffer addresses past the 128 elements the kernel allocates, whichever variant lowers
-    the copy). Says what is wrong, or None when the layout fits."""
+    the wrong elements), and, where the kernel allocates the buffer, no padding past the
+    allocation: TVM 0.27 allocates a shared or local buffer by its shape, not by its
+    layout's span (a padded layout on an ``(8, 16)`` buffer addresses past the 128 elements
+    the kernel allocates, whichever variant lowers the copy). A global buffer's memory is
+    the caller's: a strided layout on a parameter (``S[(4, 4):(16, 1)]``, rows of a wider
+    tensor) may span past its shape. Local buffers are checked when their layout is over
+    registers only (a layout with thread axes spreads the shape over threads). Says what is
+    wrong, or None when the layout fits."""
     scope = str(buf.scope())
-    if buf.layout is None or not (scope.startswith("shared") or scope == "global"):
+    shared = scope.startswith("shared")
+    if buf.layout is None or not (shared or scope in ("global", "local")):
         return None
     layout = buf.layout
     tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
     if not isinstance(tile, TileLayout) or len(tile.replica) > 0:
+        return None
+    if scope == "local" and any(str(it.axis.name) != "m" for it in tile.shard):
         return None
     covered, size = as_int(tile.size()), _static_size(buf.shape)
     if covered is not None and size is not None and covered != size:
@@ -227,14 +234,14 @@ def _layout_overhang(buf: Any) -> str | None:
             f"{buf.name} has {size} (shape {_shape_text(list(buf.shape))}): give the buffer a "
             "layout of its own shape"
         )
-    if not scope.startswith("shared"):
+    if scope == "global":
         return None
     span = as_int(tile.span())
     if span is None or size is None or span <= size:
         return None
     return (
         f"its layout {str(layout).replace('T.', '')} spans {span} elements but {buf.name} "
-        f"holds {size} (shape {_shape_text(list(buf.shape))}; TVM allocates a shared buffer "
+        f"holds {size} (shape {_shape_text(list(buf.shape))}; TVM allocates a {scope} buffer "
         "by its shape): declare the buffer with a shape that covers the padding"
     )
 

@@ -3,7 +3,10 @@
 Vector copies are plain TIR loads and stores on a view of the buffer whose element is one
 access (``uint32x4`` for 128 bits), not ``asm volatile`` strings: TVM's CUDA codegen prints
 them as ``((uint4*)p)[i]``, which the compiler may schedule freely (loads of several rounds
-in flight at once), and a simulator can read them without parsing PTX.
+in flight at once), and a simulator can read them without parsing PTX. Where a form has no
+plain spelling (the L2-only load, a copy's cache hints: ``ld.global.nc.L1::no_allocate``,
+an L2 cache policy), a small ``__device__`` helper holds it, its meaning recorded as data
+(:class:`HelperMeaning`) for tools that read the TIR.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from tvm.script.parser._core import parse as parse_tvmscript
 from tvm.script.parser._core import utils as parser_utils
 
 from .call import TileCall
+from .errors import Decline
 
 # Element type of a ``vec_bits``-wide access: the bits only travel, so the element type of
 # the data does not matter. Vector types print as CUDA's uint4 / uint2.
@@ -122,6 +126,248 @@ def load_global_l2_only(dst_ptr: Any, src_ptr: Any, vec_bits: int) -> Any:
     source = (
         f"__forceinline__ __device__ void {name}(void* dst, const void* src) {{\n"
         f"  *({ctype}*)dst = __ldcg((const {ctype}*)src);\n}}\n"
+    )
+    return helper_call(name, HelperMeaning("copy", bits=vec_bits), source, dst_ptr, src_ptr)
+
+
+# -- cache hints ------------------------------------------------------------------------
+# The config keys TVM 0.27 reads off a copy (backend/cuda/tile_primitive/copy/vec_forced.py,
+# ``_ld_cache_config``), each with the PTX qualifiers it may name (PTX ISA 9.7.10.8 ld,
+# 9.7.10.9 ld.global.nc, 9.7.10.11 st, 9.7.10.21 createpolicy; the value sets are those of
+# TVM's PTX table, backend/cuda/ptx/table.py ``_L1_EVICT``/``_L2_EVICT``/prefetch slot).
+@dataclass(frozen=True)
+class CacheHintKey:
+    """One config key: the values it accepts, whether stores take it, the SM floor of
+    each value (PTX ISA target notes), and what it becomes in PTX."""
+
+    key: str
+    values: tuple[str, ...]
+    on_store: bool
+    min_sm: dict[str, int]
+    means: str
+
+
+CACHE_HINT_KEYS: dict[str, CacheHintKey] = {
+    k.key: k
+    for k in (
+        CacheHintKey(
+            "cache",
+            ("nc",),
+            on_store=False,
+            min_sm={},
+            means="ld.global.nc: the data is read-only for the kernel (non-coherent path)",
+        ),
+        CacheHintKey(
+            "l1_evict",
+            (
+                "L1::evict_normal",
+                "L1::evict_unchanged",
+                "L1::evict_first",
+                "L1::evict_last",
+                "L1::no_allocate",
+            ),
+            on_store=True,
+            min_sm={"*": 70},
+            means="the .level1::eviction_priority qualifier of ld / st",
+        ),
+        CacheHintKey(
+            "l2_evict",
+            ("L2::evict_first", "L2::evict_last", "L2::evict_normal"),
+            on_store=True,
+            min_sm={"*": 80},
+            means=(
+                "createpolicy.fractional.<priority>.b64 and .L2::cache_hint on ld / st (the "
+                "ISA spells .level2::eviction_priority only on 256-bit accesses; ptxas refuses "
+                "it on narrower ones)"
+            ),
+        ),
+        CacheHintKey(
+            "prefetch_size",
+            ("L2::64B", "L2::128B", "L2::256B"),
+            on_store=False,
+            min_sm={"L2::64B": 75, "L2::128B": 75, "L2::256B": 80},
+            means="the .level::prefetch_size qualifier of ld",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class CacheHints:
+    """The cache hints of one copy's global accesses, validated (:func:`cache_hints`).
+
+    A hint changes where data is cached, never a value: every form below moves the same
+    bits as a plain access, and the helpers record the same :class:`HelperMeaning`.
+    """
+
+    nc: bool = False
+    l1_evict: str = ""
+    l2_evict: str = ""
+    prefetch_size: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return not (self.nc or self.l1_evict or self.l2_evict or self.prefetch_size)
+
+    def qualifiers(self, op: str) -> str:
+        """``ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B`` (``op`` "ld" or "st"):
+        the instruction up to its vector and type, qualifiers in the ISA's order."""
+        toks = [op, "global"]
+        if self.nc:
+            toks.append("nc")
+        if self.l1_evict:
+            toks.append(self.l1_evict)
+        if self.l2_evict:
+            toks.append("L2::cache_hint")
+        if self.prefetch_size:
+            toks.append(self.prefetch_size)
+        return ".".join(toks)
+
+    def policy(self) -> str | None:
+        """The ``createpolicy`` instruction whose result the ``.L2::cache_hint`` operand is."""
+        if not self.l2_evict:
+            return None
+        return f"createpolicy.fractional.{self.l2_evict}.b64"
+
+    def __str__(self) -> str:
+        parts = [
+            f"{key}={value}"
+            for key, value in (
+                ("cache", "nc" if self.nc else ""),
+                ("l1_evict", self.l1_evict),
+                ("l2_evict", self.l2_evict),
+                ("prefetch_size", self.prefetch_size),
+            )
+            if value
+        ]
+        return ", ".join(parts) if parts else "none"
+
+
+def cache_hints(config: Any, access: str, sm: int | None) -> CacheHints:
+    """The :class:`CacheHints` a copy's ``config`` asks for on its global ``access`` ("load"
+    or "store"); raises :class:`~.errors.Decline` naming an unknown key or value (with the
+    accepted ones), a hint a store has no place for, or one the arch lacks."""
+    values: dict[str, str] = {}
+    for key, value in dict(config).items():
+        key = str(key)
+        spec = CACHE_HINT_KEYS.get(key)
+        if spec is None:
+            raise Decline(
+                f"config key {key}={value} is not a cache hint; accepted: "
+                + "; ".join(f"{k.key} in {list(k.values)}" for k in CACHE_HINT_KEYS.values())
+            )
+        if value is None or str(value) == "":
+            continue
+        text = str(value)
+        if text not in spec.values:
+            raise Decline(f"{key}={text!r} is not a hint PTX has; accepted: {list(spec.values)}")
+        if access == "store" and not spec.on_store:
+            stores = [k.key for k in CACHE_HINT_KEYS.values() if k.on_store]
+            raise Decline(
+                f"{key}={text} is a load hint ({spec.means}) and this copy stores to global; "
+                f"a store takes {', '.join(stores)}"
+            )
+        floor = spec.min_sm.get(text, spec.min_sm.get("*"))
+        if floor is not None and sm is not None and sm < floor:
+            raise Decline(
+                f"{key}={text} needs sm_{floor} or newer ({spec.means}); target is sm_{sm}"
+            )
+        values[key] = text
+    return CacheHints(
+        nc=values.get("cache") == "nc",
+        l1_evict=values.get("l1_evict", ""),
+        l2_evict=values.get("l2_evict", ""),
+        prefetch_size=values.get("prefetch_size", ""),
+    )
+
+
+# (ctype of one access, PTX {.vec}.type, the access's 32-bit (or 16-bit) parts as C lvalues
+# of a variable ``v``, their asm constraint): 8-bit accesses travel in a 16-bit register,
+# which ld.u8 / st.u8 accept (PTX ISA 9.7.10.8: the register may be wider than the type).
+_HINTED_FORMS = {
+    128: ("uint4", "v4.u32", ("v.x", "v.y", "v.z", "v.w"), "r"),
+    64: ("uint2", "v2.u32", ("v.x", "v.y"), "r"),
+    32: ("unsigned int", "u32", ("v",), "r"),
+    16: ("unsigned short", "u16", ("v",), "h"),
+    8: ("unsigned short", "u8", ("v",), "h"),
+}
+
+
+def _hinted_helper_name(hints: CacheHints, op: str, vec_bits: int) -> str:
+    mangled = hints.qualifiers(op).replace("::", "_").replace(".", "_")
+    return f"tirx_cuda_dispatch_{mangled}_{vec_bits}"
+
+
+def _asm_operands(regs: tuple[str, ...], first: int) -> str:
+    names = [f"%{first + i}" for i in range(len(regs))]
+    return names[0] if len(names) == 1 else "{" + ", ".join(names) + "}"
+
+
+def _policy_lines(hints: CacheHints) -> tuple[str, str, str]:
+    """(C lines making the policy, the asm address suffix, the extra asm input)."""
+    policy = hints.policy()
+    if policy is None:
+        return "", "", ""
+    make = f'  unsigned long long policy;\n  asm("{policy} %0;" : "=l"(policy));\n'
+    return make, ", %{n}", ', "l"(policy)'
+
+
+def load_global_hinted(dst_ptr: Any, src_ptr: Any, vec_bits: int, hints: CacheHints) -> Any:
+    """``*dst = ld.global<hints>(src)``: one ``vec_bits``-wide load from global memory in
+    the form the cache hints name (``ld.global.nc.L1::no_allocate.L2::256B.v4.u32``),
+    stored to ``dst`` (shared memory or registers) by a plain access.
+
+    ``asm volatile`` without a memory clobber, as CUDA's own ``__ldcg``: the loads of
+    several rounds may be in flight at once. An ``l2_evict`` hint makes its policy with
+    ``createpolicy`` in the helper (no inputs, not volatile: the compiler may hoist and share it).
+    """
+    if hints.empty:
+        raise ValueError("load_global_hinted needs hints; use load_global_l2_only without")
+    ctype, tail, regs, con = _HINTED_FORMS[vec_bits]
+    name = _hinted_helper_name(hints, "ld", vec_bits)
+    make, suffix, extra = _policy_lines(hints)
+    n = len(regs)
+    outs = ", ".join(f'"={con}"({r})' for r in regs)
+    store = f"*({ctype}*)dst = v;" if vec_bits != 8 else "*(unsigned char*)dst = (unsigned char)v;"
+    source = (
+        f"__forceinline__ __device__ void {name}(void* dst, const void* src) {{\n"
+        f"{make}"
+        f"  {ctype} v;\n"
+        f'  asm volatile("{hints.qualifiers("ld")}.{tail} {_asm_operands(regs, 0)}, [%{n}]'
+        f'{suffix.format(n=n + 1)};"\n'
+        f'               : {outs} : "l"(src){extra});\n'
+        f"  {store}\n}}\n"
+    )
+    return helper_call(name, HelperMeaning("copy", bits=vec_bits), source, dst_ptr, src_ptr)
+
+
+def store_global_hinted(dst_ptr: Any, src_ptr: Any, vec_bits: int, hints: CacheHints) -> Any:
+    """``st.global<hints>(dst, *src)``: one ``vec_bits``-wide store to global memory in the
+    form the cache hints name (``st.global.L1::evict_first.v4.u32``), of the bits a plain
+    access reads at ``src`` (shared memory or registers). Stores take ``l1_evict`` and
+    ``l2_evict`` only (:data:`CACHE_HINT_KEYS`); ``asm volatile`` with a memory clobber,
+    as CUDA's ``__stcs``."""
+    if hints.empty:
+        raise ValueError("store_global_hinted needs hints; store plainly without")
+    if hints.nc or hints.prefetch_size:
+        raise ValueError(f"a store has no place for {hints}")
+    ctype, tail, regs, con = _HINTED_FORMS[vec_bits]
+    name = _hinted_helper_name(hints, "st", vec_bits)
+    make, suffix, extra = _policy_lines(hints)
+    n = len(regs)
+    ins = ", ".join(f'"{con}"({r})' for r in regs)
+    load = (
+        f"{ctype} v = *(const {ctype}*)src;"
+        if vec_bits != 8
+        else "unsigned short v = *(const unsigned char*)src;"
+    )
+    source = (
+        f"__forceinline__ __device__ void {name}(void* dst, const void* src) {{\n"
+        f"{make}"
+        f"  {load}\n"
+        f'  asm volatile("{hints.qualifiers("st")}.{tail} [%0], {_asm_operands(regs, 1)}'
+        f'{suffix.format(n=n + 1)};"\n'
+        f'               :: "l"(dst), {ins}{extra} : "memory");\n}}\n'
     )
     return helper_call(name, HelperMeaning("copy", bits=vec_bits), source, dst_ptr, src_ptr)
 

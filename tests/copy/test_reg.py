@@ -264,3 +264,362 @@ def test_layout_roundtrip(name, dtype, rng, where, gpu):
     for memory in ("shared", "global"):
         func = demos.reg_roundtrip(layout, shape, dtype, scope, memory, threads)
         _roundtrip(func, shape, dtype, rng, where, gpu)
+
+
+# -- register regions at a loop-dependent offset (issue 16, item 4) -------------------------
+# Our programs after the staging loops of TVM's tcgen05 tests: each of 128 threads copies its
+# row of A into a flat register array one vector per iteration (``Tx.copy`` at thread scope,
+# register side ``R[off + i*vec : off + i*vec + vec]``), then from the registers to B.
+ROWS = 128
+
+
+def staging_loop(
+    width: int,
+    vec: int,
+    dtype: str = "float32",
+    *,
+    unroll: bool = False,
+    chunks: int = 1,
+    local_offset: int = 0,
+    whole_row: bool = False,
+    via_layout: bool = False,
+):
+    """``chunks`` chunks of a row, each staged through ``R`` in a loop of ``width // chunks
+    // vec`` iterations; ``whole_row`` keeps every chunk in its own registers (offset
+    ``c*chunk + i*vec``: two loops); ``local_offset`` shifts the region inside a larger ``R``
+    (TVM's sliced-local case); ``via_layout`` computes the global offset with a layout's
+    ``apply`` as TVM's store test does; ``unroll`` writes ``T.unroll`` for the loops."""
+    chunk = width // chunks
+    regs = local_offset + (width if whole_row else chunk)
+    loop = T.unroll if unroll else T.serial
+    g_layout = TileLayout(S[(ROWS, width // vec, vec) : (width, vec, 1)])
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A: T.Buffer((ROWS, width), dtype), B: T.Buffer((ROWS, width), dtype)) -> None:
+        A_flat = A.view(-1)
+        B_flat = B.view(-1)
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([ROWS // 32])
+        T.lane_id([32])
+        tid = T.thread_id([ROWS])
+        R = T.alloc_local((regs,), dtype)
+        for c in loop(chunks):
+            for i in loop(chunk // vec):
+                g = T.meta_var(tid * width + c * chunk + i * vec)
+                r = T.meta_var(local_offset + (c * chunk if whole_row else 0) + i * vec)
+                Tx.copy(R[r : r + vec], A_flat[g : g + vec])
+            for i in loop(chunk // vec):
+                if via_layout:
+                    gl = T.meta_var(g_layout.apply(tid, c * (chunk // vec) + i, 0)["m"])
+                    rl = T.meta_var(local_offset + (c * chunk if whole_row else 0) + i * vec)
+                    Tx.copy(B_flat[gl : gl + vec], R[rl : rl + vec])
+                else:
+                    g = T.meta_var(tid * width + c * chunk + i * vec)
+                    r = T.meta_var(local_offset + (c * chunk if whole_row else 0) + i * vec)
+                    Tx.copy(B_flat[g : g + vec], R[r : r + vec])
+    # fmt: on
+    return kernel
+
+
+def busy_staging_loop(trips: int = 32, work: int = 16):
+    """The staging loop with ``work`` guarded scalar updates per iteration: enough that the
+    CUDA compiler keeps the loop (it unrolls the plain staging loop)."""
+    width = trips * 4
+
+    # fmt: off
+    @T.prim_func
+    def kernel(
+        A: T.Buffer((ROWS, width), "float32"),
+        B: T.Buffer((ROWS, width), "float32"),
+        C: T.Buffer((ROWS, work), "float32"),
+    ) -> None:
+        A_flat = A.view(-1)
+        B_flat = B.view(-1)
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([ROWS // 32])
+        T.lane_id([32])
+        tid = T.thread_id([ROWS])
+        R = T.alloc_local((width,), "float32")
+        for i in range(trips):
+            g = T.meta_var(tid * width + i * 4)
+            Tx.copy(R[i * 4 : i * 4 + 4], A_flat[g : g + 4])
+            for j in T.unroll(work):
+                if C[tid, j] > R[j % 4]:
+                    C[tid, j] = C[tid, j] - R[(j + 1) % 4]
+        for i in range(trips):
+            g = T.meta_var(tid * width + i * 4)
+            Tx.copy(B_flat[g : g + 4], R[i * 4 : i * 4 + 4])
+    # fmt: on
+    return kernel
+
+
+def warp_slices(k: int = 16, step: int = 8):
+    """Warp scope, lane l owning row l: shared -> registers -> global in column slices of
+    ``step`` (register offset ``step*i``; the shared side's rounds are rotated)."""
+    layout = row_per_lane(k)
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A: T.Buffer((32, k), "float32"), B: T.Buffer((32, k), "float32")) -> None:
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        R = T.alloc_buffer((32, k), "float32", scope="local", layout=layout)
+        A_smem = T.alloc_buffer((32, k), "float32", scope="shared", layout=TileLayout(S[32, k]))
+        Tx.warp.copy(A_smem[:, :], A[:, :])
+        T.cuda.cta_sync()
+        for i in range(k // step):
+            Tx.warp.copy(R[:, i * step : i * step + step], A_smem[:, i * step : i * step + step])
+        for i in range(k // step):
+            Tx.warp.copy(B[:, i * step : i * step + step], R[:, i * step : i * step + step])
+    # fmt: on
+    return kernel
+
+
+def runaway_offset(kind: str):
+    """A register region whose start cannot become a constant (declined), by ``kind``."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A: T.Buffer((ROWS, 128), "float32"), B: T.Buffer((ROWS, 128), "float32"),
+               n: T.int32) -> None:
+        A_flat = A.view(-1)
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([ROWS // 32])
+        T.lane_id([32])
+        tid = T.thread_id([ROWS])
+        R = T.alloc_local((128,), "float32")
+        g = T.meta_var(tid * 128)
+        if kind == "thread":
+            Tx.copy(R[tid % 2 * 4 : tid % 2 * 4 + 4], A_flat[g : g + 4])
+        elif kind == "runtime_trips":
+            for i in range(n):
+                Tx.copy(R[i * 4 : i * 4 + 4], A_flat[g + i * 4 : g + i * 4 + 4])
+        elif kind == "not_affine":
+            for i in range(8):
+                Tx.copy(R[i // 2 * 4 : i // 2 * 4 + 4], A_flat[g + i * 4 : g + i * 4 + 4])
+        elif kind == "too_many_slots":
+            for i in range(128):
+                Tx.copy(R[i : i + 1], A_flat[g + i : g + i + 1])
+        else:  # the control: a loop of constant trip count, affine offset
+            for i in range(32):
+                Tx.copy(R[i * 4 : i * 4 + 4], A_flat[g + i * 4 : g + i * 4 + 4])
+    # fmt: on
+    return kernel
+
+
+STAGING = {
+    # name: (builder kwargs, register offset in the plan, guarded slots)
+    "fp32_w32": (dict(width=32, vec=4), "4*i (i in [0, 8))", 8),
+    "fp32_w128_unroll": (dict(width=128, vec=4, unroll=True), "4*i (i in [0, 32))", 32),
+    "fp16_w64_chunks": (dict(width=64, vec=8, dtype="float16", chunks=2), "8*i (i in [0, 4))", 4),
+    "u8_w128_layout": (
+        dict(width=128, vec=16, dtype="uint8", via_layout=True),
+        "16*i (i in [0, 8))",
+        8,
+    ),
+    "fp32_sliced_local": (dict(width=32, vec=4, local_offset=8), "8 + 4*i (i in [0, 8))", 8),
+    "fp32_two_loops": (
+        dict(width=64, vec=4, chunks=4, whole_row=True),
+        "16*c + 4*i (c in [0, 4), i in [0, 4))",
+        16,
+    ),
+}
+
+
+def _staging(name: str):
+    kwargs = STAGING[name][0]
+    return staging_loop(**kwargs), (ROWS, kwargs["width"]), kwargs.get("dtype", "float32")
+
+
+def _no_local_memory(ops) -> bool:
+    return not any(op.startswith(("LDL", "STL")) for op in ops)
+
+
+@pytest.mark.parametrize("name", sorted(STAGING))
+def test_loop_offset_plans(name):
+    func, _, _ = _staging(name)
+    _, offset, slots = STAGING[name]
+    reports = _reg_plans(func)
+    assert {r.plan["direction"] for r in reports} == {"global->local", "local->global"}
+    for r in reports:
+        assert r.plan["register_offset"] == offset and r.plan["guarded_slots"] == slots
+        assert (r.plan["vec_bits"], r.plan["outer"], r.scope) == (128, 1, "thread")
+
+
+def test_constant_register_offsets_report_no_loop_offset():  # control for the plan fact
+    [r, *_] = _reg_plans(demos.reg_roundtrip(row_per_lane(8), (32, 8)))
+    assert "register_offset" not in r.plan and "guarded_slots" not in r.plan
+
+
+@pytest.mark.parametrize(
+    "kind, reason",
+    [
+        ("thread", "depends on tid: tid is not the variable of an enclosing loop"),
+        ("runtime_trips", "loop i starts at 0 and runs n times, not a constant range"),
+        ("not_affine", "i // 2 * 4, which is not affine in loop i"),
+        ("too_many_slots", "takes 128 values (i in [0, 128)); each access would pick"),
+    ],
+)
+def test_declines_register_offsets_that_cannot_become_constants(kind, reason):
+    assert reason in _reason(runaway_offset(kind))
+
+
+def test_accepts_the_declined_programs_affine_counterpart():  # control for the declines
+    [r] = _reg_plans(runaway_offset("control"))
+    assert r.plan["register_offset"] == "4*i (i in [0, 32))"
+
+
+def test_strict_mode_names_the_register_offset_reason():
+    with pytest.raises(tcd.DispatchError, match=r"reg +declined: register region of R starts"):
+        toolchain.cuda_source(runaway_offset("thread"), "sm_90a", pipeline=tcd.STRICT_PIPELINE)
+
+
+@pytest.mark.parametrize("name", ["fp32_w32", "fp16_w64_chunks"])
+def test_loop_offset_sass_is_the_unrolled_copy_without_local_memory(name):
+    """Serial or ``T.unroll``: one 128-bit load and store per iteration, no local memory,
+    and the same instructions either way (the guards cost nothing once unrolled)."""
+    kwargs = STAGING[name][0]
+    trips = kwargs["width"] // kwargs["vec"]
+    counts = []
+    for unroll in (False, True):
+        func = staging_loop(**{**kwargs, "unroll": unroll})
+        ops = toolchain.opcodes(toolchain.kernel_sass(func, "sm_90a", tcd.STRICT_PIPELINE))
+        assert _no_local_memory(ops), ops
+        assert sum(n for op, n in ops.items() if op.startswith("LDG.E.128")) == trips
+        assert ops["STG.E.128"] == trips
+        counts.append(sum(ops.values()))
+    assert counts[0] == counts[1]
+
+
+def test_loop_offset_sass_of_the_largest_staging_loops():
+    for name in ("fp32_w128_unroll", "u8_w128_layout", "fp32_two_loops"):
+        func, _, _ = _staging(name)
+        ops = toolchain.opcodes(toolchain.kernel_sass(func, "sm_90a", tcd.STRICT_PIPELINE))
+        assert _no_local_memory(ops), (name, ops)
+
+
+def test_guards_fold_away_in_tir_under_t_unroll():
+    serial = toolchain.cuda_source(staging_loop(32, 4), "sm_90a", tcd.STRICT_PIPELINE)
+    unrolled = toolchain.cuda_source(staging_loop(32, 4, unroll=True), "sm_90a")
+    assert "if (i == 7)" in serial and "((uint4*)R_ptr)[7] = " in serial  # control
+    assert "if (i" not in unrolled and "((uint4*)R_ptr)[7] = " in unrolled
+
+
+def test_registers_stay_registers_where_the_compiler_keeps_the_loop():
+    func = busy_staging_loop()
+    ours = toolchain.opcodes(toolchain.kernel_sass(func, "sm_90a", tcd.STRICT_PIPELINE))
+    assert sum(n for op, n in ours.items() if op.startswith("LDG.E.128")) < 32  # loop kept
+    assert _no_local_memory(ours), ours
+    # control: TVM's built-in indexes the registers by the loop variable -> local memory
+    builtin = toolchain.opcodes(toolchain.kernel_sass(func, "sm_90a", "tirx"))
+    assert builtin["STL.128"] >= 1 and builtin["LDL.128"] >= 32, builtin
+
+
+def test_rotated_shared_loads_at_a_loop_offset():
+    func = warp_slices()
+    [load] = [r.plan for r in _reg_plans(func) if r.plan["direction"] == "shared->local"]
+    assert load["round_order"].startswith("rotate") and load["guarded_slots"] == 2
+    ops = toolchain.opcodes(toolchain.kernel_sass(func, "sm_90a", tcd.STRICT_PIPELINE))
+    assert _no_local_memory(ops), ops
+    assert ops["SEL"] == 2 * load["selects_per_thread"], ops  # the shifter, once per slice
+
+
+STRICT_TRIPS = [*sorted(STAGING), "fp32_w32_unroll", "busy", "warp_slices"]
+
+
+def _loop_offset_case(name: str):
+    if name == "busy":
+        func = busy_staging_loop()
+        a = (ROWS, 128)
+        return func, a, "float32", [np.zeros((ROWS, 16), np.float32)]
+    if name == "warp_slices":
+        return warp_slices(), (32, 16), "float32", []
+    if name == "fp32_w32_unroll":
+        return staging_loop(32, 4, unroll=True), (ROWS, 32), "float32", []
+    func, shape, dtype = _staging(name)
+    return func, shape, dtype, []
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("name", STRICT_TRIPS)
+def test_loop_offset_roundtrip(name, rng, where, gpu):
+    func, shape, dtype, extra = _loop_offset_case(name)
+    a = runtime.random_array(shape, dtype, rng)
+    out = execute(func, [a, runtime.poison_like(a), *extra], where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+
+
+def test_roundtrip_catches_a_guard_off_by_one_iteration(rng, monkeypatch):
+    """Control for the round trips: loads into the registers of the next iteration are
+    caught (the stores keep the right ones, or the two errors would cancel)."""
+    from tirx_cuda_dispatch.copy import reg as reg_variant
+
+    right = reg_variant._register_slot
+
+    def one_late(plan, g, rnd, tid):
+        if plan.direction.endswith("->local"):
+            g = (g + 1) % plan.loop_offset.count
+        return right(plan, g, rnd, tid)
+
+    monkeypatch.setattr(reg_variant, "_register_slot", one_late)
+    func, shape, dtype = _staging("fp32_w32")
+    a = runtime.random_array(shape, dtype, rng)
+    out = execute(func, [a, runtime.poison_like(a)], "sim", None, tcd.STRICT_PIPELINE)
+    assert not np.array_equal(runtime.bits(out[1]), runtime.bits(a))
+
+
+# -- cache hints on the global side ------------------------------------------------------------
+def _hinted_reg_copy(**hints):
+    from tvm.script import tirx as T
+    from tvm.script.tirx import tile as Tx
+
+    layout = TileLayout(S[(32, 8) : (1 @ lane, 1)])
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32, 8), "float32")
+        B = T.match_buffer(B_ptr, (32, 8), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        R = T.alloc_buffer((32, 8), "float32", scope="local", layout=layout)
+        Tx.warp.copy(R[:, :], A[:, :], **hints)
+        Tx.warp.copy(B[:, :], R[:, :])
+
+    return kernel
+
+
+def test_cache_hints_reach_the_register_copys_global_loads():
+    func = _hinted_reg_copy(cache="nc", l1_evict="L1::no_allocate")
+    [load, _] = tcd.explain(func)
+    assert load.variant == "reg" and "nc" in load.plan["cache_hints"]
+    ops = toolchain.opcodes(toolchain.kernel_sass(func, "sm_90a", tcd.STRICT_PIPELINE))
+    assert [k for k in ops if k.startswith("LDG")] == ["LDG.E.NA.128.CONSTANT"]
+    assert not [k for k in ops if k.startswith(("LDL", "STL"))]
+    # negative control: without hints there is no L1::no_allocate (.NA) on the load
+    plain = toolchain.opcodes(toolchain.kernel_sass(_hinted_reg_copy(), "sm_90a"))
+    assert [k for k in plain if k.startswith("LDG") and ".NA" in k] == []
+
+
+def test_an_unknown_hint_declines_naming_it(rng):
+    [load, _] = tcd.explain(_hinted_reg_copy(cache="sticky"))
+    [reason] = [c.reason for c in load.candidates if c.variant == "reg"]
+    assert "sticky" in reason and "not a hint" in reason
+
+
+def test_hinted_register_copy_roundtrip_in_the_simulator(rng):
+    from tirx_cuda_dispatch import sim
+
+    a = runtime.random_array((32, 8), "float32", rng)
+    func = _hinted_reg_copy(cache="nc", prefetch_size="L2::256B")
+    out = sim.run(func, [a, runtime.poison_like(a)], pipeline=tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))

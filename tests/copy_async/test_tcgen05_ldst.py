@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -27,8 +28,13 @@ from tvm.tirx.layout import (
 import tirx_cuda_dispatch as tcd
 import tirx_cuda_dispatch.copy_async  # noqa: F401  (registers the variant)
 from executors import WHERE_SM100, execute
-from tirx_cuda_dispatch import runtime, toolchain
-from tirx_cuda_dispatch.copy_async.tcgen05_ldst import SHAPES, half_warp_layout
+from tirx_cuda_dispatch import runtime, sim, toolchain
+from tirx_cuda_dispatch.copy_async.tcgen05_ldst import (
+    SHAPES,
+    datapath_b_layout,
+    half_warp_layout,
+)
+from tirx_cuda_dispatch.sim import SimError
 
 ARCH = "sm_100a"
 
@@ -37,7 +43,7 @@ ARCH = "sm_100a"
 def register_layout(shape: str, rows: int, cols: int, dtype: str):
     """The register tile a shape's fragment describes (what a user allocates)."""
     if shape == "32x32b":
-        return wg_local_layout(cols)
+        return datapath_b_layout(cols) if rows == 64 else wg_local_layout(cols)
     if shape == "16x32bx2":
         return half_warp_layout(rows, cols)
     return tcgen05_atom_layout(shape, (rows, cols), dtype)
@@ -443,17 +449,24 @@ def test_declines_a_register_layout_no_fragment_has():
     assert "tried .16x256b, .16x128b, .16x64b, .16x32bx2, .32x32b" in st
 
 
-def test_declines_a_64_row_fragment_on_an_identity_tmem_layout():
-    identity = TileLayout(S[(64, 16) : (1 @ TLane, 1 @ TCol)])
-    for reason in _reasons(roundtrip("float32", 64, 16, "16x64b", t_layout=identity)):
-        assert re.match(r"(src|dst) tmem: TMEM layout TileLayout\(S\[\(64, 16\)", reason)
-        assert "is not datapath F (row r at lane 32*(r//16) + r%16" in reason
+def test_declines_a_64_row_tile_that_is_neither_f_nor_b():
+    # Row r at lane 2r: no data-path layout of the ISA.
+    spread = TileLayout(S[(64, 16) : (2 @ TLane, 1 @ TCol)])
+    for reason in _reasons(roundtrip("float32", 64, 16, "16x64b", t_layout=spread)):
+        assert re.match(r"(src|dst) tmem: TMEM layout TileLayout\(S\[\(64, 16\):\(2 @", reason)
+        assert "is not datapath F or B (F: row r at lane 32*(r//16) + r%16" in reason
+        assert "B: row r, column c at lane r + 64*(c // (N/2))" in reason
 
 
-def test_declines_8_bit_data_odd_widths_and_split_cells():
-    assert all("needs 16- or 32-bit elements" in r for r in _reasons(roundtrip("uint8", 128, 8)))
+def test_declines_wide_data_odd_widths_and_split_cells():
+    assert all(
+        "holds float64; needs 8-, 16- or 32-bit elements" in r
+        for r in _reasons(roundtrip("float64", 128, 8))
+    )
     odd = _reasons(roundtrip("float16", 128, 7, st_layout=wg_local_layout(7)))
     assert all("a row of 7 float16 is not a whole number of 32-bit registers" in r for r in odd)
+    odd8 = _reasons(roundtrip("int8", 128, 6, st_layout=wg_local_layout(6)))
+    assert all("a row of 6 int8 is not a whole number of 32-bit registers" in r for r in odd8)
     split = _reasons(roundtrip("float16", 128, 8, col0=1, width=16))
     assert all("first column 1 is not at a 32-bit TMEM cell boundary" in r for r in split)
 
@@ -565,3 +578,528 @@ def test_store_one_fragment_load_another(ld_shape, rng, where, gpu):
             thread = at.get("tid_in_wg", 32 * at.get("wid_in_wg", 0) + at.get("laneid", 0))
             expected[thread, at["m"]] = a[r, c]  # thread r holds row r after the store
     np.testing.assert_array_equal(runtime.bits(out), runtime.bits(expected))
+
+
+# -- TVM's conventions: datapath B, column windows, 8-bit; 64 rows of a D tile -------------
+# Where the ISA's data-path figures (PTX ISA 9.2 section 9.7.16.10.5, Figures 207-216) put
+# element (row r, column c) of a tile N columns wide. The figures are images; these are
+# their transcriptions in CUTLASS's ``tmem_frg`` atoms (D ``(128,N):(1,_)``, F
+# ``((16,4),N):((1,32),_)``, B ``(64,(N/2,2)):(1,(_,64))``), written here without the
+# variant's tables. E (M=64 .ws) has B's organization.
+def isa_place(datapath: str, r: int, c: int, n: int, sub_slab: int = 0) -> tuple[int, int]:
+    """(TMEM lane, column in elements of the tile) of element (r, c)."""
+    if datapath == "D":
+        return r, c
+    if datapath == "F":
+        return 32 * (r // 16) + 16 * sub_slab + r % 16, c
+    assert datapath == "B"
+    return r + 64 * (c // (n // 2)), c % (n // 2)
+
+
+def _swapped_halves(datapath, r, c, n, sub_slab=0):
+    """A wrong reading of B (its column halves exchanged): the negative control."""
+    lane, col = isa_place(datapath, r, c, n, sub_slab)
+    return (lane + 64) % 128, col
+
+
+def _f_as_rows(datapath, r, c, n, sub_slab=0):
+    """A wrong reading of F (row r at lane r, TVM's ``tmem[0:64]`` of a D tile)."""
+    return r + 16 * sub_slab, c
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A tensor-memory tile and the register fragment that moves it."""
+
+    datapath: str  # D, F or B
+    dtype: str
+    n: int  # columns
+    shape: str  # the register fragment (.32x32b on B is its image)
+    unpacked: bool = False
+    sub_slab: int = 0
+    chunks: int = 1  # column windows, chosen by a loop variable
+
+    @property
+    def rows(self) -> int:
+        return 128 if self.datapath == "D" else 64
+
+    @property
+    def bits(self) -> int:
+        return tvm.runtime.DataType(self.dtype).bits
+
+    @property
+    def per(self) -> int:
+        return self.rows * self.n // 128
+
+    @property
+    def lane_cols(self) -> int:
+        """Elements of the tile in one TMEM lane."""
+        return self.n // 2 if self.datapath == "B" else self.n
+
+    @property
+    def ncols(self) -> int:
+        cells = self.lane_cols * (32 if self.unpacked else self.bits) // 32
+        return max(32, 1 << (cells - 1).bit_length())
+
+    @property
+    def width(self) -> int:
+        """Dense elements per lane of the physical (lane = row) view of the allocation."""
+        return self.ncols * 32 // self.bits
+
+    def reg_layout(self):
+        if self.datapath == "B":
+            return datapath_b_layout(self.n)
+        return register_layout(self.shape, self.rows, self.n, self.dtype)
+
+    def tmem_layout(self):
+        if self.datapath != "B":
+            return tmem_layout(self.rows, self.n, self.unpacked, self.sub_slab)
+        stride = 2 if self.unpacked else 1
+        return TileLayout(S[(64, 2, self.n // 2) : (1 @ TLane, 64 @ TLane, stride @ TCol)])
+
+    def __str__(self) -> str:
+        extra = "-unpacked" * self.unpacked + f"-sub{self.sub_slab}" * bool(self.sub_slab)
+        chunks = f"-{self.chunks}windows" if self.chunks > 1 else ""
+        return f"{self.datapath}-{self.dtype}-{self.rows}x{self.n}-{self.shape}{extra}{chunks}"
+
+
+def physical_kernel(tile: Tile, direction: str, reg_layout=None, t_layout=None):
+    """Tensor memory as the ISA sees it around copies of ours. ``P`` (128 lanes x ``width``
+    dense elements) goes in through a lane = row view first. ``st``: the register tile
+    (``A[t, i]`` is value ``i`` of thread ``t``) is stored into the tile, then the whole
+    physical view is read back into ``Out``. ``ld``: the tile is loaded into the same
+    registers (holding ``A`` before) and they are written to ``Out[t, i]``. With ``chunks`` > 1 the tile moves in column
+    windows, one per iteration of a loop."""
+    dtype, rows, n, per, width, ncols = (
+        tile.dtype, tile.rows, tile.n, tile.per, tile.width, tile.ncols,
+    )  # fmt: skip
+    reg_l = reg_layout or tile.reg_layout()
+    t_l = t_layout or tile.tmem_layout()
+    out_cols = width if direction == "st" else per
+    w = n // tile.chunks
+    chunks = tile.chunks
+    phys_l = wg_local_layout(width)
+    store = direction == "st"
+
+    # fmt: off
+    @T.prim_func
+    def tmem_image(A_ptr: T.handle, P_ptr: T.handle, O_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (128, per), dtype)
+        P = T.match_buffer(P_ptr, (128, width), dtype)
+        Out = T.match_buffer(O_ptr, (128, out_cols), dtype)
+        T.device_entry()
+        warp_id = T.warp_id([4])
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        T.lane_id([32])
+        tid = T.thread_id([128])
+        pool = T.SMEMPool()
+        tmem_addr = pool.alloc((1,), "uint32")
+        pool.commit()
+        if warp_id == 0:
+            T.ptx["tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32"](
+                T.address_of(tmem_addr[0]), ncols)
+            T.ptx["tcgen05.fence::before_thread_sync"]()
+        T.tvm_storage_sync("shared")
+        T.ptx["tcgen05.fence::after_thread_sync"]()
+        T.cuda.trap_when_assert_failed(tmem_addr[0] == 0)  # the layouts assume column 0
+        phys = T.decl_buffer((128, width), dtype, scope="tmem", allocated_addr=0,
+                             layout=tmem_datapath_layout("D", 128, width))
+        tmem = T.decl_buffer((rows, n), dtype, scope="tmem", allocated_addr=0, layout=t_l)
+        P_reg = T.alloc_local((width,), dtype)
+        P_frag = P_reg.view(128, width, layout=phys_l)
+        R = T.alloc_local((per,), dtype)
+        R_frag = R.view(rows, n, layout=reg_l)
+        for i in range(width):
+            P_reg[i] = P[tid, i]
+        Tx.wg.copy_async(phys[:, :], P_frag[:, :])
+        T.ptx.tcgen05.wait__st.sync.aligned()
+        T.cuda.cta_sync()
+        for i in range(per):
+            R[i] = A[tid, i]  # a load must overwrite all of it
+        if store:
+            if chunks == 1:  # one window, no loop
+                Tx.wg.copy_async(tmem[:, :], R_frag[:, :])
+            else:
+                for ck in range(chunks):
+                    Tx.wg.copy_async(tmem[:, ck * w:ck * w + w], R_frag[:, ck * w:ck * w + w])
+            T.ptx.tcgen05.wait__st.sync.aligned()
+            T.cuda.cta_sync()
+            Tx.wg.copy_async(P_frag[:, :], phys[:, :])
+            T.ptx.tcgen05.wait__ld.sync.aligned()
+            for i in range(width):
+                Out[tid, i] = P_reg[i]
+        else:
+            if chunks == 1:
+                Tx.wg.copy_async(R_frag[:, :], tmem[:, :])
+            else:
+                for ck in range(chunks):
+                    Tx.wg.copy_async(R_frag[:, ck * w:ck * w + w], tmem[:, ck * w:ck * w + w])
+            T.ptx.tcgen05.wait__ld.sync.aligned()
+            for i in range(per):
+                Out[tid, i] = R[i]
+        T.ptx["tcgen05.fence::before_thread_sync"]()
+        T.cuda.cta_sync()
+        if warp_id == 0:
+            T.ptx["tcgen05.fence::after_thread_sync"]()
+            T.ptx["tcgen05.dealloc.cta_group::1.sync.aligned.b32"](tmem_addr[0], ncols)
+    # fmt: on
+    return tmem_image
+
+
+def element_cells(tile: Tile, place=isa_place):
+    """(thread, register value) -> (TMEM lane, element of the physical view) of every
+    element of the tile: the register side as the register layout says, the TMEM side as
+    ``place`` (the ISA's figure) says. An unpacked 16-bit element is the low half of its
+    32-bit cell."""
+    layout = tile.reg_layout()
+    out = {}
+    for r in range(tile.rows):
+        for c in range(tile.n):
+            at = {str(k): int(v) for k, v in layout.apply(r, c, shape=(tile.rows, tile.n)).items()}
+            thread = at.get("tid_in_wg", 32 * at.get("wid_in_wg", 0) + at.get("laneid", 0))
+            lane, col = place(tile.datapath, r, c, tile.n, tile.sub_slab)
+            out[(thread, at["m"])] = (lane, 2 * col if tile.unpacked else col)
+    assert len(out) == tile.rows * tile.n  # the register layout holds each element once
+    return out
+
+
+def check_store(tile: Tile, a, p, out, place=isa_place):
+    """Every element is in the cell the ISA's figure names; every other cell kept ``P``
+    (the upper half of an unpacked cell is unspecified by the ISA: not checked)."""
+    a, p, out = runtime.bits(a), runtime.bits(p), runtime.bits(out)
+    untouched = np.ones(p.shape, dtype=bool)
+    for (thread, m), (lane, col) in element_cells(tile, place).items():
+        assert out[lane, col] == a[thread, m], f"thread {thread} value {m} -> ({lane}, {col})"
+        untouched[lane, col] = False
+        if tile.unpacked:
+            untouched[lane, col + 1] = False
+    np.testing.assert_array_equal(out[untouched], p[untouched])
+
+
+def check_load(tile: Tile, p, out, place=isa_place):
+    p, out = runtime.bits(p), runtime.bits(out)
+    cells = element_cells(tile, place)
+    assert len(cells) == out.size  # every register of the fragment is written
+    for (thread, m), (lane, col) in cells.items():
+        assert out[thread, m] == p[lane, col], f"thread {thread} value {m} <- ({lane}, {col})"
+
+
+TVM_TILES = [
+    Tile("B", "float32", 64, "32x32b"),
+    Tile("B", "float32", 256, "32x32b"),
+    Tile("B", "bfloat16", 64, "32x32b"),
+    Tile("B", "float16", 32, "32x32b", unpacked=True),
+    Tile("D", "float32", 64, "16x256b", chunks=4),
+    Tile("D", "bfloat16", 64, "16x128b", chunks=2),
+    Tile("D", "float32", 32, "16x64b", chunks=2),
+    Tile("D", "float16", 32, "16x32bx2", unpacked=True),
+    Tile("D", "float16", 64, "32x32b", chunks=4),
+    Tile("D", "uint8", 32, "32x32b"),
+    Tile("D", "int8", 64, "16x32bx2"),
+    Tile("F", "float32", 16, "16x256b"),
+    Tile("F", "float16", 32, "16x64b", sub_slab=1),
+    Tile("F", "float32", 64, "16x256b", chunks=2),
+]
+
+
+def _tile_plans(tile, direction, **layouts):
+    """Plan of the tile's copy (call 1: call 0 is the staging view's, a loop over windows
+    is one call)."""
+    reports = tcd.explain(physical_kernel(tile, direction, **layouts), ARCH)
+    return [reports[1].plan]
+
+
+def _run_image(tile, direction, rng, where, gpu, pipeline=tcd.STRICT_PIPELINE, **layouts):
+    a = runtime.random_array((128, tile.per), tile.dtype, rng)
+    p = runtime.random_array((128, tile.width), tile.dtype, rng)
+    out = runtime.poison_like(a if direction == "ld" else p)
+    func = physical_kernel(tile, direction, **layouts)
+    _, _, got = execute(func, [a, p, out], where, gpu, pipeline, target=ARCH)
+    return a, p, got
+
+
+@pytest.mark.parametrize("where", WHERE_SM100)
+@pytest.mark.parametrize("tile", TVM_TILES, ids=str)
+def test_store_puts_each_element_where_the_isa_figure_says(tile, rng, where, gpu):
+    a, p, out = _run_image(tile, "st", rng, where, gpu)
+    check_store(tile, a, p, out)
+
+
+@pytest.mark.parametrize("where", WHERE_SM100)
+@pytest.mark.parametrize("tile", TVM_TILES, ids=str)
+def test_load_reads_each_element_where_the_isa_figure_says(tile, rng, where, gpu):
+    _, p, out = _run_image(tile, "ld", rng, where, gpu)
+    check_load(tile, p, out)
+
+
+@pytest.mark.parametrize(
+    "tile, wrong",
+    [
+        (Tile("B", "float32", 64, "32x32b"), _swapped_halves),
+        (Tile("F", "float32", 16, "16x256b"), _f_as_rows),
+    ],
+    ids=["B-halves-swapped", "F-read-as-rows"],
+)
+def test_negative_control_a_wrong_figure_fails_the_cell_check(tile, wrong, rng):
+    a, p, out = _run_image(tile, "st", rng, "sim", None)
+    check_store(tile, a, p, out)
+    with pytest.raises(AssertionError):
+        check_store(tile, a, p, out, place=wrong)
+    _, p, out = _run_image(tile, "ld", rng, "sim", None)
+    with pytest.raises(AssertionError):
+        check_load(tile, p, out, place=wrong)
+
+
+def test_negative_control_the_builtin_b_copy_names_lane_0_from_every_warp(rng):
+    """TVM's built-in moves a B tile with one address for all four warps (lane 0): the ISA
+    lets warp w reach lanes 32w..32w+31 only, so the simulator stops at warp 1's store.
+    The same program lowered by ours round-trips."""
+    b_tile = tmem_datapath_layout("B", 64, 64)
+    tvm_frag = tcgen05_atom_layout("32x32b", (64, 64), "float32")
+    func = roundtrip("float32", 64, 64, "32x32b", st_layout=tvm_frag, t_layout=b_tile)
+    a = runtime.random_array((128, 32), "float32", rng)
+    out = sim.run(func, [a, runtime.poison_like(a)], target=ARCH, pipeline=tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+    with pytest.raises(SimError, match=r"warp 1 .* its tcgen05 \.32x32b at lane 0 touches"):
+        sim.run(func, [a, runtime.poison_like(a)], target=ARCH, pipeline="tirx")
+
+
+def test_tvm_b_fragment_is_our_b_layout_and_takes_the_same_plan():
+    for n in (32, 64, 256):
+        with tvm.target.Target({"kind": "cuda", "arch": ARCH}):
+            tvm_frag = tcgen05_atom_layout("32x32b", (64, n), "float32").canonicalize()
+            assert tvm_ffi.structural_equal(datapath_b_layout(n).canonicalize(), tvm_frag)
+    tile = Tile("B", "float32", 64, "32x32b")
+    theirs = tcgen05_atom_layout("32x32b", (64, 64), "float32")
+    assert _tile_plans(tile, "ld", reg_layout=theirs) == _tile_plans(tile, "ld")
+
+
+B_PLANS = [
+    # tile -> nums, pack, regs per thread
+    (Tile("B", "float32", 64, "32x32b"), [32], False, 32),
+    (Tile("B", "float32", 512, "32x32b"), [128, 128], False, 256),
+    (Tile("B", "bfloat16", 64, "32x32b"), [16], False, 16),
+    (Tile("B", "float16", 32, "32x32b", unpacked=True), [8], True, 8),
+]
+
+
+@pytest.mark.parametrize("tile, nums, pack, regs", B_PLANS, ids=[str(c[0]) for c in B_PLANS])
+def test_plan_of_a_datapath_b_tile(tile, nums, pack, regs):
+    """Datapath B (.cta_group::2, M=128: 64 rows per CTA) is a .32x32b copy of its
+    (128, N/2) image: thread t, lane t, every warp in its own chunk."""
+    for plan in _tile_plans(tile, "st") + _tile_plans(tile, "ld"):
+        assert plan["datapath"] == "B" and plan["shape"] == "32x32b" and plan["slabs"] == 1
+        assert (plan.get("nums", [plan["num"]]), plan["pack"], plan["regs_per_thread"]) == (
+            nums,
+            pack,
+            regs,
+        )
+
+
+def test_a_tile_declared_datapath_e_is_taken_as_b():
+    """E (M=64 .ws) has B's organization: TVM's factory builds the same layout."""
+    tile = Tile("B", "float32", 64, "32x32b")
+    [plan] = _tile_plans(tile, "ld", t_layout=tmem_datapath_layout("E", 64, 64))
+    assert plan["datapath"] == "B"
+
+
+WINDOW_PLANS = [
+    # tile -> shape, nums, slab stride, reg offset of window 0 and of the loop's window
+    (Tile("D", "float32", 64, "16x256b", chunks=4), "16x256b", [2], 32, "ck * 8"),
+    (Tile("D", "bfloat16", 64, "16x128b", chunks=2), "16x128b", [4], 16, "ck * 8"),
+    (Tile("D", "float32", 32, "16x64b", chunks=2), "16x64b", [8], 16, "ck * 8"),
+]
+
+
+@pytest.mark.parametrize(
+    "tile, shape, nums, stride, offset", WINDOW_PLANS, ids=[str(c[0]) for c in WINDOW_PLANS]
+)
+def test_plan_of_a_column_window_of_a_128_row_fragment(tile, shape, nums, stride, offset):
+    """A window keeps the whole fragment's register distance between the two 16-lane
+    slabs (TVM's sliced .16x256b views): slab 1 starts ``slab_stride`` registers on."""
+    [plan] = _tile_plans(tile, "ld")
+    assert (plan["shape"], plan.get("nums", [plan["num"]]), plan["slabs"]) == (shape, nums, 2)
+    assert plan["slab_stride"] == stride and plan["reg_offset"] == offset
+
+
+def test_a_constant_window_has_a_constant_register_offset():
+    full = tcgen05_atom_layout("16x256b", (128, 64), "float32")
+
+    @T.prim_func
+    def window(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (128, 64), "float32")
+        T.device_entry()
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        T.lane_id([32])
+        tid = T.thread_id([128])
+        tmem = T.decl_buffer((128, 64), "float32", scope="tmem", allocated_addr=0,
+                             layout=tmem_datapath_layout("D", 128, 64))  # fmt: skip
+        R = T.alloc_local((64,), "float32")
+        R_frag = R.view(128, 64, layout=full)
+        Tx.wg.copy_async(R_frag[:, 16:32], tmem[:, 16:32])
+        T.ptx.tcgen05.wait__ld.sync.aligned()
+        A[tid, 0] = R[8]
+
+    [report] = tcd.explain(window, ARCH)
+    p = report.plan_object
+    assert (p.reg_offset, p.slab_stride, p.col_offset, p.nums) == (8, 32, 16, (2,))
+
+
+def test_declines_a_register_window_chosen_by_the_thread():
+    """A window that moves with the thread id has a runtime register index: declined (the
+    control, a window moving with a loop, is taken above)."""
+    full = tcgen05_atom_layout("16x256b", (128, 32), "float32")
+
+    @T.prim_func
+    def by_thread(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (128, 32), "float32")
+        T.device_entry()
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        T.lane_id([32])
+        tid = T.thread_id([128])
+        tmem = T.decl_buffer((128, 32), "float32", scope="tmem", allocated_addr=0,
+                             layout=tmem_datapath_layout("D", 128, 32))  # fmt: skip
+        R = T.alloc_local((32,), "float32")
+        R_frag = R.view(128, 32, layout=full)
+        s = T.meta_var(tid % 2 * 16)
+        Tx.wg.copy_async(R_frag[:, s : s + 16], tmem[:, 0:16])
+        T.ptx.tcgen05.wait__ld.sync.aligned()
+        A[tid, 0] = R[8]
+
+    [reason] = _reasons(by_thread)
+    assert "register offset" in reason and "not the variable of an enclosing loop" in reason
+
+
+# -- what stays declined, and why ---------------------------------------------------------
+def _tile_reasons(tile, direction="ld", **layouts):
+    return _reasons(physical_kernel(tile, direction, **layouts), calls=[1])
+
+
+@pytest.mark.parametrize("first", [0, 64])
+def test_declines_64_rows_of_a_lane_equals_row_tile_naming_the_isa_rule(first):
+    """TVM reads ``tmem[0:64, :]`` of a D tile with a 64-row fragment as lanes
+    32w..32w+15 (datapath F's placement). The tile says row r is lane r, and the ISA lets
+    warp w (rows 16w..16w+15 of the fragment) reach only lanes 32w..32w+31."""
+    layout = tcgen05_atom_layout("16x64b", (64, 16), "float32")
+
+    @T.prim_func
+    def rows_of_d(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (128, 8), "float32")
+        T.device_entry()
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        T.lane_id([32])
+        tid = T.thread_id([128])
+        tmem = T.decl_buffer((128, 16), "float32", scope="tmem", allocated_addr=0,
+                             layout=tmem_datapath_layout("D", 128, 16))  # fmt: skip
+        R = T.alloc_local((8,), "float32")
+        R_frag = R.view(64, 16, layout=layout)
+        Tx.wg.copy_async(R_frag[:, :], tmem[first : first + 64, :])
+        T.ptx.tcgen05.wait__ld.sync.aligned()
+        A[tid, 0] = R[0]
+
+    [reason] = _reasons(rows_of_d)
+    lane = "r" if first == 0 else "64 + r"
+    assert reason.startswith("src tmem: TMEM layout TileLayout(S[(64, 16):(1 @ Axis.TLane")
+    assert f"puts row r at lane {lane}: rows of a lane = row tile (datapath D" in reason
+    assert "warp w reaches only lanes 32w..32w+31 (9.7.16.8.1)" in reason
+    assert "declare the tile tmem_datapath_layout('F', 64, N)" in reason
+    # The control: the same fragment on the tile declared F is taken.
+    [plan] = _tile_plans(Tile("F", "float32", 16, "16x64b"), "ld")
+    assert plan["datapath"] == "F"
+
+
+def test_declines_a_16x_fragment_on_a_datapath_b_tile():
+    tile = Tile("B", "float32", 64, "32x32b")
+    wrong = tcgen05_atom_layout("16x256b", (64, 64), "float32")
+    [reason] = _tile_reasons(tile, reg_layout=wrong)
+    assert "is not datapath B's register tile (thread t holds TMEM lane t" in reason
+    assert "a .16x* fragment reads datapath F's lanes" in reason
+
+
+def test_declines_a_column_window_of_a_datapath_b_tile():
+    tile = Tile("B", "float32", 64, "32x32b", chunks=2)
+    reasons = _tile_reasons(tile)
+    assert reasons and all("is a column window of a datapath B tile" in r for r in reasons)
+    assert all("copy the whole (64, N) tile" in r for r in reasons)
+
+
+def test_declines_a_window_narrower_than_one_instruction_unit():
+    # .16x256b moves 8 float32 columns per .num unit: a 4-column window is no instruction.
+    tile = Tile("D", "float32", 64, "16x256b", chunks=16)
+    reasons = _tile_reasons(tile)
+    assert reasons and all("matches no tcgen05 fragment of datapath D" in r for r in reasons)
+
+
+def test_strict_mode_refuses_64_rows_of_a_d_tile():
+    tile = Tile("F", "float32", 16, "16x64b")
+    d_rows = TileLayout(S[(64, 16) : (1 @ TLane, 1 @ TCol)])
+    with pytest.raises(tcd.DispatchError, match="warp w reaches only lanes 32w..32w"):
+        toolchain.cuda_source(
+            physical_kernel(tile, "ld", t_layout=d_rows), ARCH, tcd.STRICT_PIPELINE
+        )
+
+
+# -- SASS of TVM's kinds of call ----------------------------------------------------------
+def copies_kernel(tile: Tile, direction: str):
+    """Only the tile's copies (as TVM's codegen tests write them): the SASS to count."""
+    dtype, rows, n, per, w, chunks = tile.dtype, tile.rows, tile.n, tile.per, tile.n // tile.chunks, tile.chunks  # fmt: skip
+    reg_l, t_l, store = tile.reg_layout(), tile.tmem_layout(), direction == "st"
+
+    # fmt: off
+    @T.prim_func
+    def copies(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (128, per), dtype)
+        T.device_entry()
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        T.lane_id([32])
+        tid = T.thread_id([128])
+        tmem = T.decl_buffer((rows, n), dtype, scope="tmem", allocated_addr=0, layout=t_l)
+        R = T.alloc_local((per,), dtype)
+        R_frag = R.view(rows, n, layout=reg_l)
+        if store:
+            for i in range(per):
+                R[i] = A[tid, i]
+            if chunks == 1:  # one window, no loop
+                Tx.wg.copy_async(tmem[:, :], R_frag[:, :])
+            else:
+                for ck in range(chunks):
+                    Tx.wg.copy_async(tmem[:, ck * w:ck * w + w], R_frag[:, ck * w:ck * w + w])
+            T.ptx.tcgen05.wait__st.sync.aligned()
+        else:
+            if chunks == 1:
+                Tx.wg.copy_async(R_frag[:, :], tmem[:, :])
+            else:
+                for ck in range(chunks):
+                    Tx.wg.copy_async(R_frag[:, ck * w:ck * w + w], tmem[:, ck * w:ck * w + w])
+            T.ptx.tcgen05.wait__ld.sync.aligned()
+            for i in range(per):
+                A[tid, i] = R[i]
+    # fmt: on
+    return copies
+
+
+TVM_SASS = [
+    (Tile("B", "float32", 64, "32x32b"), "ld", {"LDTM.x32": 1}),
+    (Tile("B", "float32", 64, "32x32b"), "st", {"STTM.x32": 1}),
+    (Tile("B", "float16", 32, "32x32b", unpacked=True), "ld", {"LDTM.x8.PACK16BIT": 1}),
+    (Tile("D", "float32", 128, "16x256b", chunks=8), "ld", {"LDTM.16dp256bit.x2": 16}),
+    (Tile("D", "float32", 64, "16x64b", chunks=4), "st", {"STTM.16dp64bit.x8": 8}),
+    (Tile("D", "uint8", 32, "32x32b"), "st", {"STTM.x8": 1}),
+]
+
+
+@pytest.mark.parametrize(
+    "tile, direction, expected", TVM_SASS, ids=[f"{c[0]}-{c[1]}" for c in TVM_SASS]
+)
+def test_sass_of_tvm_kinds_of_call(tile, direction, expected):
+    """The instructions, and no local memory: the loop over windows is unrolled, so its
+    register indices are constants again."""
+    src = toolchain.cuda_source(copies_kernel(tile, direction), ARCH, tcd.STRICT_PIPELINE)
+    sass = toolchain.sass(toolchain.nvrtc_compile(src, ARCH))
+    assert Counter(_TM.findall(sass)) == Counter(expected)
+    assert not re.search(r"\b(LDL|STL)\b", sass)

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import tvm
 from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import Axis, R, S, TileLayout
 
 import tirx_cuda_dispatch as tcd
 from executors import WHERE, execute
-from tirx_cuda_dispatch import demos, runtime, toolchain
+from tirx_cuda_dispatch import demos, runtime, sim, toolchain
 from tirx_cuda_dispatch.elementwise.ops import OPS
 
 lane = Axis.laneid
@@ -294,3 +295,326 @@ def test_scopes(scope, layout, shape, threads, rng, where, gpu):
 def test_float32_division_and_sqrt_are_correctly_rounded(op, intrinsic):
     # CUDA's '/' and sqrtf are approximate under fast-math flags; these intrinsics are not.
     assert intrinsic in toolchain.cuda_source(_kernel(op), "sm_90a")
+
+
+# -- mixed dtypes: float32 inputs (a wgmma accumulator), a 16-bit dst, and back ----------
+WID = Axis.wid_in_wg
+# The m64nNk16 wgmma accumulator (PTX ISA "Register Fragments and Shared Memory Matrix
+# Layouts", matrix D): thread (warp w, lane l) holds rows 16w + l/4 (+8) and columns
+# 8j + 2(l%4) (+1) in register 4j + 2h + e. N = 16: 8 registers a thread, pairs contiguous.
+ACC = TileLayout(S[(4, 2, 8, 2, 4, 2) : (1 @ WID, 2, 4 @ lane, 4, 1 @ lane, 1)])
+ACC_SHAPE = (64, 16)
+MIXED_OPS = "reciprocal sqrt exp exp2 log2 silu add sub mul fdiv maximum fma".split()
+MIXED_PAIRS = [
+    ("float32", "float16"),
+    ("float32", "bfloat16"),
+    ("float16", "float32"),
+    ("bfloat16", "float16"),
+]
+# Correctly rounded in float32 on the GPU too (__frcp_rn, __fsqrt_rn, __fdiv_rn, IEEE
+# add/mul/fma, max); exp/exp2/log2 (and silu's exp) are MUFU approximations there.
+MIXED_EXACT_ON_GPU = {"reciprocal", "sqrt", "add", "sub", "mul", "fdiv", "maximum", "fma"}
+
+
+def _acc_kernel(op, src_dtype, dst_dtype, scalar=None, bias=None, scale=None, bias_region=False):
+    """``B = op(A[, C[, D]])`` on a warpgroup's accumulator-layout registers: A, C and D
+    (``src_dtype``) global -> registers, the op into RB (``dst_dtype``), RB -> B. RB
+    starts out holding B's poison. ``bias_region``: C is a unary op's bias tile."""
+    family = OPS[op].family
+    fn, copy = getattr(Tx.warpgroup, op), Tx.warpgroup.copy
+    full = tuple(slice(0, e) for e in ACC_SHAPE)
+
+    # fmt: off
+    @T.prim_func
+    def acc_elementwise(A_ptr: T.handle, C_ptr: T.handle, D_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, ACC_SHAPE, src_dtype)
+        C = T.match_buffer(C_ptr, ACC_SHAPE, src_dtype)
+        D = T.match_buffer(D_ptr, ACC_SHAPE, src_dtype)
+        B = T.match_buffer(B_ptr, ACC_SHAPE, dst_dtype)
+        T.device_entry()
+        T.cta_id([1])
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        T.warp_id([4])
+        T.lane_id([32])
+        T.thread_id([128])
+        RA = T.alloc_buffer(ACC_SHAPE, src_dtype, scope="local", layout=ACC)
+        RC = T.alloc_buffer(ACC_SHAPE, src_dtype, scope="local", layout=ACC)
+        RD = T.alloc_buffer(ACC_SHAPE, src_dtype, scope="local", layout=ACC)
+        RB = T.alloc_buffer(ACC_SHAPE, dst_dtype, scope="local", layout=ACC)
+        copy(RB[full], B[full])  # poison: an op that writes nothing shows
+        copy(RA[full], A[full])
+        copy(RC[full], C[full])
+        copy(RD[full], D[full])
+        if family == "unary":
+            if bias_region:
+                fn(RB[full], RA[full], RC[full], scale)
+            else:
+                fn(RB[full], RA[full], bias, scale)
+        elif family == "binary":
+            if scalar is not None:
+                fn(RB[full], RA[full], scalar)
+            else:
+                fn(RB[full], RA[full], RC[full])
+        else:
+            fn(RB[full], RA[full], RC[full], RD[full])
+        copy(B[full], RB[full])
+    # fmt: on
+    return acc_elementwise
+
+
+def _f32(x):
+    """One rounding to float32 (of a float64 value that is exact or nearly so)."""
+    return np.asarray(x, dtype=np.float64).astype(np.float32)
+
+
+def _mixed_reference(op, a, c, d, dst, bias=None, scale=None):
+    """Inputs widened exactly to float32, the op correctly rounded in float32 (silu: its
+    three float32 steps), the result rounded to nearest even into ``dst``."""
+    x, y, z = (v.astype(np.float32) for v in (a, c, d))
+    if scale is not None or bias is not None:  # x * scale + bias contracts to one fma
+        scale, bias = (np.float64(1.0 if scale is None else scale), 0.0 if bias is None else bias)
+        x = _f32(x.astype(np.float64) * scale + np.asarray(bias, dtype=np.float64))
+    wide = {
+        "reciprocal": lambda: _f32(1.0 / x.astype(np.float64)),
+        "sqrt": lambda: _f32(np.sqrt(x.astype(np.float64))),
+        "exp": lambda: _f32(np.exp(x.astype(np.float64))),
+        "exp2": lambda: _f32(np.exp2(x.astype(np.float64))),
+        "log2": lambda: _f32(np.log2(x.astype(np.float64))),
+        "silu": lambda: x / (np.float32(1.0) + _f32(np.exp(-x.astype(np.float64)))),
+        "add": lambda: x + y,
+        "sub": lambda: x - y,
+        "mul": lambda: x * y,
+        "fdiv": lambda: x / y,
+        "maximum": lambda: np.maximum(x, y),
+        "fma": lambda: _f32(x.astype(np.float64) * y + z),
+    }[op]()
+    return wide.astype(_np(dst))
+
+
+def _mixed_data(op, src, rng):
+    a, c, d = (runtime.random_array(ACC_SHAPE, src, rng) for _ in range(3))
+    if op in ("sqrt", "log2"):
+        a = (np.abs(a.astype(np.float32)) + 0.25).astype(a.dtype)
+    return a, c, d
+
+
+def _poison(dst):
+    return runtime.poison_like(np.zeros(ACC_SHAPE, _np(dst)))
+
+
+@pytest.mark.parametrize(
+    "op, src, dst, arch, convert",
+    [
+        # the three calls of TVM's own tests: a float32 accumulator into 16 bits
+        ("reciprocal", "float32", "float16", "sm_90a", "cvt_f16x2_f32"),
+        ("log2", "float32", "bfloat16", "sm_90a", "cvt_bf16x2_f32"),
+        ("exp", "float32", "float16", "sm_80", "cvt_f16x2_f32"),
+        ("fma", "float32", "bfloat16", "sm_75", None),  # cvt.rn.bf16x2.f32 needs sm_80
+        ("add", "float16", "float32", "sm_90a", None),  # widening: nothing to round
+        ("sqrt", "bfloat16", "float16", "sm_90a", "cvt_f16x2_f32"),
+    ],
+)
+def test_mixed_dtypes_compute_in_float32_and_round_pairs_once(op, src, dst, arch, convert):
+    report = _report(_acc_kernel(op, src, dst), op, arch)
+    assert report.variant == "reg", report.candidates
+    plan = report.plan
+    assert plan["dtypes"] == f"{src} -> float32 -> {dst}" and plan["packed"] is None
+    assert (plan["convert"], plan["vec"], plan["regs_per_thread"]) == (
+        convert,
+        2 if convert else 1,
+        8,
+    )
+
+
+def test_mixed_dtype_rule_as_data():
+    from tirx_cuda_dispatch.elementwise.ops import Arithmetic, arithmetic, check_dtypes
+
+    exp, roles = OPS["exp"], {"src": "float32", "scale": "float32"}
+    # Without mixed=True (shared-memory callers) every operand still has dst's dtype.
+    assert check_dtypes(exp, "float16", roles, {"scale"}).startswith("exp src is float32 but dst")
+    assert check_dtypes(exp, "float16", roles, {"scale"}, mixed=True) is None
+    assert arithmetic(exp, "float16", roles, {"scale"}) == Arithmetic(
+        "float32", "float32", "float16"
+    )
+    assert str(arithmetic(OPS["add"], "float32", {"src": "float16", "src2": "float16"})) == (
+        "float16 -> float32 -> float32"
+    )
+    same = arithmetic(OPS["cast"], "float16", {"src": "float32"})
+    assert not same.mixed  # cast is its own conversion: one rounding, no compute dtype
+
+
+@pytest.mark.parametrize(
+    "kernel, op, reason",
+    [
+        (
+            lambda: _acc_kernel("exp", "float32", "float16", scale=T.float16(0.5)),
+            "exp",
+            "exp scale is float16 but the op computes in float32 (src float32, dst float16); "
+            "write scalars as T.float32(...)",
+        ),
+        (
+            lambda: _acc_kernel("exp", "float16", "float32", bias=T.float16(0.5)),
+            "exp",
+            "exp bias is float16 but the op computes in float32 (src float16, dst float32)",
+        ),
+        (
+            lambda: _kernel("add", "float16", src_dtype="float32"),  # C is float16
+            "add",
+            "add src2 is float16 but src is float32; the tensor inputs must share one dtype "
+            "(Tx.cast src2 to float32 first)",
+        ),
+        (
+            lambda: _kernel("sqrt", "float32", src_dtype="float64"),
+            "sqrt",
+            "sqrt src is float64 but dst is float32; mixed dtypes need float16, bfloat16 or "
+            "float32 on both sides (Tx.cast src to float32 first)",
+        ),
+        (
+            lambda: _kernel("exp", "float32", src_dtype="int32"),
+            "exp",
+            "exp src is int32 but dst is float32; mixed dtypes need",
+        ),
+        (
+            lambda: _kernel("fill", "float16", scalar=T.float32(1.5)),
+            "fill",
+            "fill value is float32 but dst is float16; every operand must have the dst dtype",
+        ),
+    ],
+)
+def test_mixed_dtype_declines(kernel, op, reason):
+    assert reason in _reason(kernel(), op)
+
+
+@pytest.mark.parametrize(
+    "dst, opcode", [("float16", "F2FP.F16.F32.PACK_AB"), ("bfloat16", "F2FP.BF16.F32.PACK_AB")]
+)
+def test_mixed_pairs_reach_the_sass(dst, opcode):
+    func = _acc_kernel("reciprocal", "float32", dst)
+    source = toolchain.cuda_source(func, "sm_90a")
+    assert "__frcp_rn(RA_ptr[" in source  # float32 in, correctly rounded; no cast before
+    ops = toolchain.opcodes(toolchain.kernel_sass(func, "sm_90a"))
+    assert ops[opcode] == 4  # 8 results a thread, one conversion per pair
+    assert not any(o.startswith(("LDL", "STL", "F2F.")) for o in ops), ops
+
+
+def test_16_bit_inputs_widen_before_the_op():
+    source = toolchain.cuda_source(_acc_kernel("reciprocal", "float16", "float32"), "sm_90a")
+    assert "__frcp_rn(((float)RA_ptr[" in source
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("src, dst", MIXED_PAIRS)
+@pytest.mark.parametrize("op", MIXED_OPS)
+def test_mixed_matches_numpy(op, src, dst, rng, where, gpu):
+    a, c, d = _mixed_data(op, src, rng)
+    out = execute(_acc_kernel(op, src, dst), [a, c, d, _poison(dst)], where, gpu)[3]
+    expected = _mixed_reference(op, a, c, d, dst)
+    if where == "sim" or op in MIXED_EXACT_ON_GPU:
+        np.testing.assert_array_equal(runtime.bits(out), runtime.bits(expected))
+    else:  # MUFU exp2/lg2 (a few float32 ulp) before the rounding into dst
+        tol = RTOL[dst]
+        np.testing.assert_allclose(out.astype(np.float64), expected.astype(np.float64), tol, tol)
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("src, dst", MIXED_PAIRS[:3])
+@pytest.mark.parametrize("op", ["reciprocal", "exp", "log2"])
+def test_mixed_without_pairs_rounds_each_element(op, src, dst, rng, where, gpu):
+    """Three registers a thread: no whole pairs, so each element is converted alone."""
+    layout, shape = TileLayout(S[(128, 3) : (1 @ Axis.tid_in_wg, 1)]), (128, 3)
+    func = _kernel(op, dst, layout, shape, "warpgroup", src_dtype=src)
+    plan = _report(func, op).plan
+    assert (plan["vec"], plan["convert"], plan["dtypes"]) == (1, None, f"{src} -> float32 -> {dst}")
+    a, c, d = (runtime.random_array(shape, t, rng) for t in (src, dst, dst))
+    if op == "log2":
+        a = (np.abs(a.astype(np.float32)) + 0.25).astype(a.dtype)
+    out = execute(func, [a, c, d, runtime.poison_like(c)], where, gpu)[3]
+    want = _mixed_reference(op, a, a, a, dst)
+    if where == "sim" or op in MIXED_EXACT_ON_GPU:
+        np.testing.assert_array_equal(runtime.bits(out), runtime.bits(want))
+    else:
+        tol = RTOL[dst]
+        np.testing.assert_allclose(out.astype(np.float64), want.astype(np.float64), tol, tol)
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("dst", ["float16", "bfloat16"])
+def test_mixed_bias_scale_and_scalars(dst, rng, where, gpu):
+    """TVM's test_unary_op_local_with_bias_scale calls: float32 bias (scalar or tile) and
+    scale on a float32 accumulator, a 16-bit dst; and a float32 scalar of a binary op."""
+    a, c, d = _mixed_data("exp", "float32", rng)
+    cases = [
+        (_acc_kernel("exp", "float32", dst, bias=T.float32(0.25), scale=T.float32(1.5)), 0.25),
+        (_acc_kernel("exp", "float32", dst, scale=T.float32(1.5), bias_region=True), c),
+    ]
+    for func, bias in cases:
+        out = execute(func, [a, c, d, _poison(dst)], where, gpu)[3]
+        want = _mixed_reference("exp", a, c, d, dst, bias=bias, scale=np.float32(1.5))
+        if where == "sim":
+            np.testing.assert_array_equal(runtime.bits(out), runtime.bits(want))
+        else:
+            tol = RTOL[dst]
+            np.testing.assert_allclose(out.astype(np.float64), want.astype(np.float64), tol, tol)
+    func = _acc_kernel("mul", "float32", dst, scalar=T.float32(0.1))
+    out = execute(func, [a, c, d, _poison(dst)], where, gpu)[3]
+    want = (a * np.float32(0.1)).astype(_np(dst))
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(want))
+
+
+@pytest.mark.parametrize("dst", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["reciprocal", "exp", "log2", "sqrt", "add", "fma"])
+def test_mixed_float32_inputs_agree_with_tvm_builtin(op, dst, rng):
+    """TVM evaluates in float32 and casts once: the same arithmetic, bit for bit in the
+    simulator (which rounds every float32 op correctly; on the GPU TVM's --use_fast_math
+    build makes its 1/x, sqrtf and / approximate, ours stay correctly rounded)."""
+    func = _acc_kernel(op, "float32", dst)
+    args = [*_mixed_data(op, "float32", rng), _poison(dst)]
+    ours = sim.run(func, args, target="sm_90a").arrays[3]
+    builtin = sim.run(func, args, target="sm_90a", pipeline="tirx").arrays[3]
+    np.testing.assert_array_equal(runtime.bits(ours), runtime.bits(builtin))
+
+
+@pytest.mark.parametrize(
+    "op, src, dst", [("reciprocal", "float16", "float32"), ("exp", "bfloat16", "float16")]
+)
+def test_16_bit_inputs_round_once_where_tvm_rounds_twice(op, src, dst, rng):
+    """TVM evaluates in the inputs' 16-bit dtype and converts that result: a first
+    rounding at 16 bits. Ours is the float32 result rounded once into dst."""
+    func = _acc_kernel(op, src, dst)
+    a, c, d = _mixed_data(op, src, rng)
+    args = [a, c, d, _poison(dst)]
+    ours = sim.run(func, args, target="sm_90a").arrays[3]
+    builtin = sim.run(func, args, target="sm_90a", pipeline="tirx").arrays[3]
+    fn = {"reciprocal": lambda x: 1.0 / x, "exp": np.exp}[op]
+    twice = fn(a.astype(np.float64)).astype(a.dtype).astype(_np(dst))  # TVM's arithmetic
+    np.testing.assert_array_equal(runtime.bits(builtin), runtime.bits(twice))
+    np.testing.assert_array_equal(
+        runtime.bits(ours), runtime.bits(_mixed_reference(op, a, c, d, dst))
+    )
+    assert (runtime.bits(ours) != runtime.bits(builtin)).sum() > 100
+
+
+def test_negative_control_cast_before_the_op_is_caught(rng, monkeypatch):
+    """The round trip's check fails when the cast comes first: rounding the float32
+    accumulator to float16 and taking the reciprocal there differs from the reference in
+    many elements of the same data, and a rule that computes in float16 produces exactly
+    that (and is told apart from the reference)."""
+    from tirx_cuda_dispatch.elementwise import ops
+
+    a, c, d = _mixed_data("reciprocal", "float32", rng)
+    args = [a, c, d, _poison("float16")]
+    want = _mixed_reference("reciprocal", a, c, d, "float16")
+    cast_first = (1.0 / a.astype(np.float16).astype(np.float64)).astype(np.float16)
+    differ = runtime.bits(cast_first) != runtime.bits(want)
+    assert differ.sum() > 100  # the data tells the two places of the cast apart
+
+    func = _acc_kernel("reciprocal", "float32", "float16")
+    out = sim.run(func, args, target="sm_90a").arrays[3]
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(want))
+
+    monkeypatch.setitem(ops.MIXED_COMPUTE, ("float32", "float16"), "float16")
+    assert _report(func, "reciprocal").plan["dtypes"] == "float32 -> float16 -> float16"
+    wrong = sim.run(func, args, target="sm_90a").arrays[3]
+    np.testing.assert_array_equal(runtime.bits(wrong), runtime.bits(cast_first))
+    assert (runtime.bits(wrong) != runtime.bits(want)).any()

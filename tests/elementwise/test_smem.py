@@ -136,7 +136,9 @@ SHAPES = [
 
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("op, shape, dtype, scope, threads, c_shape", SHAPES)
-def test_scopes_odd_tiles_and_broadcasts(op, shape, dtype, scope, threads, c_shape, rng, where, gpu):
+def test_scopes_odd_tiles_and_broadcasts(
+    op, shape, dtype, scope, threads, c_shape, rng, where, gpu
+):
     func = demos.smem_elementwise_roundtrip(op, shape, dtype, scope, threads, c_shape=c_shape)
     a, c = _inputs(op, shape, dtype, rng, c_shape)
     out = execute(func, [a, c, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE)[2]

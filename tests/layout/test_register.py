@@ -1,18 +1,23 @@
-"""The register-induced partition (pure Python: no TVM codegen involved)."""
+"""The register-induced partition (pure Python and TVM expressions: no codegen involved)."""
 
 from __future__ import annotations
 
 import itertools
 
 import pytest
+from tvm import ir, sym, tirx
 
 from tirx_cuda_dispatch.errors import Decline
 from tirx_cuda_dispatch.layout.atoms import MemoryView
 from tirx_cuda_dispatch.layout.register import (
+    MAX_GUARDED_SLOTS,
     THREAD_AXES,
+    LoopOffset,
+    LoopTerm,
     RegisterView,
     induced_partition,
     lift_to,
+    loop_offset,
     register_table,
 )
 from tirx_cuda_dispatch.layout.vector import vector_candidates
@@ -233,3 +238,74 @@ def test_register_table_reports_gaps_and_collisions():
     clash = RegisterView("R", ((2, 0, "m"), (32, 1, "laneid")), (), 0)
     with pytest.raises(Decline, match="several elements in one place"):
         register_table(clash, "warp", 32)
+
+
+# -- register starts that move with loops ---------------------------------------------------
+i_var, c_var, n_var = (tirx.Var(name, "int32") for name in ("i", "c", "n"))
+# TVM's Range(begin, end): i in [0, 8), c in [1, 3)
+LOOPS = {i_var: ir.Range(0, 8), c_var: ir.Range(1, 3)}
+
+
+def _holds(cond, assignment) -> bool:
+    analyzer = sym.Analyzer()
+    for var, value in assignment.items():
+        analyzer.bind(var, value)
+    return bool(analyzer.simplify(cond))
+
+
+def test_loop_offset_guards_pick_exactly_the_current_iteration():
+    moving = LoopOffset((LoopTerm(c_var, 1, 2, 32), LoopTerm(i_var, 0, 8, 4)))
+    assert moving.count == 16 and str(moving) == "32*c + 4*i (c in [1, 3), i in [0, 8))"
+    assert moving.values() == [32 * c + 4 * i for c in (1, 2) for i in range(8)]
+    for c, i in itertools.product((1, 2), range(8)):
+        hits = [q for q in range(moving.count) if _holds(moving.at(q)[0], {c_var: c, i_var: i})]
+        assert hits == [(c - 1) * 8 + i]
+
+
+def test_loop_offset_splits_an_affine_start():
+    base, moving = loop_offset("R", 8 + i_var * 4 + c_var * 32, LOOPS)
+    assert base == 8
+    terms = sorted((t.var.name, t.lo, t.trips, t.coeff) for t in moving.terms)
+    assert terms == [("c", 1, 2, 32), ("i", 0, 8, 4)]
+    assert sorted(moving.values()) == sorted(4 * i + 32 * c for i in range(8) for c in (1, 2))
+    assert loop_offset("R", i_var * 4 - i_var * 4 + 12, LOOPS) == (12, None)  # the loop cancels
+
+
+@pytest.mark.parametrize(
+    "value, loops, reason",
+    [
+        (i_var * 4 + n_var, LOOPS, "depends on n: n is not the variable of an enclosing loop"),
+        (
+            i_var * 4,
+            {i_var: ir.Range.from_min_extent(0, n_var)},
+            "loop i starts at 0 and runs n times",
+        ),
+        (tirx.floordiv(i_var, 2) * 4, LOOPS, "not affine in loop i"),
+        (i_var * 4, {i_var: ir.Range(0, MAX_GUARDED_SLOTS + 1)}, "takes 65 values"),
+    ],
+)
+def test_loop_offset_declines_starts_that_cannot_become_constants(value, loops, reason):
+    with pytest.raises(Decline, match=reason):
+        loop_offset("R", value, loops)
+
+
+def test_loop_offset_accepts_the_most_guarded_slots():  # control for the slot limit
+    _, moving = loop_offset("R", i_var, {i_var: ir.Range(0, MAX_GUARDED_SLOTS)})
+    assert moving.count == MAX_GUARDED_SLOTS
+
+
+@pytest.mark.parametrize("coeff, vec", [(4, 4), (8, 4), (2, 2), (1, 1)])
+def test_loop_offset_alignment_sets_the_vector_width(coeff, vec):
+    """Each iteration's registers must stay aligned to the access: a start of ``2*i``
+    allows 64-bit accesses of float32, not 128-bit ones (the control is ``4*i``)."""
+    moving = LoopOffset((LoopTerm(i_var, 0, 4, coeff),))
+    reg = RegisterView("R", ((4, 1, "m"),), (), 0, moving)
+    mem = MemoryView("S", ((4, 1),), 0)
+    p = induced_partition([reg, mem], 0, "thread", 1, vector_candidates(32))
+    assert p.vec == vec
+    if vec < 4:
+        assert "R base offset" in p.narrower_because
+    for value in moving.values():  # each iteration moves every element to its owner
+        fixed = RegisterView("R", reg.atoms, (), value)
+        p_fixed = induced_partition([fixed, mem], 0, "thread", 1, [(p.vec_bits, p.vec)])
+        _check_moves_each_element_to_its_owner(fixed, mem, p_fixed, 1)

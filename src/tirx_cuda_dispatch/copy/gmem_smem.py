@@ -13,6 +13,14 @@ PTX ISA "Data Movement and Conversion Instructions: ld, st"; global data is cach
 only, since a copy reads it once). A swizzled shared offset goes through the swizzle in
 the loop.
 
+Cache hints on the call (``cache="nc"``, ``l1_evict=``, ``l2_evict=``, ``prefetch_size=``:
+the config keys TVM 0.27's copies read) replace the default L2-only load with the form
+they name (``ld.global.nc.L1::no_allocate.L2::256B``; an L2 eviction priority through
+``createpolicy`` and ``.L2::cache_hint``, the only spelling narrower than 256 bits has);
+stores to global take the eviction hints (``st.global.L1::evict_first``). An unknown key or
+value, or a load hint on a store, is a decline naming it and the accepted ones
+(:func:`..codegen.cache_hints`).
+
 Where the threads do not divide the vectors evenly (odd tiles: 4x6 float32 at warp scope,
 48x40 float16 in a 256-thread CTA), or where that takes fewer rounds than the narrower
 even split, the partition is masked (:func:`..layout.partition.synthesize_pieces`): full
@@ -28,7 +36,17 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from ..call import TileCall
-from ..codegen import access_view, impl_prim_func, load_global_l2_only, sequence, thread_index
+from ..codegen import (
+    CacheHints,
+    access_view,
+    cache_hints,
+    impl_prim_func,
+    load_global_hinted,
+    load_global_l2_only,
+    sequence,
+    store_global_hinted,
+    thread_index,
+)
 from ..errors import Decline
 from ..layout.atoms import memory_view
 from ..layout.partition import (
@@ -49,6 +67,20 @@ from ..registry import variant
 GMEM_SMEM_PAIRS = (("global", "shared"), ("shared", "global"))
 
 
+def _global_access(call: TileCall) -> str:
+    """What the copy does to global memory: "load" (it reads it) or "store"."""
+    return "load" if call.operand(1, "src").memory == "global" else "store"
+
+
+def requires_known_cache_hints(call: TileCall) -> tuple[bool, str | None]:
+    """Every config key is a cache hint PTX has for this copy's global access and arch."""
+    try:
+        cache_hints(call.config, _global_access(call), call.sm)
+    except Decline as why:
+        return False, str(why)
+    return True, None
+
+
 @dataclass(frozen=True)
 class GmemSmemPlan:
     """Facts of one global<->shared copy: who moves what, at which width."""
@@ -57,6 +89,16 @@ class GmemSmemPlan:
     dtype: str
     elem_bits: int
     partition: ScopePartition | PiecewisePartition  # operands in the order (global, shared)
+    hints: CacheHints = CacheHints()  # of the global access; empty: the default forms
+
+    @property
+    def global_access(self) -> str:
+        """The global access's instruction up to its vector and type."""
+        if self.hints.empty:
+            return "ld.global.cg" if self.direction == "global->shared" else "st.global"
+        op = "ld" if self.direction == "global->shared" else "st"
+        policy = self.hints.policy()
+        return self.hints.qualifiers(op) + (f" (policy: {policy})" if policy else "")
 
     @property
     def masked(self) -> bool:
@@ -98,14 +140,18 @@ class GmemSmemPlan:
             facts["swizzle"] = str(p.swizzles[1])
         if p.narrower_because:
             facts["narrower_because"] = p.narrower_because
+        if not self.hints.empty:
+            facts["cache_hints"] = str(self.hints)
+            facts["global_access"] = self.global_access
         return facts
 
     def __str__(self) -> str:
+        hints = "" if self.hints.empty else f" [{self.global_access}]"
         if self.masked:
             pieces = "; ".join(str(piece) for piece in self.partition.pieces)
-            return f"gmem_smem {self.direction} {self.dtype}, masked: {pieces}"
+            return f"gmem_smem {self.direction} {self.dtype}{hints}, masked: {pieces}"
         return (
-            f"gmem_smem {self.direction} {self.dtype}: {self.outer} rounds x "
+            f"gmem_smem {self.direction} {self.dtype}{hints}: {self.outer} rounds x "
             f"{self.threads} threads x {self.vec} ({self.vec_bits}-bit)"
         )
 
@@ -118,7 +164,8 @@ def plan(call: TileCall) -> GmemSmemPlan:
     views = [memory_view(g), memory_view(s)]
     partition = scope_partition(views, call.thread_count, src.elem_bits)
     direction = "global->shared" if g is src else "shared->global"
-    return GmemSmemPlan(direction, src.dtype, src.elem_bits, partition)
+    hints = cache_hints(call.config, _global_access(call), call.sm)
+    return GmemSmemPlan(direction, src.dtype, src.elem_bits, partition, hints)
 
 
 @variant(
@@ -131,6 +178,7 @@ def plan(call: TileCall) -> GmemSmemPlan:
         requires_all_threads_active,
         requires_valid_copy,
         requires_memory_pair(GMEM_SMEM_PAIRS),
+        requires_known_cache_hints,
     ],
     plan=plan,
 )
@@ -145,7 +193,6 @@ def emit(plan: GmemSmemPlan, call: TileCall):
 
     g_buf, s_buf = g.buffer, s.buffer
     vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
-    to_shared = plan.direction == "global->shared"
 
     # fmt: off
     @impl_prim_func
@@ -154,14 +201,7 @@ def emit(plan: GmemSmemPlan, call: TileCall):
         g_vecs = access_view(g_buf, vec_bits, elem_bits)
         s_vecs = access_view(s_buf, vec_bits, elem_bits)
         for rnd in range(rounds):
-            if to_shared:
-                T.evaluate(load_global_l2_only(
-                    T.address_of(s_vecs[p.slot(1, rnd, tid)]),
-                    T.address_of(g_vecs[p.slot(0, rnd, tid)]),
-                    vec_bits,
-                ))
-            else:
-                g_vecs[p.slot(0, rnd, tid)] = s_vecs[p.slot(1, rnd, tid)]
+            _move(plan, g_vecs, s_vecs, p.slot(0, rnd, tid), p.slot(1, rnd, tid), vec_bits)
     # fmt: on
     return impl
 
@@ -175,7 +215,6 @@ def _emit_piece(plan: GmemSmemPlan, call: TileCall, index: int):
     g_buf, s_buf = g.buffer, s.buffer
     vec, vec_bits, elem_bits = piece.vec, piece.vec_bits, plan.elem_bits
     threads, full, tail = piece.threads, piece.full_rounds, piece.tail
-    to_shared = plan.direction == "global->shared"
 
     def slot(which, v):
         return part.offset(index, which, v) // vec
@@ -187,23 +226,26 @@ def _emit_piece(plan: GmemSmemPlan, call: TileCall, index: int):
         g_vecs = access_view(g_buf, vec_bits, elem_bits)
         s_vecs = access_view(s_buf, vec_bits, elem_bits)
         for rnd in range(full):
-            if to_shared:
-                T.evaluate(load_global_l2_only(
-                    T.address_of(s_vecs[slot(1, rnd * threads + tid)]),
-                    T.address_of(g_vecs[slot(0, rnd * threads + tid)]),
-                    vec_bits,
-                ))
-            else:
-                g_vecs[slot(0, rnd * threads + tid)] = s_vecs[slot(1, rnd * threads + tid)]
+            v = T.meta_var(rnd * threads + tid)
+            _move(plan, g_vecs, s_vecs, slot(0, v), slot(1, v), vec_bits)
         if tail > 0:
             if tid < tail:
-                if to_shared:
-                    T.evaluate(load_global_l2_only(
-                        T.address_of(s_vecs[slot(1, full * threads + tid)]),
-                        T.address_of(g_vecs[slot(0, full * threads + tid)]),
-                        vec_bits,
-                    ))
-                else:
-                    g_vecs[slot(0, full * threads + tid)] = s_vecs[slot(1, full * threads + tid)]
+                _move(plan, g_vecs, s_vecs, slot(0, full * threads + tid),
+                      slot(1, full * threads + tid), vec_bits)
     # fmt: on
     return impl
+
+
+def _move(plan: GmemSmemPlan, g_vecs, s_vecs, g_slot, s_slot, vec_bits: int) -> None:
+    """One vector between the global and shared views (inside an emitted body): the
+    default forms (an L2-only load, a plain store), or the form the cache hints name."""
+    g_ptr, s_ptr = T.address_of(g_vecs[g_slot]), T.address_of(s_vecs[s_slot])
+    if plan.direction == "global->shared":
+        if plan.hints.empty:
+            T.evaluate(load_global_l2_only(s_ptr, g_ptr, vec_bits))
+        else:
+            T.evaluate(load_global_hinted(s_ptr, g_ptr, vec_bits, plan.hints))
+    elif plan.hints.empty:
+        T.buffer_store(g_vecs, s_vecs[s_slot], [g_slot])
+    else:
+        T.evaluate(store_global_hinted(g_ptr, s_ptr, vec_bits, plan.hints))

@@ -19,21 +19,45 @@ row ``i`` of 8/16/32 float32: 2/4/8-way), each lane rotates its order, and a bar
 shifter of selects puts every vector back in its own registers, so no register index
 depends on the lane (which would move the array to local memory). A cost rule in SM
 clocks decides whether the rotation pays; explain() shows each step's conflict degree.
+
+A register region may start at an offset that moves with enclosing loops (the staging loop
+``for i in range(n): Tx.copy(R[i*4 : i*4+4], A[...])``) when that offset is affine in loops
+of constant trip count. Register indices must still be compile-time constants, and the
+emitter cannot unroll the author's loop, so every access picks its registers among the
+offset's few values, each under the guard "the loops are at that iteration", through a
+constant index: where the loop is unrolled (``T.unroll`` in TIR, or by the CUDA compiler)
+the guards fold away; where it is not, they cost a predicated move per slot but the array
+stays in registers (no local memory either way).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from tvm.script import tirx as T
 
-from ..call import Operand, TileCall
-from ..codegen import access_dtype, access_view, impl_prim_func, thread_index
+from ..call import Operand, TileCall, as_int
+from ..codegen import (
+    CacheHints,
+    access_dtype,
+    access_view,
+    cache_hints,
+    impl_prim_func,
+    load_global_hinted,
+    store_global_hinted,
+    thread_index,
+)
 from ..errors import Decline
 from ..layout.atoms import memory_view
 from ..layout.partition import MemoryAccesses, ScopePartition
-from ..layout.register import induced_partition, register_layout_misfit, register_view
+from ..layout.register import (
+    LoopOffset,
+    induced_partition,
+    register_layout_misfit,
+    register_view,
+)
 from ..layout.round_order import Rotation, RoundOrder, choose_round_order
 from ..layout.vector import vector_candidates
 from ..predicates import (
@@ -53,9 +77,15 @@ def _sides(call: TileCall) -> tuple[Operand, Operand]:
     return call.register_and_other()
 
 
+def _loops(call: TileCall) -> Any:
+    """The loop variables in scope and their ranges (TVM's ``var_range_map``)."""
+    return getattr(call.ctx, "var_range_map", None) or {}
+
+
 def requires_register_layout(call: TileCall) -> tuple[bool, str | None]:
-    """The register layout slices to the region and names only the scope's thread axes."""
-    misfit = register_layout_misfit(_sides(call)[0], call.scope)
+    """The register layout slices to the region and names only the scope's thread axes;
+    the region starts at a constant or at an offset affine in loops of constant trip count."""
+    misfit = register_layout_misfit(_sides(call)[0], call.scope, _loops(call))
     return misfit is None, misfit
 
 
@@ -78,6 +108,9 @@ class RegPlan:
     elem_bits: int
     partition: ScopePartition  # operands in the order (register, memory)
     order: RoundOrder | None = None  # shared memory only: the rounds' order per lane
+    loop_offset: LoopOffset | None = None  # the register start's part that moves with loops
+    register_base: int = 0  # the register start's constant part
+    hints: CacheHints = CacheHints()  # global memory only: the copy's cache hints
 
     @property
     def rotation(self) -> Rotation | None:
@@ -104,11 +137,24 @@ class RegPlan:
     def regs_per_thread(self) -> int:
         return self.outer * self.vec
 
+    def partition_at(self, q: Any) -> ScopePartition:
+        """The partition with the enclosing loops at iteration ``q`` of the loop offset (an
+        int or a TIR expression): the register start is then ``register_base + value``."""
+        if self.loop_offset is None:
+            return self.partition
+        start = self.register_base + self.loop_offset.at(q)[1]
+        return dataclasses.replace(self.partition, bases=(start, *self.partition.bases[1:]))
+
     def memory_accesses(self) -> MemoryAccesses:
+        """Every access of one call, the loops at their first iteration; a memory base that
+        is not a constant counts as 0 (offsets relative to it, as in the bank model)."""
         role = "dst" if self.direction.startswith("local") else "src"
         rot = self.rotation
         round_of = rot.round_of if rot is not None else None
-        return MemoryAccesses(role, self.partition.accesses(1, registers=0, round_of=round_of))
+        p = self.partition_at(0)
+        mem_base = as_int(p.bases[1])
+        p = dataclasses.replace(p, bases=(p.bases[0], 0 if mem_base is None else mem_base))
+        return MemoryAccesses(role, p.accesses(1, registers=0, round_of=round_of))
 
     def facts(self) -> dict:
         facts = {
@@ -125,12 +171,24 @@ class RegPlan:
             facts["narrower_because"] = self.partition.narrower_because
         if self.order is not None:
             facts.update(self.order.facts())
+        if self.loop_offset is not None:
+            facts["register_offset"] = self.register_start
+            facts["guarded_slots"] = self.loop_offset.count
+        if not self.hints.empty:
+            facts["cache_hints"] = str(self.hints)
         return facts
 
+    @property
+    def register_start(self) -> str:
+        """The register region's first index: ``8 + 4*i (i in [0, 4))``."""
+        const = f"{self.register_base} + " if self.register_base else ""
+        return f"{const}{self.loop_offset}" if self.loop_offset else str(self.register_base)
+
     def __str__(self) -> str:
+        at = f" at register {self.register_start}" if self.loop_offset else ""
         return (
             f"reg {self.direction} {self.dtype}: {self.regs_per_thread} regs/thread as "
-            f"{self.outer} x {self.vec} ({self.vec_bits}-bit)"
+            f"{self.outer} x {self.vec} ({self.vec_bits}-bit){at}"
         )
 
 
@@ -138,8 +196,9 @@ def plan(call: TileCall) -> RegPlan:
     reg, mem = _sides(call)
     if reg.elem_bits < 8:
         raise Decline(f"{reg.dtype} elements are narrower than a byte; needs 8 bits or more")
+    view = register_view(reg, _loops(call))
     partition = induced_partition(
-        [register_view(reg), memory_view(mem)],
+        [view, memory_view(mem)],
         anchor=0,
         scope=call.scope,
         threads=call.thread_count,
@@ -147,11 +206,25 @@ def plan(call: TileCall) -> RegPlan:
     )
     src = call.operand(1, "src")
     direction = f"{src.memory}->{call.operand(0, 'dst').memory}"
+    hints = cache_hints(call.config, "load" if src.memory == mem.memory else "store", call.sm)
+    if not hints.empty and mem.memory != "global":
+        raise Decline(f"cache hints ({hints}) apply to global memory; {mem.name} is {mem.scope}")
     order = None
     if mem.memory == "shared":
         words = max(1, partition.vec_bits // 32)
         order = choose_round_order(partition, 1, reg.elem_bits // 8, words)
-    return RegPlan(direction, reg.dtype, reg.elem_bits, partition, order)
+    return RegPlan(
+        direction, reg.dtype, reg.elem_bits, partition, order, view.loop_offset, view.base, hints
+    )
+
+
+def _load(plan: RegPlan, dst: Any, src: Any) -> Any:
+    """``dst = src`` of one access from memory, in the form the cache hints name."""
+    return load_global_hinted(T.address_of(dst), T.address_of(src), plan.vec_bits, plan.hints)
+
+
+def _store(plan: RegPlan, dst: Any, src: Any) -> Any:
+    return store_global_hinted(T.address_of(dst), T.address_of(src), plan.vec_bits, plan.hints)
 
 
 @variant(
@@ -174,12 +247,15 @@ def emit(plan: RegPlan, call: TileCall):
     """Serial round loop of vector copies between a thread's registers and memory."""
     if plan.rotation is not None:
         return _emit_rotated(plan, call)
+    if plan.loop_offset is not None:
+        return _emit_guarded(plan, call)
     reg, mem = _sides(call)
     p = plan.partition
 
     r_buf, m_buf = reg.buffer, mem.buffer
     vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
     load = plan.direction.endswith("->local")
+    hinted = not plan.hints.empty
 
     # fmt: off
     @impl_prim_func
@@ -188,8 +264,12 @@ def emit(plan: RegPlan, call: TileCall):
         r_vecs = access_view(r_buf, vec_bits, elem_bits)
         m_vecs = access_view(m_buf, vec_bits, elem_bits)
         for rnd in range(rounds):
-            if load:
+            if load and hinted:
+                T.evaluate(_load(plan, r_vecs[p.slot(0, rnd, tid)], m_vecs[p.slot(1, rnd, tid)]))
+            elif load:
                 r_vecs[p.slot(0, rnd, tid)] = m_vecs[p.slot(1, rnd, tid)]
+            elif hinted:
+                T.evaluate(_store(plan, m_vecs[p.slot(1, rnd, tid)], r_vecs[p.slot(0, rnd, tid)]))
             else:
                 m_vecs[p.slot(1, rnd, tid)] = r_vecs[p.slot(0, rnd, tid)]
     # fmt: on
@@ -204,9 +284,15 @@ def _emit_rotated(plan: RegPlan, call: TileCall):
     Loading, stage ``b`` rotates the slots back by ``2**b`` where bit ``b`` of the shift is
     set; storing, the stages run in the opposite order and direction, so a load followed by
     a store of the same registers cancels stage by stage in the compiler.
+
+    With a register start that moves with loops, the register side's steps are unrolled in
+    TIR and each picks its registers among the guarded slots (:func:`_emit_guarded`).
     """
     reg, mem = _sides(call)
-    p, rot = plan.partition, plan.rotation
+    p, rot, moving = plan.partition, plan.rotation, plan.loop_offset
+    guarded = moving is not None
+    choices = moving.count if guarded else 1
+    step_loop = T.unroll if guarded else T.serial
     r_buf, m_buf = reg.buffer, mem.buffer
     vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
     stages = rot.stages
@@ -232,9 +318,13 @@ def _emit_rotated(plan: RegPlan, call: TileCall):
         # slots as whole accesses for the moves, as 32-bit words for the selects
         work = T.alloc_buffer((stages + 1, rounds, words), word, scope="local")
         slots = T.decl_buffer(((stages + 1) * rounds,), access, data=work.data, scope="local")
-        for step in range(rounds):  # in: step s takes round round_of(s) (load) or slot s
+        for step in step_loop(rounds):  # in: step s takes round round_of(s) (load) or slot s
             if load:
                 slots[step] = m_vecs[p.slot(1, rot.round_of(step, tid), tid)]
+            elif guarded:
+                for g in T.unroll(choices):
+                    if _guard(plan, g):
+                        slots[step] = r_vecs[_register_slot(plan, g, step, tid)]
             else:
                 slots[step] = r_vecs[p.slot(0, step, tid)]
         for i in T.unroll(stages):
@@ -245,10 +335,73 @@ def _emit_rotated(plan: RegPlan, call: TileCall):
                         work[i, stage_source(q, i), w],
                         work[i, q, w],
                     )
-        for step in range(rounds):  # out: the shifted slots land in order
-            if load:
+        for step in step_loop(rounds):  # out: the shifted slots land in order
+            if load and guarded:
+                for g in T.unroll(choices):
+                    if _guard(plan, g):
+                        r_vecs[_register_slot(plan, g, step, tid)] = slots[stages * rounds + step]
+            elif load:
                 r_vecs[p.slot(0, step, tid)] = slots[stages * rounds + step]
             else:
                 m_vecs[p.slot(1, rot.round_of(step, tid), tid)] = slots[stages * rounds + step]
     # fmt: on
     return impl
+
+
+def _emit_guarded(plan: RegPlan, call: TileCall):
+    """A register start that moves with enclosing loops. Each round goes through a
+    one-access temporary; on the register side, one guarded move per value ``g`` of the
+    loop offset ("the loops are at iteration ``g``") through a register index that is a
+    constant once TIR unrolls the rounds and ``g`` (``T.unroll``).
+
+    Where the author's loop is unrolled too, each guard is a constant and folds away (TIR
+    simplification for ``T.unroll``, the CUDA compiler for a serial loop it unrolls); where
+    it is not, the guards become compares and predicated moves, and the array still stays
+    in registers.
+    """
+    reg, mem = _sides(call)
+    p, moving = plan.partition, plan.loop_offset
+    r_buf, m_buf = reg.buffer, mem.buffer
+    vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
+    load = plan.direction.endswith("->local")
+    access = access_dtype(vec_bits)
+    choices = moving.count
+    hinted = not plan.hints.empty
+
+    # fmt: off
+    @impl_prim_func
+    def impl():
+        tid = T.meta_var(thread_index(call))
+        r_vecs = access_view(r_buf, vec_bits, elem_bits)
+        m_vecs = access_view(m_buf, vec_bits, elem_bits)
+        moved = T.alloc_buffer((1,), access, scope="local")
+        for rnd in T.unroll(rounds):
+            if load:
+                if hinted:
+                    T.evaluate(_load(plan, moved[0], m_vecs[p.slot(1, rnd, tid)]))
+                else:
+                    moved[0] = m_vecs[p.slot(1, rnd, tid)]
+                for g in T.unroll(choices):
+                    if _guard(plan, g):
+                        r_vecs[_register_slot(plan, g, rnd, tid)] = moved[0]
+            else:
+                for g in T.unroll(choices):
+                    if _guard(plan, g):
+                        moved[0] = r_vecs[_register_slot(plan, g, rnd, tid)]
+                if hinted:
+                    T.evaluate(_store(plan, m_vecs[p.slot(1, rnd, tid)], moved[0]))
+                else:
+                    m_vecs[p.slot(1, rnd, tid)] = moved[0]
+    # fmt: on
+    return impl
+
+
+def _guard(plan: RegPlan, g: Any) -> Any:
+    """The condition "the enclosing loops are at iteration ``g`` of the loop offset"."""
+    return plan.loop_offset.at(g)[0]
+
+
+def _register_slot(plan: RegPlan, g: Any, rnd: Any, tid: Any) -> Any:
+    """The register access index of round ``rnd`` at loop iteration ``g``: a constant once
+    ``g`` and ``rnd`` are (the register side's thread strides are zero)."""
+    return plan.partition_at(g).offset(0, rnd, tid) // plan.vec

@@ -6,11 +6,18 @@ element, and the packed two-element forms (PTX ISA "Half Precision Floating-Poin
 Instructions": ``add/sub/mul/fma/max .f16x2 .bf16x2``; "cvt ... .f16x2.f32"; and on
 sm_100 ``add/sub/mul/fma .f32x2``) whose results equal the scalar form bit for bit.
 A variant picks from this table; the table knows nothing about partitions.
+
+Mixed dtypes (:data:`MIXED_COMPUTE`, :class:`Arithmetic`): a math op whose tensor inputs
+share one float dtype and whose dst has another is evaluated in float32, the inputs widened
+exactly, and its result rounded once to nearest even into dst; the scalars (bias, scale)
+have float32's dtype. TVM's built-in variant does the same for float32 inputs (it
+evaluates in the inputs' dtype and casts the result); for float16/bfloat16 inputs it rounds
+at the inputs' precision first, which we do not copy (docs/elementwise_reg.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +68,20 @@ class ElementwiseOp:
                 raise Decline(
                     f"{self.name} {role} is a {type(arg).__name__}, needs a region or scalar"
                 )
+        return out
+
+    def evaluate(self, values: dict[str, Any], arith: Arithmetic, rounded: bool = True) -> Any:
+        """One element's value under ``arith``: tensor inputs widened (exactly) to the
+        compute dtype, the op evaluated there, the result rounded once into dst; with
+        ``rounded=False`` the compute-dtype value (a pair conversion rounds it)."""
+        if arith.inputs != arith.compute:
+            values = {
+                role: v if str(v.ty) == arith.compute else T.Cast(arith.compute, v)
+                for role, v in values.items()
+            }
+        out = self.compute(values, arith.compute)
+        if rounded and arith.compute != arith.dst:
+            out = T.Cast(arith.dst, out)
         return out
 
 
@@ -261,13 +282,102 @@ OPS = {
 }
 
 
-def check_dtypes(op: ElementwiseOp, dst_dtype: str, inputs: dict[str, str]) -> str | None:
+# Mixed dtypes: (tensor inputs' dtype, dst dtype) -> the dtype the op is evaluated in.
+# float32 holds every float16 and bfloat16 value exactly, so widening the inputs loses
+# nothing, and one float32 rounding then one rounding to nearest even into dst is what
+# numpy's float32 math followed by astype computes. TVM's built-in variant evaluates in the
+# inputs' dtype and casts the result (backend/cuda/tile_primitive/elementwise/reg.py, the
+# scalar emit): the same for float32 inputs; for 16-bit inputs it rounds at their precision
+# first (float16 exp into a float32 dst is hexp's float16 result, widened). float64 is
+# left out: no caller needs it, and its emitted conversions to 16 bits are unchecked.
+MIXED_COMPUTE = {
+    ("float32", "float16"): "float32",
+    ("float32", "bfloat16"): "float32",
+    ("float16", "float32"): "float32",
+    ("bfloat16", "float32"): "float32",
+    ("float16", "bfloat16"): "float32",
+    ("bfloat16", "float16"): "float32",
+}
+MIXED_FAMILIES = ("unary", "binary", "fma")  # ops that compute from tensor inputs
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """The dtypes of one call's element computation: tensor inputs, evaluation, dst."""
+
+    inputs: str
+    compute: str
+    dst: str
+
+    @property
+    def mixed(self) -> bool:
+        return not self.inputs == self.compute == self.dst
+
+    def __str__(self) -> str:
+        if not self.mixed:
+            return self.dst
+        return f"{self.inputs} -> {self.compute} -> {self.dst}"
+
+
+def arithmetic(
+    op: ElementwiseOp, dst_dtype: str, inputs: dict[str, str], scalars: Collection[str] = ()
+) -> Arithmetic:
+    """The dtypes ``op`` computes in for these operand dtypes (``check_dtypes(...,
+    mixed=True)`` accepted them); ``scalars`` names the roles that are scalars."""
+    tensors = [dtype for role, dtype in inputs.items() if role not in scalars]
+    src = tensors[0] if tensors else dst_dtype
+    if op.family in MIXED_FAMILIES and src != dst_dtype:
+        return Arithmetic(src, MIXED_COMPUTE[(src, dst_dtype)], dst_dtype)
+    return Arithmetic(dst_dtype, dst_dtype, dst_dtype)
+
+
+def _check_mixed(
+    op: ElementwiseOp, dst_dtype: str, inputs: dict[str, str], scalars: Collection[str]
+) -> str | None:
+    """The mixed-dtype rule: one float dtype for the tensor inputs, the pair in
+    :data:`MIXED_COMPUTE`, every scalar in the compute dtype."""
+    tensors = [(role, dtype) for role, dtype in inputs.items() if role not in scalars]
+    first, src = tensors[0]
+    for role, dtype in tensors[1:]:
+        if dtype != src:
+            return (
+                f"{op.name} {role} is {dtype} but {first} is {src}; the tensor inputs must "
+                f"share one dtype (Tx.cast {role} to {src} first)"
+            )
+    compute = MIXED_COMPUTE.get((src, dst_dtype))
+    if compute is None:
+        return (
+            f"{op.name} {first} is {src} but dst is {dst_dtype}; mixed dtypes need float16, "
+            f"bfloat16 or float32 on both sides (Tx.cast {first} to {dst_dtype} first)"
+        )
+    for role, dtype in inputs.items():
+        if role in scalars and dtype != compute:
+            return (
+                f"{op.name} {role} is {dtype} but the op computes in {compute} ({first} {src}, "
+                f"dst {dst_dtype}); write scalars as T.{compute}(...)"
+            )
+    return None
+
+
+def check_dtypes(
+    op: ElementwiseOp,
+    dst_dtype: str,
+    inputs: dict[str, str],
+    scalars: Collection[str] = (),
+    mixed: bool = False,
+) -> str | None:
     """Why the dtype combination is not accepted (naming the operand), or None.
 
-    ``inputs`` maps each input's role to ``"name dtype"``'s dtype part, keyed by role.
+    ``inputs`` maps each input's role to its dtype. With ``mixed`` (the caller evaluates
+    with :meth:`ElementwiseOp.evaluate` under :func:`arithmetic`), math ops whose tensor
+    inputs have another float dtype than dst follow :data:`MIXED_COMPUTE`; ``scalars``
+    names the roles that are scalars. Without it every operand has dst's dtype.
     """
     if op.float_only and dst_dtype not in FLOATS:
         return f"{op.name} needs a floating-point dtype ({'/'.join(FLOATS)}), dst is {dst_dtype}"
+    tensors = [dtype for role, dtype in inputs.items() if role not in scalars]
+    if mixed and op.family in MIXED_FAMILIES and tensors and tensors[0] != dst_dtype:
+        return _check_mixed(op, dst_dtype, inputs, scalars)
     for role, dtype in inputs.items():
         if op.family == "cast":
             if dtype == dst_dtype:
@@ -292,3 +402,11 @@ def packed_form(
         if form.out_dtype == dst_dtype and form.in_dtype == src_dtype and (sm or 0) >= form.min_sm:
             return form
     return None
+
+
+def convert_form(arith: Arithmetic, sm: int | None) -> PackedForm | None:
+    """The pair conversion that rounds two compute-dtype results into dst at once
+    (``cvt.rn.f16x2.f32``: each element rounded as the scalar ``cvt.rn.f16.f32``)."""
+    if arith.compute == arith.dst:
+        return None
+    return packed_form(OPS["cast"], arith.dst, arith.compute, sm)

@@ -11,7 +11,10 @@ applies the op to its own registers: a serial loop over the bundle, one packed p
 iteration where the target has an exact pair form for the op and dtypes
 (``__hadd2``/``__hmax2``/``__hfma2`` on half and bfloat16 pairs, ``cvt.rn.f16x2.f32``,
 ``add/sub/mul/fma.rn.f32x2`` on sm_100) and the pairs are contiguous and aligned, else
-one element per iteration in the op's scalar form.
+one element per iteration in the op's scalar form. Mixed dtypes (float32 inputs, a
+float16 dst: :data:`.ops.MIXED_COMPUTE`) evaluate each element in float32 and round it
+once into dst, two at a time with ``cvt.rn.f16x2.f32``/``cvt.rn.bf16x2.f32`` where the
+pairs allow.
 """
 
 from __future__ import annotations
@@ -34,7 +37,17 @@ from ..layout.register import (
 )
 from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
 from ..registry import predicate, variant
-from .ops import OPS, ElementwiseOp, Input, PackedForm, check_dtypes, packed_form
+from .ops import (
+    OPS,
+    Arithmetic,
+    ElementwiseOp,
+    Input,
+    PackedForm,
+    arithmetic,
+    check_dtypes,
+    convert_form,
+    packed_form,
+)
 
 
 def _dst(call: TileCall) -> Operand:
@@ -64,13 +77,21 @@ def requires_register_operands(op: ElementwiseOp):
     return predicate(register_operands, "register_operands")
 
 
+def _input_dtypes(op: ElementwiseOp, call: TileCall) -> tuple[dict[str, str], set[str]]:
+    """Each input's dtype by role, and the roles that are scalars."""
+    dtypes, scalars = {}, set()
+    for inp in op.inputs(call.args):
+        opnd = None if inp.is_scalar else call.operand(inp.index, inp.role)
+        dtypes[inp.role] = str(inp.scalar.ty) if opnd is None else opnd.dtype
+        if opnd is None:
+            scalars.add(inp.role)
+    return dtypes, scalars
+
+
 def requires_dtype_rule(op: ElementwiseOp):
     def dtype_rule(call: TileCall) -> tuple[bool, str | None]:
-        dtypes = {}
-        for inp in op.inputs(call.args):
-            opnd = None if inp.is_scalar else call.operand(inp.index, inp.role)
-            dtypes[inp.role] = str(inp.scalar.ty) if opnd is None else opnd.dtype
-        why = check_dtypes(op, _dst(call).dtype, dtypes)
+        dtypes, scalars = _input_dtypes(op, call)
+        why = check_dtypes(op, _dst(call).dtype, dtypes, scalars, mixed=True)
         return why is None, why
 
     return predicate(dtype_rule, "dtype_rule")
@@ -90,6 +111,8 @@ class ElementwisePlan:
     dtype: str  # dst dtype
     partition: ScopePartition  # operands: dst, then the tensor inputs in argument order
     packed: PackedForm | None
+    arith: Arithmetic  # inputs -> compute -> dst dtypes
+    convert: PackedForm | None = None  # the pair conversion compute -> dst, if paired
 
     @property
     def vec(self) -> int:
@@ -100,17 +123,21 @@ class ElementwisePlan:
         return self.partition.rounds
 
     def facts(self) -> dict:
-        return {
+        facts = {
             "vec": self.vec,
             "outer": self.outer,
             "regs_per_thread": self.vec * self.outer,
             "packed": self.packed.key if self.packed else None,
             "threads": self.partition.threads,
         }
+        if self.arith.mixed:
+            facts["dtypes"] = str(self.arith)
+            facts["convert"] = self.convert.key if self.convert else None
+        return facts
 
     def __str__(self) -> str:
-        form = self.packed.key if self.packed else "scalar"
-        return f"reg {self.op} {self.dtype}: {self.outer} steps x {self.vec} ({form})"
+        form = (self.packed or self.convert).key if self.packed or self.convert else "scalar"
+        return f"reg {self.op} {self.arith}: {self.outer} steps x {self.vec} ({form})"
 
 
 def _lifted(opnd: Operand, dst: Operand) -> RegisterView:
@@ -125,13 +152,26 @@ def make_plan(op: ElementwiseOp):
         tensors = _tensor_inputs(op, call)
         views = [register_view(dst)] + [_lifted(o, dst) for _, o in tensors]
         src_dtype = tensors[0][1].dtype if tensors else dst.dtype
+        arith = arithmetic(op, dst.dtype, *_input_dtypes(op, call))
+        convert = convert_form(arith, call.sm)
         # A scalar input (the dtype rule gave it the inputs' dtype) joins a pair form as a
-        # broadcast pair: max(x, 0) on half pairs is one HMNMX2 per pair.
-        form = packed_form(op, dst.dtype, src_dtype, call.sm) if tensors else None
+        # broadcast pair: max(x, 0) on half pairs is one HMNMX2 per pair. A mixed call
+        # computes element by element and rounds pairs into dst with one conversion.
+        form = None
+        if tensors and not arith.mixed:
+            form = packed_form(op, dst.dtype, src_dtype, call.sm)
         bits = dst.elem_bits
-        widths = ([(2 * bits, 2)] if form else []) + [(bits, 1)]
+        widths = ([(2 * bits, 2)] if form or convert else []) + [(bits, 1)]
         partition = induced_partition(views, 0, call.scope, call.thread_count, widths)
-        return ElementwisePlan(op.name, dst.dtype, partition, form if partition.vec == 2 else None)
+        paired = partition.vec == 2
+        return ElementwisePlan(
+            op.name,
+            dst.dtype,
+            partition,
+            form if paired else None,
+            arith,
+            convert if paired else None,
+        )
 
     return plan
 
@@ -158,8 +198,10 @@ def make_emit(op: ElementwiseOp):
                 else:
                     k += 1
                     vals[inp.role] = views[k][p.slot(k, rnd, tid)]
-            return op.compute(vals, dst.dtype)
+            return op.evaluate(vals, plan.arith)
 
+        if plan.convert is not None:
+            return _emit_converted(plan, call, op)
         packed = form is not None
         if packed and any(i.is_scalar for i in inputs):
             return _emit_packed_with_scalars(plan, call, op)
@@ -195,6 +237,58 @@ def make_emit(op: ElementwiseOp):
         return impl
 
     return emit
+
+
+def _emit_converted(plan: ElementwisePlan, call: TileCall, op: ElementwiseOp):
+    """The pair loop of a mixed call: both elements of a pair evaluated in the compute
+    dtype into a register pair, which one conversion rounds into dst's pair (each element
+    as the scalar conversion would: ``cvt.rn.f16x2.f32``, PTX ISA "cvt")."""
+    dst = _dst(call)
+    inputs = op.inputs(call.args)
+    tensors = [call.operand(i.index, i.role) for i in inputs if not i.is_scalar]
+    p, form, arith = plan.partition, plan.convert, plan.arith
+    operands = [dst] + tensors
+    if len(operands) > 4:
+        raise Decline(f"{op.name} has {len(operands)} tensor operands; at most 4 are supported")
+    padded = operands + [dst] * (4 - len(operands))
+    source = form.source(1)
+
+    def flat(o: Operand, lanes: int) -> Any:
+        dtype = o.dtype if lanes == 1 else f"{o.dtype}x{lanes}"
+        words = storage_words(o.buffer, o.elem_bits, o.elem_bits * lanes)
+        return T.decl_buffer((words,), dtype, data=o.buffer.data, scope="local")
+
+    def value_of(views: list[Any], rnd: Any, tid: Any, j: Any) -> Any:
+        vals, k = {}, 0
+        for inp in inputs:
+            if inp.is_scalar:
+                vals[inp.role] = inp.scalar
+            else:
+                k += 1
+                vals[inp.role] = views[k][p.offset(k, rnd, tid) + j]
+        return op.evaluate(vals, arith, rounded=False)
+
+    # fmt: off
+    @impl_prim_func
+    def impl():
+        tid = T.meta_var(thread_index(call))
+        d2 = flat(padded[0], 2)
+        v1 = flat(padded[1], 1)
+        v2 = flat(padded[2], 1)
+        v3 = flat(padded[3], 1)
+        views = T.meta_var([d2, v1, v2, v3][: len(operands)])
+        # a vector-typed pair keeps the alignment the pair conversion reads with
+        pair = T.alloc_local((1,), f"{arith.compute}x2")
+        wide = T.decl_buffer((2,), arith.compute, data=pair.data, scope="local")
+        for rnd in range(p.rounds):
+            for j in T.unroll(2):
+                wide[j] = value_of(views, rnd, tid, j)
+            T.evaluate(helper_call(
+                form.helper, form.meaning, source,
+                T.address_of(d2[p.slot(0, rnd, tid)]), T.address_of(pair[0]),
+            ))
+    # fmt: on
+    return impl
 
 
 def _emit_packed_with_scalars(plan: ElementwisePlan, call: TileCall, op: ElementwiseOp):

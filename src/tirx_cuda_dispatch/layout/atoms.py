@@ -59,21 +59,27 @@ def _region_bounds(opnd: Operand) -> list[tuple[Any, Any]]:
 
 
 def _check_span_fits_shape(opnd: Operand, layout: Any, size: int | None) -> None:
-    """TVM 0.27 allocates a buffer by its shape, not by its layout's span: a padded layout
-    on an ``(8, 8)`` buffer addresses past the 64 elements the kernel allocates (found by
-    the simulator's fuzzing: both pipelines wrote out of bounds). Decline such operands."""
+    """TVM 0.27 allocates a shared or local buffer by its shape, not by its layout's span:
+    a padded layout on an ``(8, 8)`` shared buffer addresses past the 64 elements the kernel
+    allocates (found by the simulator's fuzzing: both pipelines wrote out of bounds).
+    Decline such operands. A global buffer is not allocated by the kernel: its memory is
+    the caller's, so a strided view of it (``S[(4, 4):(16, 1)]`` on a ``(4, 4)`` parameter:
+    rows of a wider tensor) may span past its shape; the caller passes that memory."""
+    if opnd.memory == "global":
+        return
     tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
     span = as_int(tile.span()) if isinstance(tile, TileLayout) else None
     if size is not None and span is not None and span > size:
         raise Decline(
             f"{opnd.name}'s layout {layout} spans {span} elements but the buffer holds "
-            f"{size} (shape {list(opnd.shape)}; TVM allocates by shape): declare the buffer "
-            f"with a shape that covers the padding"
+            f"{size} (shape {list(opnd.shape)}; TVM allocates a {opnd.scope} buffer by its "
+            f"shape): declare the buffer with a shape that covers the padding"
         )
 
 
 def memory_view(opnd: Operand) -> MemoryView:
-    """The :class:`MemoryView` of a global/shared operand; declines with the reason otherwise."""
+    """The :class:`MemoryView` of an operand with a memory layout (global, shared, or
+    local registers without thread axes); declines with the reason otherwise."""
     layout = opnd.layout
     if layout is None:
         raise Decline(f"{opnd.name} has no layout")

@@ -17,6 +17,13 @@ axis). That *is* the partition, so nothing is synthesized:
    dimensions, the memory-side strides of the thread dimensions, and the bases. The
    anchor's thread-axis strides are left out: they count threads, not addresses.
 
+A register region may start at an offset that moves with enclosing loops
+(``R[i * 4 : i * 4 + 4]`` inside ``for i in range(8)``): :class:`LoopOffset`. A register
+index must be a compile-time constant, or the compiler puts the whole array in local
+memory, so such an offset is accepted only when it is affine in loop variables of constant
+trip count: then it takes a few known values, and an emitter can reach each through a
+constant index.
+
 The result is the same :class:`.partition.ScopePartition` the synthesized partition
 produces, so emitters and tools read both the same way.
 """
@@ -29,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from tvm import sym, tirx
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
 from ..call import Operand, as_int
@@ -67,6 +75,83 @@ SCOPE_AXES = {
 }
 
 
+# Most register slots a loop-dependent offset may select among. A full register file holds
+# 63 128-bit vectors; more slots than that means narrow accesses over a large array, where
+# one guard per slot and access costs more than the copy.
+MAX_GUARDED_SLOTS = 64
+
+
+@dataclass(frozen=True)
+class LoopTerm:
+    """``coeff * var`` where ``var`` is a loop variable running over ``[lo, lo + trips)``."""
+
+    var: Any  # the loop's tirx.Var
+    lo: int
+    trips: int
+    coeff: int
+
+
+@dataclass(frozen=True)
+class LoopOffset:
+    """The loop-dependent part of a register region's start: ``sum(coeff * var)``.
+
+    Its values are indexed by ``q`` in ``[0, count)``, a mixed radix over the loops' trips
+    (first term outermost): :meth:`at` gives the condition "the loops are at iteration
+    ``q``" and the offset there, so an emitter can enumerate ``q`` in an unrolled loop and
+    reach each value through a constant register index.
+    """
+
+    terms: tuple[LoopTerm, ...]
+
+    @property
+    def count(self) -> int:
+        return math.prod(t.trips for t in self.terms)
+
+    @property
+    def expr(self) -> Any:
+        total: Any = 0
+        for t in self.terms:
+            total = total + t.coeff * t.var
+        return total
+
+    def at(self, q: Any) -> tuple[Any, Any]:
+        """(condition, offset) at iteration ``q`` (an int or a TIR expression)."""
+        digits = mixed_radix_split(q, [t.trips for t in self.terms])
+        cond: Any = None
+        value: Any = 0
+        for term, digit in zip(self.terms, digits, strict=True):
+            here = tirx.EQ(term.var, term.lo + digit)
+            cond = here if cond is None else tirx.And(cond, here)
+            value = value + term.coeff * (term.lo + digit)
+        return cond, value
+
+    def values(self) -> list[int]:
+        """The offset at each iteration ``q``, in order."""
+        return [int(self.at(q)[1]) for q in range(self.count)]
+
+    @property
+    def ranges(self) -> str:
+        """``i in [0, 8), c in [0, 2)``"""
+        return ", ".join(f"{t.var.name} in [{t.lo}, {t.lo + t.trips})" for t in self.terms)
+
+    def __str__(self) -> str:
+        expr = " + ".join(
+            f"{t.coeff}*{t.var.name}" if t.coeff != 1 else str(t.var.name) for t in self.terms
+        )
+        return f"{expr} ({self.ranges})"
+
+
+def mixed_radix_split(q: Any, extents: Sequence[int]) -> list[Any]:
+    """Digits of ``q`` in the mixed radix ``extents`` (outer -> inner); ints or TIR."""
+    digits: list[Any] = []
+    inner = 1
+    for i in range(len(extents) - 1, -1, -1):
+        digit = q if inner == 1 else q // inner
+        digits.insert(0, digit % extents[i] if i > 0 else digit)
+        inner *= extents[i]
+    return digits
+
+
 @dataclass(frozen=True)
 class RegisterView:
     """A register operand's region: atoms tagged with the axis they run along."""
@@ -74,7 +159,13 @@ class RegisterView:
     operand: str
     atoms: tuple[tuple[int, int, str], ...]  # (extent, stride, axis), outer -> inner
     replicas: tuple[tuple[int, int, str], ...]  # thread iters that hold copies of the data
-    base: int  # register index of the region's first element
+    base: int  # register index of the region's first element (its constant part)
+    loop_offset: LoopOffset | None = None  # added to ``base``: moves with enclosing loops
+
+    @property
+    def start(self) -> Any:
+        """The region's first register index: ``base``, plus the loop offset as TIR."""
+        return self.base if self.loop_offset is None else self.base + self.loop_offset.expr
 
     @property
     def size(self) -> int:
@@ -89,8 +180,13 @@ class RegisterView:
         return tuple(dict.fromkeys(seen))
 
 
-def register_view(opnd: Operand) -> RegisterView:
-    """The :class:`RegisterView` of a ``local`` operand; declines with the reason otherwise."""
+def register_view(opnd: Operand, loops: Any = None) -> RegisterView:
+    """The :class:`RegisterView` of a ``local`` operand; declines with the reason otherwise.
+
+    ``loops`` maps loop variables to their ranges (the dispatch context's
+    ``var_range_map``); given it, a register offset affine in those loops is accepted as a
+    :class:`LoopOffset`. Without it every offset must be a constant.
+    """
     layout = opnd.layout
     if layout is None:
         raise Decline(f"register operand {opnd.name} has no layout")
@@ -109,9 +205,12 @@ def register_view(opnd: Operand) -> RegisterView:
     for ext, _, axis in replicas:
         if axis == MEMORY_AXIS:
             raise Decline(f"register layout of {opnd.name} replicates along registers ({ext})")
-    base = 0
+    base, moving = 0, None
     for axis, value in sliced.offset.items():
         name, value_i = str(axis.name), as_int(value)
+        if name == MEMORY_AXIS and value_i is None and loops is not None:
+            base, moving = loop_offset(opnd.name, value, loops)
+            continue
         if value_i is None:
             raise Decline(f"register layout of {opnd.name} has a non-constant {name} offset")
         if name == MEMORY_AXIS:
@@ -125,8 +224,56 @@ def register_view(opnd: Operand) -> RegisterView:
         if axis != MEMORY_AXIS and axis not in THREAD_AXES:
             raise Decline(f"register layout of {opnd.name} uses axis {axis}, not a thread axis")
     return RegisterView(
-        opnd.name, tuple(a for a in atoms if a[0] != 1), tuple(r for r in replicas), base
+        opnd.name, tuple(a for a in atoms if a[0] != 1), tuple(r for r in replicas), base, moving
     )
+
+
+def loop_offset(name: str, value: Any, loops: Any) -> tuple[int, LoopOffset | None]:
+    """Split register offset ``value`` of operand ``name`` into (constant, loop part).
+
+    Declines unless ``value`` is affine in variables of ``loops`` (var -> Range) whose
+    ranges are constant, and takes at most :data:`MAX_GUARDED_SLOTS` values.
+    """
+    ranges = []
+    for var in tirx.analysis.undefined_vars(value):
+        rng = next((r for v, r in loops.items() if v.same_as(var)), None)
+        if rng is None:
+            raise Decline(
+                f"register region of {name} starts at {value}, which depends on {var.name}: "
+                f"{var.name} is not the variable of an enclosing loop, so the register index "
+                "is a runtime value and the array would live in local memory; index "
+                "registers by constants and loop variables only"
+            )
+        lo, trips = as_int(rng.min), as_int(rng.extent)
+        if lo is None or trips is None:
+            raise Decline(
+                f"register region of {name} starts at {value}, and loop {var.name} starts at "
+                f"{rng.min} and runs {rng.extent} times, not a constant range: a register index "
+                "must be a compile-time constant once the loop is unrolled"
+            )
+        ranges.append((var, lo, trips))
+    coeffs = sym.detect_linear_equation(value, [v for v, _, _ in ranges])
+    ints = [as_int(c) for c in coeffs]
+    if not coeffs or any(c is None for c in ints):
+        raise Decline(
+            f"register region of {name} starts at {value}, which is not affine in loop "
+            f"{', '.join(v.name for v, _, _ in ranges)}; needs constant * loop variable + "
+            "constant"
+        )
+    terms = tuple(
+        LoopTerm(var, lo, trips, c) for (var, lo, trips), c in zip(ranges, ints, strict=False) if c
+    )
+    if not terms:
+        return ints[-1], None
+    moving = LoopOffset(terms)
+    if moving.count > MAX_GUARDED_SLOTS:
+        raise Decline(
+            f"register region of {name} starts at {value}, which takes {moving.count} values "
+            f"({moving.ranges}); each access would pick its registers among {moving.count} "
+            f"guarded constant slots, at most {MAX_GUARDED_SLOTS}: copy more per call (the "
+            "whole region in one call needs no loop)"
+        )
+    return ints[-1], moving
 
 
 def _const_iter(opnd: Operand, it: Any) -> tuple[int, int, str]:
@@ -151,10 +298,11 @@ def thread_axes_misfit(view: RegisterView, scope: str) -> str | None:
     return None
 
 
-def register_layout_misfit(opnd: Operand, scope: str) -> str | None:
-    """Why ``opnd``'s register layout cannot induce a partition at ``scope``, or None."""
+def register_layout_misfit(opnd: Operand, scope: str, loops: Any = None) -> str | None:
+    """Why ``opnd``'s register layout cannot induce a partition at ``scope``, or None
+    (``loops``: as for :func:`register_view`)."""
     try:
-        return thread_axes_misfit(register_view(opnd), scope)
+        return thread_axes_misfit(register_view(opnd, loops), scope)
     except Decline as why:
         return str(why)
 
@@ -263,7 +411,7 @@ def induced_partition(
         for d in dims
         for i in range(len(views))
     ]
-    bases = [v.base for v in views]
+    bases = [v.start if isinstance(v, RegisterView) else v.base for v in views]
     caps = [v.swizzle.unit for v in views if isinstance(v, MemoryView) and v.swizzle]
     refusals: list[str] = []
     for bits, elems in widths:
