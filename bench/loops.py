@@ -112,10 +112,13 @@ def elementwise_loop(
     return loop
 
 
-def smem_elementwise_loop(op: str, shape: tuple[int, int], dtype: str, ctas: int) -> Any:
+def smem_elementwise_loop(
+    op: str, shape: tuple[int, int], dtype: str, ctas: int, once: bool = False
+) -> Any:
     """One warpgroup per CTA: its tile of A and B into shared tiles S and Q, then ``iters``
     times ``S = op(S, Q)`` on shared memory (a barrier between: the next application reads
-    what other threads wrote), then S -> B."""
+    what other threads wrote), then S -> B. ``once`` applies the op a single time without
+    the loop (for counting SASS: the compiler unrolls the two pipelines' loops differently)."""
     rows, cols = shape
     full = (slice(0, rows), slice(0, cols))
     fn = getattr(Tx.wg, op)
@@ -138,7 +141,7 @@ def smem_elementwise_loop(op: str, shape: tuple[int, int], dtype: str, ctas: int
         Tx.wg.copy(Sa[full], A[bx * rows:(bx + 1) * rows, 0:cols])
         Tx.wg.copy(Q[full], B[bx * rows:(bx + 1) * rows, 0:cols])
         T.cuda.cta_sync()
-        for _it in T.serial(iters):
+        for _it in T.serial(1 if once else iters):
             fn(Sa[full], Sa[full], Q[full])
             T.cuda.cta_sync()
         Tx.wg.copy(B[bx * rows:(bx + 1) * rows, 0:cols], Sa[full])

@@ -190,6 +190,22 @@ def elementwise_case(c: Chooser, seed: int) -> Case:
     return Case("elementwise", params, func, [a, cc, d, runtime.poison_like(a)], 3, expected)
 
 
+def mixed_elementwise_case(c: Chooser, seed: int) -> Case:
+    """A float32 register tile into a float16/bfloat16 dst through a correctly rounded
+    unary op (TVM's accumulator epilogues): float32 math, one rounding into dst."""
+    op = c.pick(("sqrt", "reciprocal"))
+    dst = c.pick(("float16", "bfloat16"))
+    layout, shape, scope, what = register_layout(c)
+    rng = np.random.default_rng(seed)
+    a = np.abs(runtime.random_array(shape, "float32", rng)) + np.float32(0.25)
+    cc, d = (runtime.random_array(shape, dst, rng) for _ in range(2))
+    func = demos.elementwise_roundtrip(op, layout, shape, dst, scope, src_dtype="float32")
+    exact = np.sqrt(a) if op == "sqrt" else np.float32(1.0) / a
+    expected = exact.astype(np.float32).astype(cc.dtype)
+    params = dict(op=op, dst=dst, layout=what)
+    return Case("mixed_elementwise", params, func, [a, cc, d, runtime.poison_like(cc)], 3, expected)
+
+
 def smem_elementwise_case(c: Chooser, seed: int) -> Case:
     op = c.pick(sorted(EXACT_OPS))
     dtype = c.pick(FLOAT_DTYPES)
@@ -208,6 +224,7 @@ GENERATORS: dict[str, Callable[[Chooser, int], Case]] = {
     "copy_reg": copy_reg_case,
     "fragment": fragment_case,
     "elementwise": elementwise_case,
+    "mixed_elementwise": mixed_elementwise_case,
     "smem_elementwise": smem_elementwise_case,
 }
 
