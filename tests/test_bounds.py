@@ -298,3 +298,26 @@ def test_a_register_layout_with_thread_axes_is_not_span_checked():
 
     [call] = bounds.scan(warp_g2local())
     assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]
+
+
+def test_a_linear_layout_shorter_than_its_buffer_extends():
+    """``S[512:1]`` (a 64-byte swizzle over a flat run) on a (32, 24) float32 tile: TVM
+    applies a one-dimensional contiguous layout past its extent, so the tile is described
+    and both pipelines copy it right (fuzz seed 441 on the H200); not an error."""
+    from tvm.tirx.layout import ComposeLayout
+
+    layout = ComposeLayout(2, 2, 3, TileLayout(S[512:1]))
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32, 24), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        A_s = T.alloc_buffer((32, 24), "float32", scope="shared", layout=layout)
+        Tx.warp.copy(A_s[:, :], A[:, :])
+
+    [call] = bounds.scan(kernel)
+    assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]

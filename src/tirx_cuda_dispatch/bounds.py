@@ -228,7 +228,10 @@ def _layout_overhang(buf: Any) -> str | None:
     if scope == "local" and any(str(it.axis.name) != "m" for it in tile.shard):
         return None
     covered, size = as_int(tile.size()), _static_size(buf.shape)
-    if covered is not None and size is not None and covered != size:
+    # A one-dimensional contiguous layout (``S[512:1]``, swizzled or not) extends linearly
+    # past its extent, so it describes any shape; a multi-dimensional one does not.
+    linear = len(tile.shard) == 1 and as_int(tile.shard[0].stride) == 1
+    if covered is not None and size is not None and covered != size and not linear:
         return (
             f"its layout {str(layout).replace('T.', '')} covers {covered} elements but "
             f"{buf.name} has {size} (shape {_shape_text(list(buf.shape))}): give the buffer a "
