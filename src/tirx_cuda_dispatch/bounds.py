@@ -29,8 +29,9 @@ from tvm import sym
 from tvm.tirx import IntImm, Var
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
-from .call import Location, as_int, location_of
+from .call import Location, as_int, location_of, role_of
 from .errors import DispatchError
+from .layout.atoms import static_size
 
 MAX_CORNER_VARS = 8  # 2**8 corner assignments at most per expression
 
@@ -166,7 +167,7 @@ def check_call(node: Any, env: _Env) -> CallBounds:
     """Verdicts for the tensor operands (regions and scalar element reads) of one call."""
     operands = []
     for i, arg in enumerate(node.args):
-        role = "dst" if i == 0 else ("src" if i == 1 else f"src{i - 1}")
+        role = role_of(i)
         source = getattr(arg, "source", None)
         if not isinstance(source, tvm.tirx.Buffer):
             continue
@@ -227,7 +228,7 @@ def _layout_overhang(buf: Any) -> str | None:
         return None
     if scope == "local" and any(str(it.axis.name) != "m" for it in tile.shard):
         return None
-    covered, size = as_int(tile.size()), _static_size(buf.shape)
+    covered, size = as_int(tile.size()), static_size(buf.shape)
     # A one-dimensional contiguous layout (``S[512:1]``, swizzled or not) extends linearly
     # past its extent, so it describes any shape; a multi-dimensional one does not.
     linear = len(tile.shard) == 1 and as_int(tile.shard[0].stride) == 1
@@ -247,15 +248,6 @@ def _layout_overhang(buf: Any) -> str | None:
         f"holds {size} (shape {_shape_text(list(buf.shape))}; TVM allocates a {scope} buffer "
         "by its shape): declare the buffer with a shape that covers the padding"
     )
-
-
-def _static_size(shape: Any) -> int | None:
-    n = 1
-    for s in shape:
-        if as_int(s) is None:
-            return None
-        n *= as_int(s)
-    return n
 
 
 def _axis(lo: Any, ext: Any, n: Any, env: _Env) -> tuple[str, str | None]:

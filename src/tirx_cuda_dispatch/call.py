@@ -126,6 +126,11 @@ def location_of(node: Any) -> Location:
     return Location(file, line, text.rstrip("\n") if text else None)
 
 
+def role_of(index: int) -> str:
+    """The role of argument ``index``: ``dst``, then ``src``, ``src2``, ``src3``, ..."""
+    return "dst" if index == 0 else ("src" if index == 1 else f"src{index - 1}")
+
+
 class TileCall:
     """A tile-primitive call in its dispatch context."""
 
@@ -174,8 +179,7 @@ class TileCall:
         """All tensor operands, with roles ``dst`` (argument 0) and ``src``/``srcN`` after it."""
         out = []
         for i in range(len(self.args)):
-            role = "dst" if i == 0 else ("src" if i == 1 else f"src{i - 1}")
-            opnd = self.operand(i, role)
+            opnd = self.operand(i, role_of(i))
             if opnd is not None:
                 out.append(opnd)
         return out

@@ -12,6 +12,7 @@ from typing import Any
 
 import tvm
 
+from .call import role_of
 from .dispatch import Candidate, Outcome, plan_facts
 from .lowering import run_lower
 from .targets import as_target
@@ -139,7 +140,7 @@ def _scalar_operands(call: Any) -> list[dict[str, Any]]:
         dtype = source.dtype if source is not None else getattr(arg, "dtype", None)
         if dtype is None:
             continue
-        role = "dst" if i == 0 else ("src" if i == 1 else f"src{i - 1}")
+        role = role_of(i)
         rows.append(
             {
                 "role": role,

@@ -118,13 +118,8 @@ def _marked(func: tvm.tirx.PrimFunc, index: int) -> tvm.tirx.PrimFunc:
     """The emitted body under an attribute naming the call (its index in explain()'s
     numbering), so that the simulator can say which call an access or a fault came from.
     CUDA codegen emits nothing for an attribute it does not know."""
-    if not MARK_CALLS:
-        return func
     body = tvm.tirx.AttrStmt(tvm.ir.StringImm(CALL_MARK), CALL_MARK, index, func.body)
     return func.with_body(body)
-
-
-MARK_CALLS = True
 
 
 def _lowering_error(s: Session, call: TileCall, out: Outcome) -> DispatchError | None:

@@ -27,6 +27,7 @@ from tvm.script import tirx as T
 
 from ..codegen import HelperMeaning
 from ..errors import Decline
+from ..registry import Predicate, predicate
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 
@@ -410,3 +411,30 @@ def convert_form(arith: Arithmetic, sm: int | None) -> PackedForm | None:
     if arith.compute == arith.dst:
         return None
     return packed_form(OPS["cast"], arith.dst, arith.compute, sm)
+
+
+# -- the dtype rule as a predicate, for every elementwise variant ---------------------------
+def input_dtypes(op: ElementwiseOp, call: Any) -> tuple[dict[str, str], set[str]]:
+    """Each input's dtype by role, and the roles that are scalars, of a call of ``op``."""
+    dtypes, scalars = {}, set()
+    for inp in op.inputs(call.args):
+        opnd = None if inp.is_scalar else call.operand(inp.index, inp.role)
+        dtypes[inp.role] = str(inp.scalar.ty) if opnd is None else opnd.dtype
+        if opnd is None:
+            scalars.add(inp.role)
+    return dtypes, scalars
+
+
+def requires_dtype_rule(op: ElementwiseOp, mixed: bool = False) -> Predicate:
+    """The predicate ``dtype_rule``: the call's dtypes follow :func:`check_dtypes`
+    (``mixed``: the variant evaluates mixed float dtypes, :data:`MIXED_COMPUTE`)."""
+
+    def dtype_rule(call: Any) -> tuple[bool, str | None]:
+        dst = call.operand(0, "dst")
+        if dst is None:
+            return False, f"{op.name} dst is not a tensor region"
+        dtypes, scalars = input_dtypes(op, call)
+        why = check_dtypes(op, dst.dtype, dtypes, scalars, mixed=mixed)
+        return why is None, why
+
+    return predicate(dtype_rule, "dtype_rule")

@@ -44,9 +44,10 @@ from .ops import (
     Input,
     PackedForm,
     arithmetic,
-    check_dtypes,
     convert_form,
+    input_dtypes,
     packed_form,
+    requires_dtype_rule,
 )
 
 
@@ -75,26 +76,6 @@ def requires_register_operands(op: ElementwiseOp):
         return True, None
 
     return predicate(register_operands, "register_operands")
-
-
-def _input_dtypes(op: ElementwiseOp, call: TileCall) -> tuple[dict[str, str], set[str]]:
-    """Each input's dtype by role, and the roles that are scalars."""
-    dtypes, scalars = {}, set()
-    for inp in op.inputs(call.args):
-        opnd = None if inp.is_scalar else call.operand(inp.index, inp.role)
-        dtypes[inp.role] = str(inp.scalar.ty) if opnd is None else opnd.dtype
-        if opnd is None:
-            scalars.add(inp.role)
-    return dtypes, scalars
-
-
-def requires_dtype_rule(op: ElementwiseOp):
-    def dtype_rule(call: TileCall) -> tuple[bool, str | None]:
-        dtypes, scalars = _input_dtypes(op, call)
-        why = check_dtypes(op, _dst(call).dtype, dtypes, scalars, mixed=True)
-        return why is None, why
-
-    return predicate(dtype_rule, "dtype_rule")
 
 
 def requires_anchor_layout(call: TileCall) -> tuple[bool, str | None]:
@@ -152,7 +133,7 @@ def make_plan(op: ElementwiseOp):
         tensors = _tensor_inputs(op, call)
         views = [register_view(dst)] + [_lifted(o, dst) for _, o in tensors]
         src_dtype = tensors[0][1].dtype if tensors else dst.dtype
-        arith = arithmetic(op, dst.dtype, *_input_dtypes(op, call))
+        arith = arithmetic(op, dst.dtype, *input_dtypes(op, call))
         convert = convert_form(arith, call.sm)
         # A scalar input (the dtype rule gave it the inputs' dtype) joins a pair form as a
         # broadcast pair: max(x, 0) on half pairs is one HMNMX2 per pair. A mixed call
@@ -365,7 +346,7 @@ def _register(op: ElementwiseOp) -> None:
             requires_scope("thread", "warp", "warpgroup", "cta"),
             requires_all_threads_active,
             requires_register_operands(op),
-            requires_dtype_rule(op),
+            requires_dtype_rule(op, mixed=True),
             requires_anchor_layout,
         ],
         plan=make_plan(op),

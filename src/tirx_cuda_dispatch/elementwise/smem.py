@@ -45,7 +45,7 @@ from ..layout.partition import (
 from ..layout.register import lift_to
 from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
 from ..registry import predicate, variant
-from .ops import OPS, ElementwiseOp, Input, PackedForm, check_dtypes, packed_form
+from .ops import OPS, ElementwiseOp, Input, PackedForm, packed_form, requires_dtype_rule
 
 MAX_TENSORS = 4  # dst and at most three tensor inputs (fma)
 
@@ -77,18 +77,6 @@ def requires_shared_operands(op: ElementwiseOp):
         return True, None
 
     return predicate(shared_operands, "shared_operands")
-
-
-def requires_dtype_rule(op: ElementwiseOp):
-    def dtype_rule(call: TileCall) -> tuple[bool, str | None]:
-        dtypes = {}
-        for inp in op.inputs(call.args):
-            opnd = None if inp.is_scalar else call.operand(inp.index, inp.role)
-            dtypes[inp.role] = str(inp.scalar.ty) if opnd is None else opnd.dtype
-        why = check_dtypes(op, call.operand(0, "dst").dtype, dtypes)
-        return why is None, why
-
-    return predicate(dtype_rule, "dtype_rule")
 
 
 @dataclass(frozen=True)

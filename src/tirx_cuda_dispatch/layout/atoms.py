@@ -88,7 +88,7 @@ def memory_view(opnd: Operand) -> MemoryView:
         raise Decline(f"{opnd.name} region extents {list(opnd.extents)} are not all constant")
     if len(opnd.buffer.strides) > 0:
         raise Decline(f"{opnd.name} has explicit buffer strides; describe them with a layout")
-    size = _static_size(opnd.shape)
+    size = static_size(opnd.shape)
     if size is not None and size >= INT32_LIMIT:
         # TVM's layout arithmetic and our offsets are 32-bit: decline rather than wrap.
         raise Decline(f"{opnd.name} holds {size} elements; offsets must stay below 2**31")
@@ -159,7 +159,7 @@ def element_offsets(view: MemoryView) -> np.ndarray:
 INT32_LIMIT = 2**31
 
 
-def _static_size(shape: tuple[Any, ...]) -> int | None:
+def static_size(shape: tuple[Any, ...]) -> int | None:
     n = 1
     for ext in shape:
         ext_i = as_int(ext)
