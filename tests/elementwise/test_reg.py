@@ -7,7 +7,7 @@ import pytest
 import tvm
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
-from tvm.tirx.layout import Axis, R, S, TileLayout
+from tvm.tirx.layout import Axis, R, S, TileLayout, tcgen05_atom_layout, wg_local_layout
 
 import tirx_cuda_dispatch as tcd
 from executors import WHERE, execute
@@ -141,6 +141,61 @@ def test_scalar_pair_forms_match_numpy(op, dtype, value, arch, packed, opcode, r
     fn = {"maximum": np.maximum, "add": np.add, "mul": np.multiply}[op]
     want = fn(a, np.array(value, dtype=a.dtype)).astype(a.dtype)
     np.testing.assert_array_equal(runtime.bits(out[3]), runtime.bits(want))
+
+
+# TVM's own register layouts at warpgroup scope: the tcgen05.ld/st atoms' images (one
+# per shape) and wg_local (a row a thread). Two consecutive registers hold a pair in each.
+TVM_REGISTER_LAYOUTS = [
+    pytest.param(
+        lambda: tcgen05_atom_layout("32x32b", (128, 16), "float32"), (128, 16), id="32x32b"
+    ),
+    pytest.param(lambda: tcgen05_atom_layout("16x64b", (64, 16), "float32"), (64, 16), id="16x64b"),
+    pytest.param(
+        lambda: tcgen05_atom_layout("16x128b", (64, 32), "float32"), (64, 32), id="16x128b"
+    ),
+    pytest.param(
+        lambda: tcgen05_atom_layout("16x256b", (64, 64), "float32"), (64, 64), id="16x256b"
+    ),
+    pytest.param(
+        lambda: tcgen05_atom_layout("32x32b", (64, 16), "float32"), (64, 16), id="B-image"
+    ),
+    pytest.param(lambda: wg_local_layout(16), (128, 16), id="wg_local"),
+]
+F32_PAIRS = [("add", None, "FADD2"), ("mul", 3.0, "FMUL2"), ("fma", None, "FFMA2")]
+
+
+def _tvm_layout_kernel(op, make_layout, shape, value):
+    scalar = None if value is None else tvm.tirx.const(value, "float32")
+    return _kernel(op, "float32", make_layout(), shape, "warpgroup", scalar=scalar)
+
+
+@pytest.mark.parametrize("op, value, opcode", F32_PAIRS)
+@pytest.mark.parametrize("make_layout, shape", TVM_REGISTER_LAYOUTS)
+def test_f32_pairs_on_tvm_register_layouts(op, value, opcode, make_layout, shape, rng):
+    func = _tvm_layout_kernel(op, make_layout, shape, value)
+    report = _report(func, op, "sm_100a")
+    assert report.variant == "reg" and report.plan["packed"] == f"{op}_f32x2"
+    assert _report(func, op, "sm_90a").plan["packed"] is None  # negative control: no pair form
+    a, c, d = (runtime.random_array(shape, "float32", rng) for _ in range(3))
+    out = execute(func, [a, c, d, runtime.poison_like(a)], "sim", None, target="sm_100a")[3]
+    c = np.full_like(a, value) if value is not None else c
+    want = {"add": a + c, "mul": a * c, "fma": _fma_f32(a, c, d)}[op]
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(want))
+
+
+def _fma_f32(a, c, d):
+    """a * c + d rounded once to float32 (the float64 product of two float32s is exact)."""
+    return (a.astype(np.float64) * c + d).astype(np.float32)
+
+
+@pytest.mark.parametrize("make_layout, shape", TVM_REGISTER_LAYOUTS[::3])
+def test_f32_pairs_on_tvm_register_layouts_reach_the_sass(make_layout, shape):
+    ops = toolchain.opcodes(
+        toolchain.kernel_sass(_tvm_layout_kernel("fma", make_layout, shape, None), "sm_100a")
+    )
+    pairs = shape[0] * shape[1] // 128 // 2  # a thread's elements, two per instruction
+    assert ops["FFMA2"] == pairs and not ops["FFMA"], ops
+    assert not any(o.startswith(("LDL", "STL")) for o in ops)
 
 
 @pytest.mark.parametrize("c_layout, c_shape", [(ROW_BROADCAST, (1, 8)), (COL_BROADCAST, (32, 1))])
