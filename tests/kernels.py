@@ -12,11 +12,13 @@ def warp_g2s(
     cols: int,
     dtype: str = "float32",
     s_dtype: str | None = None,
-    narrow: bool = False,
+    guard: str | None = None,
     dispatch: str | None = None,
 ):
-    """One warp copies A[0:rows, 0:cols] into a shared tile (optionally under ``if lane < 16``,
-    optionally forcing a variant with ``dispatch=``)."""
+    """One warp copies A[0:rows, 0:cols] into a shared tile, optionally forcing a variant
+    with ``dispatch=``, optionally under an ``if``: ``guard="lanes"`` is ``if lane < 16`` (TVM
+    narrows the scope to 16 lanes), ``guard="data"`` is ``if A[0, lane] != 1.0``, a test of
+    per-thread data nobody can prove every lane passes (our variants decline it)."""
     s_dtype = s_dtype or dtype
 
     @T.prim_func
@@ -30,8 +32,11 @@ def warp_g2s(
         A_s = T.alloc_buffer(
             (rows, cols), s_dtype, scope="shared", layout=TileLayout(S[(rows, cols)])
         )
-        if narrow:
+        if guard == "lanes":
             if lane < 16:
+                Tx.warp.copy(A_s[:, :], A[:, :])
+        elif guard == "data":
+            if A[0, lane] != T.float32(1.0):
                 Tx.warp.copy(A_s[:, :], A[:, :])
         else:
             Tx.warp.copy(A_s[:, :], A[:, :], dispatch=dispatch)

@@ -44,12 +44,10 @@ def test_explain_names_the_builtin_variant_that_takes_the_call():
 
 
 def test_explain_says_loudly_when_the_fallback_is_the_scalar_copy():
-    # under `if lane < 16` our variants decline and TVM copies with one thread
-    [report] = tcd.explain(warp_g2s(32, 32, narrow=True))
+    # int4 elements: our variants decline (sub-byte), and TVM copies the 5x7 tile with one thread
+    [report] = tcd.explain(warp_g2s(5, 7, "int4"))
     assert report.scalar_fallback
-    assert "SCALAR single-thread copy (one thread copies 1,024 elements one at a time)" in str(
-        report
-    )
+    assert "SCALAR single-thread copy (one thread copies 35 elements one at a time)" in str(report)
     assert str(report).count("WARNING") == 1
     # negative control: a tile our variant takes has no fallback and no warning
     [report] = tcd.explain(warp_g2s(32, 32))

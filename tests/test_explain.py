@@ -30,11 +30,11 @@ def test_reports_in_program_order_with_required_keys():
 
 
 def test_declined_call_keeps_reason_and_has_no_variant():
-    [report] = tcd.explain(warp_g2s(32, 32, narrow=True))
+    [report] = tcd.explain(warp_g2s(32, 32, guard="data"))
     assert report.variant is None and report.plan == {}
     assert report.candidates[0].variant == "gmem_smem"
     assert report.candidates[0].accepted is False
-    assert "narrowed" in report.candidates[0].reason
+    assert "cannot prove that every thread" in report.candidates[0].reason
 
 
 def test_text_and_json_rendering():

@@ -36,28 +36,32 @@ def test_our_variant_lowers_and_tvm_pipeline_is_untouched():
 
 @pytest.mark.filterwarnings("ignore:copy/fallback")
 def test_declined_call_falls_back_to_builtin():
-    func = warp_g2s(32, 32, narrow=True)  # under `if lane < 16`: our variants decline
+    func = warp_g2s(32, 32, guard="data")  # a per-thread test: our variants decline
     assert "T.warp.copy" in tvm.IRModule({"main": func}).script()
     lowered = _lower(func).script()
     assert "T.warp.copy" not in lowered
-    assert "if tid == 0:" in lowered  # TVM's scalar single-thread fallback took it
+    [report] = tcd.explain(func)
+    assert report.fallback == "falls back to TVM's built-in variant 'vec_auto'"
 
 
 def test_strict_mode_names_the_call_and_every_reason():
-    func = warp_g2s(32, 32, narrow=True)
+    func = warp_g2s(32, 32, guard="data")
     with pytest.raises(tcd.DispatchError) as err:
         _lower(func, fallback="error")
     msg = str(err.value)
     assert "strict mode" in msg
     assert "kernels.py:" in msg and "Tx.warp.copy(A_s[:, :], A[:, :]" in msg
     assert "gmem_smem" in msg
-    assert "scope warp is narrowed: laneid runs over [0, 16) of [0, 32)" in msg
-    assert "without strict mode: falls back to TVM's built-in 'fallback'" in msg
+    assert (
+        "cannot prove that every thread of the warp in lanes [0, 32) passes `if A[0, lane] != T.float32(1.0)`"
+        in msg
+    )
+    assert "without strict mode: falls back to TVM's built-in variant 'vec_auto'" in msg
 
 
 def test_strict_pipeline_raises_too():
-    with pytest.raises(tcd.DispatchError, match="narrowed"):
-        _compile(warp_g2s(32, 32, narrow=True), pipeline="tirx_cuda_dispatch.strict")
+    with pytest.raises(tcd.DispatchError, match="cannot prove that every thread"):
+        _compile(warp_g2s(32, 32, guard="data"), pipeline="tirx_cuda_dispatch.strict")
 
 
 def test_forced_variant_that_declines_is_an_error():

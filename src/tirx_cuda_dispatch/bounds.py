@@ -32,6 +32,7 @@ from tvm.tirx.layout import ComposeLayout, TileLayout
 from .call import Location, as_int, location_of, role_of
 from .errors import DispatchError
 from .layout.atoms import static_size
+from .participation import scope_id_kind
 
 MAX_CORNER_VARS = 8  # 2**8 corner assignments at most per expression
 
@@ -63,6 +64,7 @@ class CallBounds:
     node: Any = field(repr=False, compare=False)  # the TilePrimitiveCall
     location: Location
     operands: tuple[OperandBounds, ...]
+    enclosing: Enclosing | None = field(default=None, repr=False, compare=False)
 
     @property
     def violations(self) -> list[OperandBounds]:
@@ -86,16 +88,25 @@ class CallBounds:
 
 
 @dataclass
-class _Env:
-    """What is known where a call stands: variable ranges, let values, conditions."""
+class Enclosing:
+    """What is known where a call stands: variable ranges, let values, the conditions of
+    the enclosing ``if``\\s, and TVM's scope ids with their kinds (``T.lane_id``: lane
+    ids of a warp's threads, ("warp", "thread"))."""
 
     ranges: list[tuple[Var, int, int, int]] = field(default_factory=list)  # var, lo, hi, step
     symbolic: list[tuple[Var, Any, Any]] = field(default_factory=list)  # var, min, extent
     lets: list[tuple[Var, Any]] = field(default_factory=list)
     conditions: list[Any] = field(default_factory=list)
+    scope_ids: list[tuple[Var, tuple[str, str]]] = field(default_factory=list)
 
-    def snapshot(self) -> _Env:
-        return _Env(list(self.ranges), list(self.symbolic), list(self.lets), list(self.conditions))
+    def snapshot(self) -> Enclosing:
+        return Enclosing(
+            list(self.ranges),
+            list(self.symbolic),
+            list(self.lets),
+            list(self.conditions),
+            list(self.scope_ids),
+        )
 
 
 def scan(mod_or_func: Any) -> list[CallBounds]:
@@ -108,7 +119,7 @@ def scan(mod_or_func: Any) -> list[CallBounds]:
     out: list[CallBounds] = []
     for func in funcs:
         if isinstance(func, tvm.tirx.PrimFunc):
-            _walk(func.body, _Env(), out)
+            _walk(func.body, Enclosing(), out)
     return out
 
 
@@ -121,7 +132,7 @@ def find(scanned: list[CallBounds], node: Any) -> CallBounds | None:
 
 
 # -- the walk ----------------------------------------------------------------------------
-def _walk(stmt: Any, env: _Env, out: list[CallBounds]) -> None:
+def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
     kind = type(stmt).__name__
     if kind == "SeqStmt":
         scope = env.snapshot()  # ids, lets and buffers declared in a sequence last to its end
@@ -131,8 +142,10 @@ def _walk(stmt: Any, env: _Env, out: list[CallBounds]) -> None:
         out.append(check_call(stmt, env))
     elif kind == "ScopeIdDefStmt":
         d = getattr(stmt, "def")
+        kind = scope_id_kind(d) if len(d.def_ids) == 1 else ("?", "?")
         for var, ext in zip(d.def_ids, d.extents, strict=False):
             _add_range(env, var, 0, ext, 1)
+            env.scope_ids.append((var, kind))
     elif kind == "For":
         inner = env.snapshot()
         step = 1 if stmt.step is None else stmt.step
@@ -154,7 +167,7 @@ def _walk(stmt: Any, env: _Env, out: list[CallBounds]) -> None:
             _walk(body, env.snapshot(), out)
 
 
-def _add_range(env: _Env, var: Var, lo: Any, extent: Any, step: Any) -> None:
+def _add_range(env: Enclosing, var: Var, lo: Any, extent: Any, step: Any) -> None:
     lo_i, ext_i, step_i = as_int(lo), as_int(extent), as_int(step)
     if lo_i is not None and ext_i is not None and step_i is not None and ext_i > 0:
         env.ranges.append((var, lo_i, lo_i + (ext_i - 1) * step_i + 1, step_i))
@@ -163,7 +176,7 @@ def _add_range(env: _Env, var: Var, lo: Any, extent: Any, step: Any) -> None:
 
 
 # -- one call ----------------------------------------------------------------------------
-def check_call(node: Any, env: _Env) -> CallBounds:
+def check_call(node: Any, env: Enclosing) -> CallBounds:
     """Verdicts for the tensor operands (regions and scalar element reads) of one call."""
     operands = []
     for i, arg in enumerate(node.args):
@@ -178,10 +191,10 @@ def check_call(node: Any, env: _Env) -> CallBounds:
         else:
             continue
         operands.append(_operand(role, source, spans, env))
-    return CallBounds(node, location_of(node), tuple(operands))
+    return CallBounds(node, location_of(node), tuple(operands), env.snapshot())
 
 
-def _operand(role: str, buf: Any, spans: list[tuple[Any, Any]], env: _Env) -> OperandBounds:
+def _operand(role: str, buf: Any, spans: list[tuple[Any, Any]], env: Enclosing) -> OperandBounds:
     name = str(buf.name)
     text = f"{name}[{', '.join(_span_text(lo, ext) for lo, ext in spans)}]"
     shape = list(buf.shape)
@@ -250,7 +263,7 @@ def _layout_overhang(buf: Any) -> str | None:
     )
 
 
-def _axis(lo: Any, ext: Any, n: Any, env: _Env) -> tuple[str, str | None]:
+def _axis(lo: Any, ext: Any, n: Any, env: Enclosing) -> tuple[str, str | None]:
     """``(verdict, detail)`` for one axis: ``0 <= lo`` and ``lo + ext <= n``."""
     lo_e, hi_e = _expr(lo), _expr(lo) + _expr(ext)
     n_e = _expr(n)
@@ -266,7 +279,7 @@ def _axis(lo: Any, ext: Any, n: Any, env: _Env) -> tuple[str, str | None]:
     )
 
 
-def _analyzer(env: _Env, stack: ExitStack) -> sym.Analyzer:
+def _analyzer(env: Enclosing, stack: ExitStack) -> sym.Analyzer:
     ana = sym.Analyzer()
     for var, lo, hi, _ in env.ranges:
         ana.bind(var, tvm.ir.Range(lo, hi))
@@ -279,7 +292,7 @@ def _analyzer(env: _Env, stack: ExitStack) -> sym.Analyzer:
     return ana
 
 
-def _witness(lo: Any, hi: Any, n: Any, env: _Env) -> str | None:
+def _witness(lo: Any, hi: Any, n: Any, env: Enclosing) -> str | None:
     """A concrete assignment (at the corners of the ranges) that satisfies the enclosing
     conditions and puts ``[lo, hi)`` outside ``[0, n)``, described; None if none found."""
     free = _free_vars([lo, hi, n, *env.conditions, *(v for _, v in env.lets)])
@@ -336,6 +349,6 @@ def _shape_text(shape: list[Any]) -> str:
     return "(" + ", ".join(str(as_int(s) if as_int(s) is not None else s) for s in shape) + ")"
 
 
-def _vars_text(expr: Any, env: _Env) -> str:
+def _vars_text(expr: Any, env: Enclosing) -> str:
     names = [str(v.name) for v in tvm.tirx.analysis.undefined_vars(expr)]
     return ", ".join(names) if names else "no variables"

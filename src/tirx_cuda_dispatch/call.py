@@ -134,9 +134,12 @@ def role_of(index: int) -> str:
 class TileCall:
     """A tile-primitive call in its dispatch context."""
 
-    def __init__(self, prim: Any, ctx: Any):
+    def __init__(self, prim: Any, ctx: Any, enclosing: Any = None):
         self.prim = prim
         self.ctx = ctx
+        # What the code around the call says (ranges, lets, enclosing conditions, scope
+        # ids): a :class:`.bounds.Enclosing`, set where the program was scanned.
+        self.enclosing = enclosing
 
     # -- the op ------------------------------------------------------------------------
     @cached_property
@@ -234,6 +237,13 @@ class TileCall:
                 return None
             n *= ext
         return n
+
+    @cached_property
+    def participation(self) -> Any:
+        """Which threads of the scope execute the call (:mod:`.participation`)."""
+        from .participation import participation
+
+        return participation(self)
 
     # -- source location ---------------------------------------------------------------
     @cached_property

@@ -393,6 +393,25 @@ def thread_index(call: TileCall) -> Any:
     raise ValueError(f"no thread index for scope {call.scope}")
 
 
+def participant_index(call: TileCall) -> Any:
+    """The thread's index among the threads that execute the call: the scope's threads,
+    or those of the ranges an enclosing ``if`` narrowed them to (:mod:`.participation`):
+    ``(warp - w0) * lanes + (lane - l0)`` with the warp counted inside the scope."""
+    parts = call.participation.participants
+    if call.scope == "thread" or parts is None or not parts.renumbered:
+        return thread_index(call)
+    tid = linear_thread_index(call)
+    l0, lanes = parts.lane
+    index = tirx.floormod(tid, 32) - l0 if l0 else tirx.floormod(tid, 32)
+    if parts.warp is not None:
+        warp = tirx.floordiv(tid, 32)
+        if call.scope == "warpgroup":
+            warp = tirx.floormod(warp, 4)
+        w0 = parts.warp[0]
+        index = (warp - w0 if w0 else warp) * lanes + index
+    return index
+
+
 def warp_index_in_warpgroup(call: TileCall) -> Any:
     """The warp's index within its warpgroup, from TVM's warp-uniform ``warp_id_in_cta``
     (a shuffle of the linear thread index over 32, bound once per kernel)."""

@@ -34,6 +34,7 @@ from .call import TileCall
 from .codegen import CALL_MARK, impl_prim_func
 from .dispatch import Outcome, choose
 from .errors import DispatchError, VariantError
+from .participation import DivergentScopeError
 from .registry import registered_ops, variants_for
 
 BRIDGE_NAME = "tirx_cuda_dispatch"
@@ -98,12 +99,18 @@ def _bridge(op_call: Any, sctx: Any) -> Any:
 
 
 def _dispatch_in_session(s: Session, call: TileCall) -> Any:
+    scanned = bounds.find(s.bounds, call.prim)
+    call.enclosing = scanned.enclosing if scanned else None
     out = choose(call, emit=s.mode == "lower", exhaustive=s.mode == "explain")
-    out.bounds = bounds.find(s.bounds, call.prim)
+    out.bounds = scanned
     s.outcomes.append(out)
     if out.chosen is None and call.forced_variant is None:
         out.builtin = probe(call)
-    out.error = (out.bounds.error() if out.bounds else None) or _lowering_error(s, call, out)
+    out.error = (
+        (out.bounds.error() if out.bounds else None)
+        or _divergence_error(call)
+        or _lowering_error(s, call, out)
+    )
     if s.mode == "explain":
         return _noop()
     if out.error is not None:
@@ -120,6 +127,17 @@ def _marked(func: tvm.tirx.PrimFunc, index: int) -> tvm.tirx.PrimFunc:
     CUDA codegen emits nothing for an attribute it does not know."""
     body = tvm.tirx.AttrStmt(tvm.ir.StringImm(CALL_MARK), CALL_MARK, index, func.body)
     return func.with_body(body)
+
+
+def _divergence_error(call: TileCall) -> DispatchError | None:
+    """An enclosing ``if`` provably leaves threads of the call's scope out of it: whichever
+    variant lowers the call splits the tile among threads that do not all run it."""
+    verdict = call.participation
+    if verdict.verdict != "divergent":
+        return None
+    return DivergentScopeError(
+        f"threads left out of a {call.scope}-scope call at {call.location}:\n  {verdict.detail}"
+    )
 
 
 def _lowering_error(s: Session, call: TileCall, out: Outcome) -> DispatchError | None:

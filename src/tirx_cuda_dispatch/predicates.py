@@ -29,35 +29,48 @@ def requires_scope(*scopes: str) -> Predicate:
 
 
 def requires_all_threads_active(call: TileCall) -> Result:
-    """Every thread of the scope takes part: no enclosing ``if`` narrowed a thread axis."""
-    axes = call.thread_axes
-    expected = call.expected_thread_axes
-    if set(axes) != set(expected):
-        return (
-            False,
-            f"scope {call.scope} has thread axes {sorted(axes)}, expected {sorted(expected)}",
+    """Every thread of the scope takes part: no enclosing ``if`` narrowed a thread axis or
+    leaves threads out (for variants whose partition a register layout fixes)."""
+    verdict = call.participation
+    if verdict.verdict != "uniform":
+        return False, verdict.detail
+    parts = verdict.participants
+    if call.scope == "thread":
+        return True, None
+    if parts.renumbered or (call.thread_count or 0) != _scope_threads(call):
+        axes = {n: r for n, r in call.thread_axes.items()}
+        narrowed = ", ".join(
+            f"{n} runs over [{o}, {o + e})"
+            for n, (e, o) in axes.items()
+            if (e, o) != _full(call, n)
         )
-    full = {"laneid": 32, "wid_in_wg": 4}
-    if call.scope == "cta":
-        tx = call.launch_extents.get("threadIdx.x")
-        if tx is None or tx % 32:
-            return (
-                False,
-                f"cta scope needs a static threadIdx.x extent that is a multiple of 32, got {tx}",
-            )
-        for other in ("threadIdx.y", "threadIdx.z"):
-            if (call.launch_extents.get(other) or 1) != 1:
-                return False, f"cta scope with {other} is not supported (threads must be 1-D)"
-        full["warpid"] = tx // 32
-    for name, (extent, offset) in axes.items():
-        if extent is None or offset is None:
-            return False, f"thread axis {name} has a non-constant range"
-        if extent != full[name] or offset != 0:
-            return False, (
-                f"scope {call.scope} is narrowed: {name} runs over [{offset}, {offset + extent}) "
-                f"of [0, {full[name]}) (an enclosing if?); all threads of the scope must take part"
-            )
+        return False, (
+            f"scope {call.scope} is narrowed: {narrowed} (an enclosing if); all threads of the "
+            "scope must take part, since the register layout gives each of them its elements"
+        )
     return True, None
+
+
+def requires_known_participants(call: TileCall) -> Result:
+    """The threads that execute the call are known: the scope's, or a range of them an
+    enclosing ``if`` narrowed TVM's thread axes to (``if lane < 16``), and no condition
+    leaves others out (for variants that split the work among whoever executes)."""
+    verdict = call.participation
+    if verdict.verdict != "uniform":
+        return False, verdict.detail
+    return True, None
+
+
+def _full(call: TileCall, axis: str) -> tuple[int, int]:
+    if axis == "warpid":
+        return ((call.launch_extents.get("threadIdx.x") or 32) // 32, 0)
+    return ({"laneid": 32, "wid_in_wg": 4}[axis], 0)
+
+
+def _scope_threads(call: TileCall) -> int:
+    if call.scope == "cta":
+        return call.launch_extents.get("threadIdx.x") or 0
+    return {"thread": 1, "warp": 32, "warpgroup": 128}[call.scope]
 
 
 def requires_valid_copy(call: TileCall) -> Result:

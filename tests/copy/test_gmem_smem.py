@@ -215,9 +215,14 @@ def test_declines_dtype_mismatch():
     )
 
 
-def test_declines_scope_narrowed_by_if():
-    assert _reason(warp_g2s(32, 32, narrow=True)).startswith(
-        "scope warp is narrowed: laneid runs over [0, 16) of [0, 32)"
+def test_scope_narrowed_by_if_splits_among_the_lanes_that_run():
+    [report] = tcd.explain(warp_g2s(32, 32, guard="lanes"))
+    assert report.variant == "gmem_smem" and report.plan["threads"] == 16
+
+
+def test_declines_a_per_thread_test_it_cannot_prove():
+    assert _reason(warp_g2s(32, 32, guard="data")).startswith(
+        "cannot prove that every thread of the warp in lanes [0, 32) passes `if A[0, lane] != T.float32(1.0)`"
     )
 
 
@@ -230,9 +235,9 @@ def test_declines_tensors_beyond_32_bit_offsets():
 def test_strict_mode_error_names_rule_and_line():
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
     with pytest.raises(tcd.DispatchError) as err:
-        tvm.compile(warp_g2s(32, 32, narrow=True), target=target, tir_pipeline=tcd.STRICT_PIPELINE)
+        tvm.compile(warp_g2s(32, 32, guard="data"), target=target, tir_pipeline=tcd.STRICT_PIPELINE)
     msg = str(err.value)
-    assert "kernels.py:" in msg and "gmem_smem" in msg and "narrowed" in msg
+    assert "kernels.py:" in msg and "gmem_smem" in msg and "cannot prove that every" in msg
 
 
 # -- every element moved exactly once, to the right place ---------------------------------

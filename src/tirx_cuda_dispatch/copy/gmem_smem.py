@@ -43,9 +43,9 @@ from ..codegen import (
     impl_prim_func,
     load_global_hinted,
     load_global_l2_only,
+    participant_index,
     sequence,
     store_global_hinted,
-    thread_index,
 )
 from ..errors import Decline
 from ..layout.atoms import memory_view
@@ -56,8 +56,8 @@ from ..layout.partition import (
     scope_partition,
 )
 from ..predicates import (
-    requires_all_threads_active,
     requires_cuda,
+    requires_known_participants,
     requires_memory_pair,
     requires_scope,
     requires_valid_copy,
@@ -175,7 +175,7 @@ def plan(call: TileCall) -> GmemSmemPlan:
     predicates=[
         requires_cuda,
         requires_scope("thread", "warp", "warpgroup", "cta"),
-        requires_all_threads_active,
+        requires_known_participants,
         requires_valid_copy,
         requires_memory_pair(GMEM_SMEM_PAIRS),
         requires_known_cache_hints,
@@ -197,7 +197,7 @@ def emit(plan: GmemSmemPlan, call: TileCall):
     # fmt: off
     @impl_prim_func
     def impl():
-        tid = T.meta_var(thread_index(call))
+        tid = T.meta_var(participant_index(call))
         g_vecs = access_view(g_buf, vec_bits, elem_bits)
         s_vecs = access_view(s_buf, vec_bits, elem_bits)
         for rnd in range(rounds):
@@ -222,7 +222,7 @@ def _emit_piece(plan: GmemSmemPlan, call: TileCall, index: int):
     # fmt: off
     @impl_prim_func
     def impl():
-        tid = T.meta_var(thread_index(call))
+        tid = T.meta_var(participant_index(call))
         g_vecs = access_view(g_buf, vec_bits, elem_bits)
         s_vecs = access_view(s_buf, vec_bits, elem_bits)
         for rnd in range(full):

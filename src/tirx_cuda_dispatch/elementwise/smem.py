@@ -31,8 +31,8 @@ from ..codegen import (
     access_view,
     helper_call,
     impl_prim_func,
+    participant_index,
     sequence,
-    thread_index,
 )
 from ..errors import Decline
 from ..layout.atoms import MemoryView, memory_view
@@ -43,7 +43,7 @@ from ..layout.partition import (
     scope_partition,
 )
 from ..layout.register import lift_to
-from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
+from ..predicates import requires_cuda, requires_known_participants, requires_scope
 from ..registry import predicate, variant
 from .ops import OPS, ElementwiseOp, Input, PackedForm, packed_form, requires_dtype_rule
 
@@ -238,7 +238,7 @@ def _emit_steps(op: ElementwiseOp, plan: SmemElementwisePlan, call: TileCall, st
     # fmt: off
     @impl_prim_func
     def impl():
-        tid = T.meta_var(thread_index(call))
+        tid = T.meta_var(participant_index(call))
         # views of the shared tiles, registers of one vector and its access-wide word,
         # per operand (dst first); only the operands the call has are declared
         s0 = access_view(padded[0].buffer, vec * bits[0], bits[0])
@@ -298,7 +298,7 @@ def _register(op: ElementwiseOp) -> None:
         predicates=[
             requires_cuda,
             requires_scope("thread", "warp", "warpgroup", "cta"),
-            requires_all_threads_active,
+            requires_known_participants,
             requires_shared_operands(op),
             requires_dtype_rule(op),
         ],

@@ -1,0 +1,324 @@
+"""Which threads of a call's scope execute it: all, a known range, or something else.
+
+A tile-primitive call at warp, warpgroup or CTA scope is executed by its scope's threads
+together: a variant splits the work among them. TVM's scope analysis narrows a thread axis
+for an enclosing ``if`` it recognizes (``if lane < 16``: ``laneid`` over ``[0, 16)``; the
+call's ``thread_axes``), and otherwise assumes every thread takes part. An ``if`` it does not
+recognize (``lane % 2 == 0``, ``tid < 100`` at CTA scope, a per-thread value) leaves some
+threads out while the split counts them in: part of the tile is never moved.
+
+So every enclosing condition is put in terms of the scope's coordinates (``lane`` in
+``[0, 32)``, the warp ``w`` of the CTA; TVM's ids are functions of them: ``tid = 32 w +
+lane``, ``wid_in_wg = w % 4``, ...) and given one of three verdicts:
+
+- ``uniform``: it does not depend on the coordinates that vary inside one instance of the
+  scope (``lane`` for a warp; ``lane`` and ``w % 4`` for a warpgroup; ``lane`` and ``w``
+  for a CTA), or it is provably true over the narrowed ranges (under the uniform
+  conditions and the ranges of the ids and loops). The participants are then exactly the
+  narrowed ranges, ``participants`` describes them and :func:`participant_index` numbers
+  them;
+- ``divergent``: two threads of one instance of the scope, inside the narrowed ranges,
+  evaluate it differently (found by evaluating it over the coordinates): an error, in
+  every pipeline, naming the condition, the two threads and the line;
+- ``undecided`` (a per-thread value, a data-dependent test): our variants decline, saying
+  why.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import sym
+from tvm.tirx import IntImm, Var
+
+from .call import as_int
+from .errors import DispatchError
+
+_AXIS_FULL = {"laneid": 32, "wid_in_wg": 4}
+_NOUN = {"warp": "warp", "warpgroup": "warpgroup", "cta": "CTA", "thread": "thread"}
+MAX_UNIFORM_CORNERS = 4  # uniform variables whose corners are enumerated (2**4 assignments)
+
+
+@tvm_ffi.register_error
+class DivergentScopeError(DispatchError):
+    """An enclosing condition leaves some threads of a call's scope out of the call."""
+
+
+@dataclass(frozen=True)
+class Participants:
+    """The threads that execute a call: each coordinate over ``[lo, lo + extent)``.
+
+    ``lane`` is the lane, ``warp`` the warp within the scope (within the warpgroup for
+    warpgroup scope, within the CTA for CTA scope; absent for warp and thread scope)."""
+
+    lane: tuple[int, int] = (0, 32)
+    warp: tuple[int, int] | None = None
+
+    @property
+    def count(self) -> int:
+        return self.lane[1] * (self.warp[1] if self.warp else 1)
+
+    @property
+    def renumbered(self) -> bool:
+        """Whether a participant's index differs from its thread's index in the scope."""
+        return self.lane != (0, 32) or (self.warp is not None and self.warp[0] != 0)
+
+    def __str__(self) -> str:
+        lane = f"lanes [{self.lane[0]}, {sum(self.lane)})"
+        if self.warp is None:
+            return lane
+        return f"warps [{self.warp[0]}, {sum(self.warp)}) x {lane}"
+
+
+@dataclass(frozen=True)
+class Participation:
+    verdict: str  # "uniform", "divergent" or "undecided"
+    participants: Participants | None = None
+    detail: str | None = None
+
+
+# -- the scope's coordinates --------------------------------------------------------------
+_DEF_KINDS = re.compile(r'"(\w+)", "(\w+)"\)\s*$')
+
+
+def scope_id_kind(scope_id_def: Any) -> tuple[str, str]:
+    """(parent, child) of a ``ScopeIdDef``: ``T.lane_id`` is ("warp", "thread")."""
+    m = _DEF_KINDS.search(str(scope_id_def))
+    return (m.group(1), m.group(2)) if m else ("?", "?")
+
+
+def _id_value(kind: tuple[str, str], lane: Var, warp: Any) -> Any | None:
+    """A TVM id as a function of the lane and the warp of the CTA; None for ids that are
+    the same for every thread of a CTA (cluster and CTA ids)."""
+    return {
+        ("warp", "thread"): lane,
+        ("cta", "thread"): warp * 32 + lane,
+        ("warpgroup", "thread"): tvm.tirx.floormod(warp, 4) * 32 + lane,
+        ("cta", "warp"): warp,
+        ("warpgroup", "warp"): tvm.tirx.floormod(warp, 4),
+        ("cta", "warpgroup"): tvm.tirx.floordiv(warp, 4),
+    }.get(kind)
+
+
+@dataclass(frozen=True)
+class _Coordinates:
+    """A thread of the CTA as (lane, q, g): ``q`` its warp inside the scope instance
+    (varies with the thread), ``g`` the instance (the same for all its threads)."""
+
+    lane: Var
+    q: Var
+    g: Var
+    warp: Any  # the warp of the CTA in terms of q and g
+    varying: tuple[Var, ...]
+    ranges: tuple[tuple[Var, int, int], ...]
+
+
+def _coordinates(scope: str, parts: Participants, warps: int) -> _Coordinates:
+    lane, q, g = Var("lane", "int32"), Var("q", "int32"), Var("g", "int32")
+    lane_range = (lane, parts.lane[0], sum(parts.lane))
+    if scope == "warp":
+        return _Coordinates(lane, q, g, g, (lane,), (lane_range, (g, 0, warps)))
+    q_range = (q, parts.warp[0], sum(parts.warp))
+    if scope == "warpgroup":
+        ranges = (lane_range, q_range, (g, 0, max(warps // 4, 1)))
+        return _Coordinates(lane, q, g, g * 4 + q, (lane, q), ranges)
+    return _Coordinates(lane, q, g, q, (lane, q), (lane_range, q_range))
+
+
+def participation(call: Any) -> Participation:
+    """The verdict for ``call`` (a :class:`..call.TileCall` whose ``enclosing`` the
+    lowering set from :mod:`.bounds`' walk; without it, only TVM's ranges count)."""
+    parts = _narrowed_ranges(call)
+    if isinstance(parts, str):
+        return Participation("undecided", None, parts)
+    enclosing = getattr(call, "enclosing", None)
+    if call.scope == "thread" or enclosing is None or not enclosing.conditions:
+        return Participation("uniform", parts)
+    warps = (call.launch_extents.get("threadIdx.x") or 32) // 32
+    coords = _coordinates(call.scope, parts, warps)
+    subst = _substitution(enclosing, coords.lane, coords.warp)
+    conditions = [_resolve(c, subst, enclosing, coords.ranges) for c in enclosing.conditions]
+    varying = list(coords.varying)
+    uniform = [c for c in conditions if not _depends_on(c, varying)]
+    per_thread = [
+        (c, orig)
+        for c, orig in zip(conditions, enclosing.conditions, strict=True)
+        if _depends_on(c, varying)
+    ]
+    if not per_thread:
+        return Participation("uniform", parts)
+    ranges = [*coords.ranges, *_other_ranges(enclosing, subst)]
+    for cond, orig in per_thread:
+        with ExitStack() as stack:
+            ana = sym.Analyzer()
+            for var, lo, hi in ranges:
+                ana.bind(var, tvm.ir.Range(lo, hi))
+            for c in uniform:
+                stack.enter_context(ana.constraint_scope(c))
+            if ana.can_prove(cond):
+                continue
+        witness = _divergence(cond, ranges, uniform, coords)
+        where = f"`if {orig}`"
+        if witness is not None:
+            return Participation(
+                "divergent",
+                parts,
+                f"{where} leaves threads of the {_NOUN[call.scope]} out of this "
+                f"{call.scope}-scope call: {witness}. TVM narrows a scope only to a range of "
+                "one id (e.g. `if lane < 16`): call it at a narrower scope, or move it out of "
+                "the if",
+            )
+        return Participation(
+            "undecided",
+            parts,
+            f"cannot prove that every thread of the {_NOUN[call.scope]} in {parts} passes "
+            f"{where}; "
+            "a condition on per-thread values may leave threads out",
+        )
+    return Participation("uniform", parts)
+
+
+def _narrowed_ranges(call: Any) -> Participants | str:
+    """TVM's narrowed thread axes as :class:`Participants`, or why they are not usable."""
+    axes = call.thread_axes
+    expected = call.expected_thread_axes
+    if set(axes) != set(expected):
+        return f"scope {call.scope} has thread axes {sorted(axes)}, expected {sorted(expected)}"
+    full = dict(_AXIS_FULL)
+    if call.scope == "cta":
+        tx = call.launch_extents.get("threadIdx.x")
+        if tx is None or tx % 32:
+            return f"cta scope needs a static threadIdx.x extent that is a multiple of 32, got {tx}"
+        for other in ("threadIdx.y", "threadIdx.z"):
+            if (call.launch_extents.get(other) or 1) != 1:
+                return f"cta scope with {other} is not supported (threads must be 1-D)"
+        full["warpid"] = tx // 32
+    spans = {}
+    for name, (extent, offset) in axes.items():
+        if extent is None or offset is None:
+            return f"thread axis {name} has a non-constant range"
+        if offset < 0 or extent <= 0 or offset + extent > full[name]:
+            return (
+                f"thread axis {name} runs over [{offset}, {offset + extent}) of [0, {full[name]})"
+            )
+        spans[name] = (offset, extent)
+    if call.scope == "thread":
+        return Participants((0, 1))
+    warp = spans.get("wid_in_wg", spans.get("warpid"))
+    return Participants(spans["laneid"], warp)
+
+
+def _substitution(enclosing: Any, lane: Var, warp: Var) -> dict[Var, Any]:
+    subst: dict[Var, Any] = {}
+    for var, kind in enclosing.scope_ids:
+        value = _id_value(kind, lane, warp)
+        if value is not None:
+            subst[var] = value
+    return subst
+
+
+def _resolve(expr: Any, subst: dict[Var, Any], enclosing: Any, ranges) -> Any:
+    """``expr`` with TVM's ids replaced by the scope's coordinates and let-bound variables
+    by their values (the analyzer substitutes what is bound to it), simplified over the
+    coordinates' ranges (``(4 g + q) // 4`` is ``g``)."""
+    ana = sym.Analyzer()
+    for var, lo, hi in ranges:
+        ana.bind(var, tvm.ir.Range(lo, hi))
+    for var, value in subst.items():
+        ana.bind(var, value)
+    for var, value in enclosing.lets:
+        ana.bind(var, value)
+    return ana.simplify(expr)
+
+
+def _depends_on(expr: Any, variables: list[Var]) -> bool:
+    free = tvm.tirx.analysis.undefined_vars(expr)
+    return any(v.same_as(x) for v in free for x in variables) or _reads_memory(expr)
+
+
+def _reads_memory(expr: Any) -> bool:
+    """Whether ``expr`` reads a register (local) buffer: a value of the thread's own."""
+    return any(
+        type(n).__name__ == "BufferLoad" and str(n.buffer.scope()) == "local"
+        for n in _subexpressions(expr)
+    )
+
+
+def _subexpressions(expr: Any):
+    """``expr`` and every expression inside it."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(node, name, None)
+            if isinstance(child, tvm.ir.expr.Expr):
+                stack.append(child)
+        for name in ("args", "indices"):
+            children = getattr(node, name, None)
+            if children is not None:
+                stack.extend(c for c in children if isinstance(c, tvm.ir.expr.Expr))
+
+
+def _other_ranges(enclosing: Any, subst: dict[Var, Any]) -> list[tuple[Var, int, int]]:
+    return [(var, lo, hi) for var, lo, hi, _ in enclosing.ranges if var not in subst]
+
+
+def _divergence(cond: Any, ranges, uniform: list[Any], coords: _Coordinates) -> str | None:
+    """Two threads of one scope instance on which ``cond`` differs, described; or None."""
+    by_var = {v: (lo, hi) for v, lo, hi in ranges}
+    free_all = tvm.tirx.analysis.undefined_vars(cond)
+    free = [v for v in free_all if v in by_var]
+    if len(free) != len(free_all) or _reads_memory(cond):
+        return None
+    inside = [v for v in free if any(v.same_as(x) for x in coords.varying)]
+    outside = [v for v in free if v not in inside]
+    if len(outside) > MAX_UNIFORM_CORNERS:
+        return None
+    corners = [sorted({by_var[v][0], by_var[v][1] - 1}) for v in outside]
+    for fixed in itertools.product(*corners):
+        seen: dict[bool, dict[Var, int]] = {}
+        for values in itertools.product(*(range(*by_var[v]) for v in inside)):
+            point = dict(zip(outside, fixed, strict=True)) | dict(zip(inside, values, strict=True))
+            ana = _at(point)
+            if not all(_truth(ana, c) is not False for c in uniform):
+                break  # this instance of the scope does not reach the call
+            truth = _truth(ana, cond)
+            if truth is None:
+                return None
+            seen.setdefault(truth, point)
+            if len(seen) == 2:
+                others = [v for v in outside if not v.same_as(coords.g)]
+                when = ", ".join(f"{v.name} = {point[v]}" for v in others)
+                return (
+                    f"{_thread(seen[True], coords, by_var)} runs it, "
+                    f"{_thread(seen[False], coords, by_var)} does not"
+                    + (f", when {when}" if when else "")
+                )
+    return None
+
+
+def _at(point: dict[Var, int]) -> sym.Analyzer:
+    ana = sym.Analyzer()
+    for var, x in point.items():
+        ana.bind(var, IntImm(str(var.ty), x))
+    return ana
+
+
+def _thread(point: dict[Var, int], coords: _Coordinates, by_var) -> str:
+    """The thread at ``point``, as the user numbers it: its index in the CTA, warp, lane."""
+    full = {v: point.get(v, by_var[v][0]) for v in (coords.lane, coords.q, coords.g) if v in by_var}
+    lane = full[coords.lane]
+    warp = as_int(_at(full).simplify(coords.warp))
+    return f"thread {warp * 32 + lane} (warp {warp}, lane {lane})"
+
+
+def _truth(ana: sym.Analyzer, cond: Any) -> bool | None:
+    value = ana.simplify(cond)
+    return bool(value.value) if isinstance(value, IntImm) else None

@@ -1,0 +1,184 @@
+"""Which threads execute a call: scopes narrowed by an if, and ifs that leave threads out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.tirx.layout import Axis, S, TileLayout
+
+import tirx_cuda_dispatch as tcd
+from executors import WHERE, execute
+from tirx_cuda_dispatch import runtime
+from tirx_cuda_dispatch.participation import DivergentScopeError
+
+ROWS, COLS = 24, 40  # 960 float32: no thread count below divides it into 128-bit vectors evenly
+
+
+def guarded_roundtrip(guard: str, scope: str, threads: int, op: str = "copy"):
+    """A -> shared -> B, each copy (and the optional op on the shared tile) at ``scope``
+    under the ``if`` named by ``guard``; a CTA of ``threads`` threads (one scope instance
+    reaches the calls, so the tiles are not raced for). The calls split the tile alike, so
+    each thread reads back what it wrote and no barrier is needed (a CTA barrier under the
+    if would be a divergent one)."""
+    copy, sqrt = getattr(Tx, scope).copy, getattr(Tx, scope).sqrt
+    warps = threads // 32
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (ROWS, COLS), "float32")
+        B = T.match_buffer(B_ptr, (ROWS, COLS), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        if warps >= 4:
+            T.warpgroup_id([warps // 4])
+            wid = T.warp_id_in_wg([4])
+        warp = T.warp_id([warps])
+        lane = T.lane_id([32])
+        tid = T.thread_id([threads])
+        S_ = T.alloc_buffer((ROWS, COLS), "float32", scope="shared", layout=TileLayout(S[(ROWS, COLS)]))
+        if guard == "lane < 16":
+            if lane < 16:
+                copy(S_[:, :], A[:, :])
+                if op == "sqrt":
+                    sqrt(S_[:, :], S_[:, :])
+                copy(B[:, :], S_[:, :])
+        elif guard == "lane >= 8":
+            if lane >= 8:
+                copy(S_[:, :], A[:, :])
+                copy(B[:, :], S_[:, :])
+        elif guard == "warp < 2":
+            if warp < 2:
+                copy(S_[:, :], A[:, :])
+                copy(B[:, :], S_[:, :])
+        elif guard == "wid < 2":
+            if wid < 2:
+                copy(S_[:, :], A[:, :])
+                copy(B[:, :], S_[:, :])
+        elif guard == "warp == 1 and lane >= 16":
+            if warp == 1:
+                if lane >= 16:
+                    copy(S_[:, :], A[:, :])
+                    copy(B[:, :], S_[:, :])
+        elif guard == "warp == 0":  # uniform over the warp: the whole warp takes part
+            if warp == 0:
+                copy(S_[:, :], A[:, :])
+                copy(B[:, :], S_[:, :])
+        elif guard == "lane % 2 == 0":
+            if lane % 2 == 0:
+                copy(S_[:, :], A[:, :])
+        elif guard == "tid < 100":
+            if tid < 100:
+                copy(S_[:, :], A[:, :])
+        elif guard == "A[0, lane] > 0":
+            if A[0, lane] > T.float32(0):
+                copy(S_[:, :], A[:, :])
+    # fmt: on
+    return kernel
+
+
+NARROWED = [
+    # guard, scope, CTA threads, participants
+    ("lane < 16", "warp", 32, 16),
+    ("lane >= 8", "warp", 32, 24),
+    ("warp < 2", "cta", 128, 64),
+    ("wid < 2", "warpgroup", 128, 64),
+    ("lane < 16", "cta", 128, 64),  # 16 lanes of each of 4 warps
+    ("warp == 1 and lane >= 16", "cta", 64, 16),
+    ("warp == 0", "warp", 64, 32),
+]
+
+
+@pytest.mark.parametrize("guard, scope, threads, participants", NARROWED)
+def test_narrowed_scope_splits_the_tile_among_the_threads_that_run(
+    guard, scope, threads, participants
+):
+    reports = tcd.explain(guarded_roundtrip(guard, scope, threads))
+    assert [r.variant for r in reports] == ["gmem_smem", "gmem_smem"]
+    assert all(r.plan["threads"] == participants for r in reports)
+    assert all(r.fallback is None and r.error is None for r in reports)
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("guard, scope, threads, participants", NARROWED)
+def test_narrowed_round_trip_moves_every_element(
+    guard, scope, threads, participants, rng, where, gpu
+):
+    func = guarded_roundtrip(guard, scope, threads)
+    a = runtime.random_array((ROWS, COLS), "float32", rng)
+    out = execute(func, [a, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_narrowed_shared_elementwise(rng, where, gpu):
+    func = guarded_roundtrip("lane < 16", "warp", 32, op="sqrt")
+    [_, sqrt, _] = tcd.explain(func)
+    assert sqrt.variant == "smem" and sqrt.plan["threads"] == 16
+    a = np.abs(runtime.random_array((ROWS, COLS), "float32", rng)) + np.float32(0.5)
+    out = execute(func, [a, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(np.sqrt(a)))
+
+
+def test_participants_are_renumbered_from_zero():
+    # warp 1, lanes 16..31: thread 48 is participant 0 (the masked round counts on it)
+    [first, _] = tcd.explain(guarded_roundtrip("warp == 1 and lane >= 16", "cta", 64))
+    assert first.call_object.participation.participants.lane == (16, 16)
+    assert first.call_object.participation.participants.warp == (1, 1)
+
+
+# -- ifs that leave threads out ------------------------------------------------------------
+@pytest.mark.parametrize(
+    "guard, scope, threads, witness",
+    [
+        ("lane % 2 == 0", "warp", 32, "thread 0 (warp 0, lane 0) runs it, thread 1"),
+        ("tid < 100", "cta", 256, "thread 100 (warp 3, lane 4) does not"),
+    ],
+)
+@pytest.mark.parametrize("pipeline", [tcd.PIPELINE, tcd.STRICT_PIPELINE])
+def test_if_that_leaves_threads_out_is_an_error(guard, scope, threads, witness, pipeline):
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+    with pytest.raises(DivergentScopeError) as err:
+        tvm.compile(guarded_roundtrip(guard, scope, threads), target=target, tir_pipeline=pipeline)
+    msg = str(err.value)
+    assert f"`if {guard}` leaves threads of the" in msg and witness in msg
+    assert "test_participation.py:" in msg and "TVM narrows a scope only to a range" in msg
+    assert "Traceback" not in msg
+
+
+def test_explain_reports_the_divergence():
+    [report] = tcd.explain(guarded_roundtrip("lane % 2 == 0", "warp", 32))
+    assert report.variant is None and "leaves threads of the warp out" in report.error
+
+
+def test_per_thread_data_test_is_declined_not_guessed():
+    [report] = tcd.explain(guarded_roundtrip("A[0, lane] > 0", "warp", 32))
+    assert report.error is None and report.variant is None
+    [reason] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]
+    assert reason.startswith("cannot prove that every thread of the warp in lanes [0, 32) passes")
+
+
+def test_register_layouts_need_the_whole_scope():
+    layout = TileLayout(S[(32, 8) : (1 @ Axis.laneid, 1)])
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32, 8), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        lane = T.lane_id([32])
+        T.thread_id([32])
+        R = T.alloc_buffer((32, 8), "float32", scope="local", layout=layout)
+        if lane < 16:
+            Tx.warp.copy(R[:, :], A[:, :])
+
+    [report] = tcd.explain(kernel)
+    [reason] = [c.reason for c in report.candidates if c.variant == "reg"]
+    assert reason == (
+        "scope warp is narrowed: laneid runs over [0, 16) (an enclosing if); all threads of "
+        "the scope must take part, since the register layout gives each of them its elements"
+    )
