@@ -122,3 +122,25 @@ def test_explain_lists_a_scalar_operand():
         "region": "s[0]",
         "layout": "-",
     }
+
+
+def test_explain_lists_constant_operands_in_argument_order():
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (16, 16), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        s = T.alloc_buffer((16, 16), "float16", scope="shared", layout=TileLayout(S[(16, 16)]))
+        Tx.warp.copy(s[:, :], A[:, :])
+        Tx.warp.add(s[:, :], T.float16(3.0), s[:, :])
+
+    report = tcd.explain(kernel)[1]
+    assert [(o["role"], o["scope"], o["region"]) for o in report.operands] == [
+        ("dst", "shared", "s[0:16, 0:16]"),
+        ("src", "scalar", "T.float16(3.0)"),
+        ("src1", "shared", "s[0:16, 0:16]"),
+    ]
+    assert "src  T.float16(3.0)" in str(report)

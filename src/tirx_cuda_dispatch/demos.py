@@ -337,12 +337,15 @@ def smem_elementwise_roundtrip(
     cta_threads: int | None = None,
     shared_layout: Any = None,
     c_shape: tuple[int, ...] | None = None,
+    src_dtype: str | None = None,
+    bias_region: bool = False,
 ) -> Any:
     """``B = op(A, C)`` (binary ops) or ``B = op(A)`` (unary) on shared tiles: A and C go
     global -> shared, the op writes a third shared tile that starts out holding B's
     poison, and that tile goes back to B. The calls TVM's own elementwise tests make on
     shared memory. ``shared_layout`` lays out all three tiles (a swizzle, say); C of
-    ``c_shape`` (extent-1 dimensions) broadcasts against A."""
+    ``c_shape`` (extent-1 dimensions) broadcasts against A. A and C have ``src_dtype``
+    (default ``dtype``, B's); ``bias_region``: C is a unary op's bias tile."""
     family = ELEMENTWISE_FAMILIES[op]
     if family not in ("unary", "binary"):
         raise ValueError(f"smem_elementwise_roundtrip takes unary and binary ops, not {op}")
@@ -356,12 +359,13 @@ def smem_elementwise_roundtrip(
     binary = family == "binary"
     c_shape = c_shape or shape
     c_full = tuple(slice(0, e) for e in c_shape)
+    src_dtype = src_dtype or dtype
 
     # fmt: off
     @T.prim_func
     def smem_elementwise(A_ptr: T.handle, C_ptr: T.handle, B_ptr: T.handle):
-        A = T.match_buffer(A_ptr, shape, dtype)
-        C = T.match_buffer(C_ptr, c_shape, dtype)
+        A = T.match_buffer(A_ptr, shape, src_dtype)
+        C = T.match_buffer(C_ptr, c_shape, src_dtype)
         B = T.match_buffer(B_ptr, shape, dtype)
         T.device_entry()
         T.cta_id([1])
@@ -371,14 +375,16 @@ def smem_elementwise_roundtrip(
         T.warp_id([warps])
         T.lane_id([32])
         T.thread_id([threads])
-        SA = T.alloc_buffer(shape, dtype, scope="shared", layout=s_layout)
-        SC = T.alloc_buffer(c_shape, dtype, scope="shared", layout=TileLayout(S[c_shape]))
+        SA = T.alloc_buffer(shape, src_dtype, scope="shared", layout=s_layout)
+        SC = T.alloc_buffer(c_shape, src_dtype, scope="shared", layout=TileLayout(S[c_shape]))
         SB = T.alloc_buffer(shape, dtype, scope="shared", layout=s_layout)
         copy(SA[full], A[full])
         copy(SC[c_full], C[c_full])
         copy(SB[full], B[full])  # poison: an op that writes nothing shows
         T.cuda.cta_sync()
         if binary:
+            fn(SB[full], SA[full], SC[c_full])
+        elif bias_region:
             fn(SB[full], SA[full], SC[c_full])
         else:
             fn(SB[full], SA[full])

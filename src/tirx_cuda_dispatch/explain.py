@@ -69,6 +69,8 @@ class CallReport:
             for o in call.operands
         ]
         operands += _scalar_operands(call)
+        order = [role_of(i) for i in range(len(call.args))]  # rows in argument order
+        operands.sort(key=lambda row: order.index(row["role"]) if row["role"] in order else 99)
         return cls(
             index=index,
             op=call.op,
@@ -137,8 +139,8 @@ def _scalar_operands(call: Any) -> list[dict[str, Any]]:
         if call.operand(i, "") is not None:
             continue
         source = getattr(arg, "source", None)  # an element read: s_local[0]
-        dtype = source.dtype if source is not None else getattr(arg, "dtype", None)
-        if dtype is None:
+        dtype = source.dtype if source is not None else getattr(arg, "ty", None)
+        if dtype is None or str(dtype) in ("handle", ""):
             continue
         role = role_of(i)
         rows.append(

@@ -156,3 +156,80 @@ def test_equals_tvms_builtin_bit_for_bit(op, dtype, rng):
     ours = sim.run(func, args, pipeline=tcd.STRICT_PIPELINE)[2]
     theirs = sim.run(func, args, pipeline="tirx")[2]
     np.testing.assert_array_equal(runtime.bits(ours), runtime.bits(theirs))
+
+
+# -- mixed dtypes: float32 inputs, a 16-bit dst (TVM's shared-memory unary tests) ----------
+MIXED = [
+    # op, src dtype, dst dtype, scope, CTA threads, bias tile
+    ("sqrt", "float32", "float16", "cta", 128, False),
+    ("sqrt", "float32", "bfloat16", "cta", 64, True),
+    ("exp", "float32", "float16", "warpgroup", None, True),
+    ("add", "float32", "bfloat16", "warp", None, False),
+    ("mul", "float16", "float32", "cta", 256, False),
+]
+
+
+def _mixed_kernel(op, src, dst, scope, threads, bias):
+    return demos.smem_elementwise_roundtrip(
+        op, (32, 32), dst, scope, threads, src_dtype=src, bias_region=bias
+    )
+
+
+def _mixed_expected(op, a, c, dst, bias):
+    """Inputs widened exactly to float32, the op correctly rounded there (numpy in
+    float32), the result rounded once to nearest even into dst."""
+    x, y = a.astype(np.float32), c.astype(np.float32)
+    if bias:
+        x = x + y
+    out = NUMPY[op](x, y) if op in BINARY else NUMPY[op](x)
+    return np.asarray(out, dtype=np.float32).astype(_np_dtype(dst))
+
+
+def _np_dtype(dtype):
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
+
+
+@pytest.mark.parametrize("op, src, dst, scope, threads, bias", MIXED)
+def test_mixed_dtypes_compute_in_float32_and_round_once(op, src, dst, scope, threads, bias):
+    report = _report(_mixed_kernel(op, src, dst, scope, threads, bias), op)
+    assert report.variant == "smem"
+    assert report.plan["dtypes"] == f"{src} -> float32 -> {dst}"
+    assert report.plan["packed"] is None  # pairs compute in one dtype; these widen first
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("op, src, dst, scope, threads, bias", MIXED)
+def test_mixed_dtypes_match_numpy(op, src, dst, scope, threads, bias, rng, where, gpu):
+    func = _mixed_kernel(op, src, dst, scope, threads, bias)
+    a, c = _inputs(op, (32, 32), src, rng)
+    if bias:  # sqrt(x + bias) needs x + bias > 0
+        c = np.abs(c)
+    poison = runtime.poison_like(runtime.random_array((32, 32), dst, rng))
+    out = execute(func, [a, c, poison], where, gpu, tcd.STRICT_PIPELINE)[2]
+    want = _mixed_expected(op, a, c, dst, bias)
+    if op == "exp":  # approximate on the GPU: within the 16-bit dst's rounding
+        _check(op, out, want, dst)
+    else:
+        np.testing.assert_array_equal(runtime.bits(out), runtime.bits(want))
+
+
+@pytest.mark.parametrize("op, src, dst, scope, threads, bias", MIXED[:2] + MIXED[3:4])
+def test_mixed_dtypes_equal_tvms_builtin(op, src, dst, scope, threads, bias, rng):
+    """TVM's built-in computes float32 inputs in float32 and casts: the same bits."""
+    func = _mixed_kernel(op, src, dst, scope, threads, bias)
+    a, c = _inputs(op, (32, 32), src, rng)
+    c = np.abs(c)
+    args = [a, c, runtime.poison_like(runtime.random_array((32, 32), dst, rng))]
+    ours = sim.run(func, args, pipeline=tcd.STRICT_PIPELINE)[2]
+    theirs = sim.run(func, args, pipeline="tirx")[2]
+    np.testing.assert_array_equal(runtime.bits(ours), runtime.bits(theirs))
+
+
+def test_mixed_dtype_declines_name_the_rule():
+    func = demos.smem_elementwise_roundtrip("sqrt", (32, 32), "float16", src_dtype="int32")
+    [reason] = [c.reason for c in _report(func, "sqrt").candidates if c.variant == "smem"]
+    assert reason.startswith("sqrt src is int32 but dst is float16; mixed dtypes need float16,")

@@ -2,7 +2,8 @@
 
 Accepts: a CUDA target; scope thread / warp / warpgroup / cta with every thread of it
 active; dst and every tensor input in shared memory with a layout and constant extents;
-the dtype combination the op's rule allows (:mod:`.ops`, the same rule as ``reg``);
+the dtype combination the op's rule allows (:mod:`.ops`, the same rule as ``reg``: float32
+inputs into a float16/bfloat16 dst, and back, are evaluated in float32 and rounded once);
 inputs that broadcast to dst (extent-1 dimensions, numpy's rules; scalars).
 
 Emits: no operand says which thread owns which element, so the partition is synthesized
@@ -45,7 +46,17 @@ from ..layout.partition import (
 from ..layout.register import lift_to
 from ..predicates import requires_cuda, requires_known_participants, requires_scope
 from ..registry import predicate, variant
-from .ops import OPS, ElementwiseOp, Input, PackedForm, packed_form, requires_dtype_rule
+from .ops import (
+    OPS,
+    Arithmetic,
+    ElementwiseOp,
+    Input,
+    PackedForm,
+    arithmetic,
+    input_dtypes,
+    packed_form,
+    requires_dtype_rule,
+)
 
 MAX_TENSORS = 4  # dst and at most three tensor inputs (fma)
 
@@ -88,6 +99,7 @@ class SmemElementwisePlan:
     bits: tuple[int, ...]  # element bits, same order
     partition: ScopePartition | PiecewisePartition  # operands in the same order
     packed: PackedForm | None
+    arith: Arithmetic  # the dtypes inputs are read in, computed in, stored in
 
     @property
     def masked(self) -> bool:
@@ -118,6 +130,8 @@ class SmemElementwisePlan:
             facts["pieces"] = [str(piece) for piece in p.pieces]
         if p.narrower_because:
             facts["narrower_because"] = p.narrower_because
+        if self.arith.mixed:
+            facts["dtypes"] = str(self.arith)
         return facts
 
     def __str__(self) -> str:
@@ -143,12 +157,15 @@ def make_plan(op: ElementwiseOp):
             raise Decline("elements narrower than a byte; needs 8 bits or more")
         partition = scope_partition(views, call.thread_count, max(bits), driver=0)
         src_dtype = tensors[0].dtype if tensors else dst.dtype
-        form = packed_form(op, dst.dtype, src_dtype, call.sm) if tensors else None
+        arith = arithmetic(op, dst.dtype, *input_dtypes(op, call))
+        form = (
+            packed_form(op, dst.dtype, src_dtype, call.sm) if tensors and not arith.mixed else None
+        )
         pieces = partition.pieces if isinstance(partition, PiecewisePartition) else [partition]
         if form is not None and any(p.vec % 2 for p in pieces):
             form = None  # an odd vector has no whole pairs
         dtypes = tuple(o.dtype for o in [dst, *tensors])
-        return SmemElementwisePlan(op.name, dtypes, bits, partition, form)
+        return SmemElementwisePlan(op.name, dtypes, bits, partition, form, arith)
 
     return plan
 
@@ -222,6 +239,8 @@ def _emit_steps(op: ElementwiseOp, plan: SmemElementwisePlan, call: TileCall, st
             else:
                 k += 1
                 vals[inp.role] = regs[k][j]
+        if plan.arith.mixed:  # widened exactly, computed in float32, rounded once into dst
+            return op.evaluate(vals, plan.arith)
         return op.compute(vals, plan.dtypes[0])
 
     def pair_args(regs: list[Any], pairs: list[Any], j: int) -> list[Any]:
@@ -300,7 +319,7 @@ def _register(op: ElementwiseOp) -> None:
             requires_scope("thread", "warp", "warpgroup", "cta"),
             requires_known_participants,
             requires_shared_operands(op),
-            requires_dtype_rule(op),
+            requires_dtype_rule(op, mixed=True),
         ],
         plan=make_plan(op),
     )(make_emit(op))
