@@ -11,7 +11,7 @@ from tvm.tirx.layout import Axis, S, TileLayout
 
 import tirx_cuda_dispatch as tcd
 from executors import WHERE, execute
-from tirx_cuda_dispatch import runtime
+from tirx_cuda_dispatch import demos, runtime
 from tirx_cuda_dispatch.participation import DivergentScopeError
 
 ROWS, COLS = 24, 40  # 960 float32: no thread count below divides it into 128-bit vectors evenly
@@ -145,7 +145,7 @@ def test_if_that_leaves_threads_out_is_an_error(guard, scope, threads, witness, 
         tvm.compile(guarded_roundtrip(guard, scope, threads), target=target, tir_pipeline=pipeline)
     msg = str(err.value)
     assert f"`if {guard}` leaves threads of the" in msg and witness in msg
-    assert "test_participation.py:" in msg and "TVM narrows a scope only to a range" in msg
+    assert "test_participation.py:" in msg and "A scope can be narrowed to a range of" in msg
     assert "Traceback" not in msg
 
 
@@ -182,3 +182,33 @@ def test_register_layouts_need_the_whole_scope():
         "scope warp is narrowed: laneid runs over [0, 16) (an enclosing if); all threads of "
         "the scope must take part, since the register layout gives each of them its elements"
     )
+
+
+# -- ranges the enclosing ifs leave where TVM narrows only part of them -------------------
+BOXES = [
+    # scope, CTA threads, lanes, warps, participants, TVM's own narrowing
+    ("warp", 64, (8, 20), None, 12, "lanes [8, 32) only: the second if is not seen"),
+    ("warpgroup", 128, (0, 32), (1, 3), 64, "wid_in_wg lost: [-3, -2**63)"),
+    ("cta", 128, (16, 32), (1, 4), 48, "warpid lost"),
+]
+
+
+@pytest.mark.parametrize("scope, threads, lanes, warps, participants, tvm", BOXES)
+def test_nested_ifs_leave_a_range_the_copies_split_among(
+    scope, threads, lanes, warps, participants, tvm
+):
+    func = demos.narrowed_roundtrip("float16", (5, 38), scope, threads, lanes, warps)
+    reports = tcd.explain(func)
+    assert [r.variant for r in reports] == ["gmem_smem", "gmem_smem"]
+    parts = reports[0].call_object.participation.participants
+    assert parts.count == participants and parts.lane == (lanes[0], lanes[1] - lanes[0])
+    assert all(r.plan["threads"] == participants for r in reports)
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("scope, threads, lanes, warps, participants, tvm", BOXES)
+def test_nested_ifs_round_trip(scope, threads, lanes, warps, participants, tvm, rng, where, gpu):
+    func = demos.narrowed_roundtrip("float16", (5, 38), scope, threads, lanes, warps)
+    a = runtime.random_array((5, 38), "float16", rng)
+    out = execute(func, [a, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))

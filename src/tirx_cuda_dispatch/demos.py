@@ -59,6 +59,56 @@ def gmem_smem_roundtrip(
     return gmem_smem
 
 
+def narrowed_roundtrip(
+    dtype: str,
+    tile: tuple[int, int],
+    scope: str,
+    cta_threads: int,
+    lanes: tuple[int, int] = (0, 32),
+    warps: tuple[int, int] | None = None,
+) -> Any:
+    """A -> shared -> B at ``scope`` by the threads an enclosing ``if`` leaves: lanes
+    ``[lo, hi)`` and, at warpgroup or CTA scope, the warps ``[lo, hi)`` of the scope
+    (``T.warp_id_in_wg`` or ``T.warp_id``). TVM narrows the scope's thread axes to those
+    ranges; the copies split the tile among the threads that run them. Both copies split
+    it alike, so each thread reads back what it wrote and no barrier is needed (a CTA
+    barrier under the if would be a divergent one). One CTA; at warp or warpgroup scope
+    only the first warp or warpgroup reaches the copies."""
+    rows, cols = tile
+    copy = getattr(Tx, scope).copy
+    n_warps = cta_threads // 32
+    with_wg = n_warps % 4 == 0
+    l0, l1 = lanes
+    w0, w1 = warps if warps is not None else (0, n_warps if scope == "cta" else 4)
+    by_warp_in_wg = scope == "warpgroup"
+
+    # fmt: off
+    @T.prim_func
+    def narrowed(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (rows, cols), dtype)
+        B = T.match_buffer(B_ptr, (rows, cols), dtype)
+        T.device_entry()
+        T.cta_id([1])
+        if with_wg:
+            T.warpgroup_id([n_warps // 4])
+            wid = T.warp_id_in_wg([4])
+        warp = T.warp_id([n_warps])
+        lane = T.lane_id([32])
+        T.thread_id([cta_threads])
+        A_s = T.alloc_buffer((rows, cols), dtype, scope="shared", layout=TileLayout(S[tile]))
+        first = T.meta_var(warp < 1 if scope == "warp" else warp < 4 if scope == "warpgroup" else True)
+        mine = T.meta_var(wid if by_warp_in_wg else warp)
+        if first:
+            if mine >= w0:
+                if mine < w1:
+                    if lane >= l0:
+                        if lane < l1:
+                            copy(A_s[:, :], A[:, :])
+                            copy(B[:, :], A_s[:, :])
+    # fmt: on
+    return narrowed
+
+
 def _scope_threads(scope: str, cta_threads: int | None) -> int:
     threads = cta_threads or SCOPE_THREADS.get(scope, 32)
     if threads % 32:

@@ -7,7 +7,8 @@ script (``bench/differential.py``) draw from the same space: copies global <-> s
 (every scope, odd element counts, column offsets, swizzled tiles), copies through register
 layouts (rows, columns, fragments, warpgroup tiles), m8n8 fragments against row-major,
 column-major, padded and swizzled tiles, elementwise ops on registers and on shared
-memory, over every dtype the ops take.
+memory, over every dtype the ops take; copies by the lanes and warps that enclosing ifs
+leave.
 
 :func:`differential` lowers a case with ``"tirx_cuda_dispatch"`` (ours: calls our
 variants decline go to TVM's) and with ``"tirx"`` (TVM's built-in variants alone), runs
@@ -219,6 +220,27 @@ def smem_elementwise_case(c: Chooser, seed: int) -> Case:
     return Case("smem_elementwise", params, func, [a, cc, runtime.poison_like(a)], 2, expected)
 
 
+def narrowed_case(c: Chooser, seed: int) -> Case:
+    """A copy in and out through shared memory by a range of lanes (x a range of warps)
+    that enclosing ifs leave: TVM narrows some of them, the conditions say the rest."""
+    dtype = c.pick(COPY_DTYPES)
+    scope = c.pick(("warp", "warpgroup", "cta"))
+    threads = {"warp": c.pick((32, 64)), "warpgroup": 128, "cta": c.pick((64, 128, 256))}[scope]
+    lo = c.integer(0, 31)
+    lanes = (lo, c.integer(lo + 1, 32))
+    warps = None
+    if scope != "warp":
+        n = 4 if scope == "warpgroup" else threads // 32
+        w0 = c.integer(0, n - 1)
+        warps = (w0, c.integer(w0 + 1, n))
+    tile = (c.pick((1, 3, 4, 8, 16)), c.pick((5, 6, 8, 24, 40, 64)))
+    a = runtime.random_array(tile, dtype, np.random.default_rng(seed))
+    func = demos.narrowed_roundtrip(dtype, tile, scope, threads, lanes, warps)
+    params = dict(dtype=dtype, tile=tile, scope=scope, cta_threads=threads, lanes=lanes)
+    params["warps"] = warps
+    return Case("narrowed", params, func, [a, runtime.poison_like(a)], 1, a.copy())
+
+
 GENERATORS: dict[str, Callable[[Chooser, int], Case]] = {
     "gmem_smem": gmem_smem_case,
     "copy_reg": copy_reg_case,
@@ -226,6 +248,7 @@ GENERATORS: dict[str, Callable[[Chooser, int], Case]] = {
     "elementwise": elementwise_case,
     "mixed_elementwise": mixed_elementwise_case,
     "smem_elementwise": smem_elementwise_case,
+    "narrowed": narrowed_case,
 }
 
 

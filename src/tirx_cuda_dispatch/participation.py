@@ -154,34 +154,79 @@ def participation(call: Any) -> Participation:
     if not per_thread:
         return Participation("uniform", parts)
     ranges = [*coords.ranges, *_other_ranges(enclosing, subst)]
-    for cond, orig in per_thread:
-        with ExitStack() as stack:
-            ana = sym.Analyzer()
-            for var, lo, hi in ranges:
-                ana.bind(var, tvm.ir.Range(lo, hi))
-            for c in uniform:
-                stack.enter_context(ana.constraint_scope(c))
-            if ana.can_prove(cond):
-                continue
+    unproven = [(c, orig) for c, orig in per_thread if not _proved(c, ranges, uniform)]
+    if not unproven:
+        return Participation("uniform", parts)
+    box = _box([c for c, _ in unproven], coords, ranges)
+    if box is not None:  # the conditions leave a range of lanes (x warps): TVM saw part of it
+        return Participation("uniform", box)
+    for cond, orig in unproven:
         witness = _divergence(cond, ranges, uniform, coords)
-        where = f"`if {orig}`"
         if witness is not None:
             return Participation(
                 "divergent",
                 parts,
-                f"{where} leaves threads of the {_NOUN[call.scope]} out of this "
-                f"{call.scope}-scope call: {witness}. TVM narrows a scope only to a range of "
-                "one id (e.g. `if lane < 16`): call it at a narrower scope, or move it out of "
-                "the if",
+                f"`if {orig}` leaves threads of the {_NOUN[call.scope]} out of this "
+                f"{call.scope}-scope call: {witness}. A scope can be narrowed to a range of "
+                "lanes (and of warps), e.g. `if lane < 16`: call it at a narrower scope, or "
+                "move it out of the if",
             )
-        return Participation(
-            "undecided",
-            parts,
-            f"cannot prove that every thread of the {_NOUN[call.scope]} in {parts} passes "
-            f"{where}; "
-            "a condition on per-thread values may leave threads out",
-        )
-    return Participation("uniform", parts)
+    _, orig = unproven[0]
+    return Participation(
+        "undecided",
+        parts,
+        f"cannot prove that every thread of the {_NOUN[call.scope]} in {parts} passes "
+        f"`if {orig}`; a condition on per-thread values may leave threads out",
+    )
+
+
+def _proved(cond: Any, ranges, uniform: list[Any]) -> bool:
+    with ExitStack() as stack:
+        ana = sym.Analyzer()
+        for var, lo, hi in ranges:
+            ana.bind(var, tvm.ir.Range(lo, hi))
+        for c in uniform:
+            stack.enter_context(ana.constraint_scope(c))
+        return ana.can_prove(cond)
+
+
+def _box(conds: list[Any], coords: _Coordinates, ranges) -> Participants | None:
+    """The threads that pass ``conds`` when those are conditions on the lane and the warp
+    alone (``lane >= 8`` and ``lane < 20``, which TVM narrows to the first only): a range
+    of lanes times a range of warps, or None (another shape, other variables, none)."""
+    inside = list(coords.varying)
+    if any(
+        _reads_memory(c)
+        or any(not any(v.same_as(x) for x in inside) for v in tvm.tirx.analysis.undefined_vars(c))
+        for c in conds
+    ):
+        return None
+    by_var = {v: (lo, hi) for v, lo, hi in ranges}
+    points = set()
+    for values in itertools.product(*(range(*by_var[v]) for v in inside)):
+        ana = _at(dict(zip(inside, values, strict=True)))
+        truths = [_truth(ana, c) for c in conds]
+        if any(t is None for t in truths):
+            return None
+        if all(truths):
+            points.add(values)
+    if not points:
+        return None
+    axes = [sorted({p[i] for p in points}) for i in range(len(inside))]
+    if any(a[-1] - a[0] + 1 != len(a) for a in axes) or len(points) != _product(
+        len(a) for a in axes
+    ):
+        return None
+    lanes = (axes[0][0], len(axes[0]))
+    warps = (axes[1][0], len(axes[1])) if len(axes) > 1 else None
+    return Participants(lanes, warps)
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
 
 
 def _narrowed_ranges(call: Any) -> Participants | str:
@@ -204,9 +249,9 @@ def _narrowed_ranges(call: Any) -> Participants | str:
         if extent is None or offset is None:
             return f"thread axis {name} has a non-constant range"
         if offset < 0 or extent <= 0 or offset + extent > full[name]:
-            return (
-                f"thread axis {name} runs over [{offset}, {offset + extent}) of [0, {full[name]})"
-            )
+            # TVM's scope analysis lost track of this axis (nested ifs on wid_in_wg give
+            # [-3, -2**63)): the whole axis, which the enclosing conditions then narrow
+            offset, extent = 0, full[name]
         spans[name] = (offset, extent)
     if call.scope == "thread":
         return Participants((0, 1))

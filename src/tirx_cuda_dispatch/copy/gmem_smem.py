@@ -162,7 +162,8 @@ def plan(call: TileCall) -> GmemSmemPlan:
     if src.elem_bits < 8:
         raise Decline(f"{src.dtype} elements are narrower than a byte; needs 8 bits or more")
     views = [memory_view(g), memory_view(s)]
-    partition = scope_partition(views, call.thread_count, src.elem_bits)
+    threads = call.participation.participants.count  # the threads that run the call
+    partition = scope_partition(views, threads, src.elem_bits)
     direction = "global->shared" if g is src else "shared->global"
     hints = cache_hints(call.config, _global_access(call), call.sm)
     return GmemSmemPlan(direction, src.dtype, src.elem_bits, partition, hints)

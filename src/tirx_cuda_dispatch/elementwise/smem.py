@@ -155,7 +155,8 @@ def make_plan(op: ElementwiseOp):
         bits = tuple(o.elem_bits for o in [dst, *tensors])
         if min(bits) < 8:
             raise Decline("elements narrower than a byte; needs 8 bits or more")
-        partition = scope_partition(views, call.thread_count, max(bits), driver=0)
+        threads = call.participation.participants.count  # the threads that run the call
+        partition = scope_partition(views, threads, max(bits), driver=0)
         src_dtype = tensors[0].dtype if tensors else dst.dtype
         arith = arithmetic(op, dst.dtype, *input_dtypes(op, call))
         form = (
