@@ -27,6 +27,7 @@ lane``, ``wid_in_wg = w % 4``, ...) and given one of three verdicts:
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -131,6 +132,28 @@ def _coordinates(scope: str, parts: Participants, warps: int) -> _Coordinates:
     return _Coordinates(lane, q, g, q, (lane, q), (lane_range, q_range))
 
 
+def narrowing(call: Any, parts: Participants) -> str | None:
+    """How ``parts`` fall short of the whole scope, in TVM's axis names (``laneid runs over
+    [0, 16)``), or None when every thread of the scope takes part."""
+    if call.scope == "thread":
+        return None
+    warp_axis = {"warpgroup": ("wid_in_wg", 4), "cta": ("warpid", _cta_warps(call))}
+    spans = [("laneid", parts.lane, 32)]
+    if parts.warp is not None:
+        name, full = warp_axis[call.scope]
+        spans.append((name, parts.warp, full))
+    short = [
+        f"{name} runs over [{lo}, {lo + n})"
+        for name, (lo, n), full in spans
+        if (lo, n) != (0, full)
+    ]
+    return ", ".join(short) or None
+
+
+def _cta_warps(call: Any) -> int:
+    return (call.launch_extents.get("threadIdx.x") or 32) // 32
+
+
 def participation(call: Any) -> Participation:
     """The verdict for ``call`` (a :class:`..call.TileCall` whose ``enclosing`` the
     lowering set from :mod:`.bounds`' walk; without it, only TVM's ranges count)."""
@@ -140,8 +163,7 @@ def participation(call: Any) -> Participation:
     enclosing = getattr(call, "enclosing", None)
     if call.scope == "thread" or enclosing is None or not enclosing.conditions:
         return Participation("uniform", parts)
-    warps = (call.launch_extents.get("threadIdx.x") or 32) // 32
-    coords = _coordinates(call.scope, parts, warps)
+    coords = _coordinates(call.scope, parts, _cta_warps(call))
     subst = _substitution(enclosing, coords.lane, coords.warp)
     conditions = [_resolve(c, subst, enclosing, coords.ranges) for c in enclosing.conditions]
     varying = list(coords.varying)
@@ -213,20 +235,11 @@ def _box(conds: list[Any], coords: _Coordinates, ranges) -> Participants | None:
     if not points:
         return None
     axes = [sorted({p[i] for p in points}) for i in range(len(inside))]
-    if any(a[-1] - a[0] + 1 != len(a) for a in axes) or len(points) != _product(
-        len(a) for a in axes
-    ):
+    if any(a[-1] - a[0] + 1 != len(a) for a in axes) or len(points) != math.prod(map(len, axes)):
         return None
     lanes = (axes[0][0], len(axes[0]))
     warps = (axes[1][0], len(axes[1])) if len(axes) > 1 else None
     return Participants(lanes, warps)
-
-
-def _product(values) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out
 
 
 def _narrowed_ranges(call: Any) -> Participants | str:

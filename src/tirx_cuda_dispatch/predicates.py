@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .call import TileCall
+from .participation import narrowing
 from .registry import Predicate, predicate
 
 Result = tuple[bool, "str | None"]
@@ -34,16 +35,8 @@ def requires_all_threads_active(call: TileCall) -> Result:
     verdict = call.participation
     if verdict.verdict != "uniform":
         return False, verdict.detail
-    parts = verdict.participants
-    if call.scope == "thread":
-        return True, None
-    if parts.renumbered or (call.thread_count or 0) != _scope_threads(call):
-        axes = {n: r for n, r in call.thread_axes.items()}
-        narrowed = ", ".join(
-            f"{n} runs over [{o}, {o + e})"
-            for n, (e, o) in axes.items()
-            if (e, o) != _full(call, n)
-        )
+    narrowed = narrowing(call, verdict.participants)
+    if narrowed is not None:
         return False, (
             f"scope {call.scope} is narrowed: {narrowed} (an enclosing if); all threads of the "
             "scope must take part, since the register layout gives each of them its elements"
@@ -59,18 +52,6 @@ def requires_known_participants(call: TileCall) -> Result:
     if verdict.verdict != "uniform":
         return False, verdict.detail
     return True, None
-
-
-def _full(call: TileCall, axis: str) -> tuple[int, int]:
-    if axis == "warpid":
-        return ((call.launch_extents.get("threadIdx.x") or 32) // 32, 0)
-    return ({"laneid": 32, "wid_in_wg": 4}[axis], 0)
-
-
-def _scope_threads(call: TileCall) -> int:
-    if call.scope == "cta":
-        return call.launch_extents.get("threadIdx.x") or 0
-    return {"thread": 1, "warp": 32, "warpgroup": 128}[call.scope]
 
 
 def requires_valid_copy(call: TileCall) -> Result:
