@@ -83,12 +83,16 @@ def gpu_facts() -> dict:
     return dict(zip(query.split(","), [s.strip() for s in out.split(",")], strict=False))
 
 
-def bench_config(name, dtype, tm, tn, scope, threads, total_bytes, batch, reps) -> dict:
+def bench_config(
+    name, dtype, tm, tn, scope, threads, total_bytes, batch, reps, path="shared"
+) -> dict:
     elem = torch.tensor([], dtype=TORCH_DTYPE[dtype]).element_size()
     rows = total_bytes // (elem * tn)
     ctas = rows // tm
     rows = ctas * tm
-    func = demos.gmem_smem_roundtrip(dtype, (tm, tn), scope, ctas=ctas, cta_threads=threads)
+    func = demos.gmem_smem_roundtrip(
+        dtype, (tm, tn), scope, ctas=ctas, cta_threads=threads, path=path
+    )
     a = torch.randn(rows, tn, device="cuda").to(TORCH_DTYPE[dtype])
     ref = torch.empty_like(a)
     result = {"config": name, "bytes_moved": 2 * a.numel() * elem, "ctas": ctas}

@@ -9,7 +9,8 @@ the contenders are timed interleaved (CUDA events after warm-up, median of repet
 Parts:
 
 1. ``stream``: global -> shared -> global streaming copy vs a device-to-device copy
-   (``copy_stream.py``).
+   (``copy_stream.py``); ``masked``: odd tiles; ``paths``: global -> global and
+   shared -> shared copies, where the built-in has only its scalar copy.
 2. ``reg``: copy -> reg, shared -> registers -> shared in a loop (barriers between copies),
    shared bytes per clock per SM against the 128 B/clk/SM peak; hand-written kernels for the
    plain order, the address-only rotation and the two ways of paying for a rotation.
@@ -203,6 +204,46 @@ def part_masked(gpu: Gpu, args) -> list[dict]:
                 "even tile": f"{even[0]}x{even[1]}",
                 "even ours GB/s": ev["ours_GBps"],
                 "odd/even": odd["ours_GBps"] / ev["ours_GBps"],
+            }
+        )
+    return rows
+
+
+# -- 1c. global -> global and shared -> shared ----------------------------------------------
+# (name, dtype, tile rows, tile cols, scope, threads per CTA, path)
+PATHS = [
+    ("f32 32x256 cta256 g->g", "float32", 32, 256, "cta", 256, "global"),
+    ("f16 64x128 wg g->g", "float16", 64, 128, "warpgroup", 128, "global"),
+    ("f32 32x256 cta256 g->s->s->g", "float32", 32, 256, "cta", 256, "shared_shared"),
+    ("f16 64x128 wg g->s->s->g", "float16", 64, 128, "warpgroup", 128, "shared_shared"),
+]
+
+
+def part_paths(gpu: Gpu, args) -> list[dict]:
+    """A tile copied global -> global in one call, and global -> shared -> shared -> global:
+    ours against the built-in (its scalar single-thread copy for the global -> global and
+    shared -> shared calls) and a device copy, and against our own global -> shared ->
+    global program of the same tile."""
+    import copy_stream
+
+    rows = []
+    for name, dtype, tm, tn, scope, threads, path in PATHS:
+        total = args.stream_mib * 2**20 // 4
+        run = copy_stream.bench_config(
+            name, dtype, tm, tn, scope, threads, total, batch=5, reps=args.reps, path=path
+        )
+        via = copy_stream.bench_config(
+            name, dtype, tm, tn, scope, threads, total, batch=5, reps=args.reps
+        )
+        rows.append(
+            {
+                "config": name,
+                "ours GB/s": run["ours_GBps"],
+                "built-in GB/s": run["builtin_GBps"],
+                "ours/built-in": run["ours_vs_builtin"],
+                "ours/D2D": run["ours_vs_copy"],
+                "ours g->s->g GB/s": via["ours_GBps"],
+                "this/g->s->g": run["ours_GBps"] / via["ours_GBps"],
             }
         )
     return rows
@@ -619,6 +660,7 @@ def markdown_table(rows: list[dict]) -> str:
 TITLES = {
     "stream": "1. Streaming copy global -> shared -> global (GB/s, bytes read + written)",
     "masked": "1b. Odd tiles streamed global -> shared -> global: masked vector copies (ours) vs the built-in's scalar copy, and vs our nearest even tile",
+    "paths": "1c. Global -> global and shared -> shared copies (ours) vs the built-in's scalar copy, and vs our global -> shared -> global program",
     "reg": "2. copy -> reg loop, shared -> registers -> shared (float32; 4 warps per CTA, each its own tile; warp barriers between copies)",
     "reg_hand": "2b. Hand-written references for the copy -> reg loop (B/clk/SM)",
     "ldst": "3. copy -> ldstmatrix loop, m16n8k16 A fragment, 16x16 float16 per warp (B/clk/SM)",
@@ -649,7 +691,9 @@ def write_docs(text: str, path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="stream,masked,reg,reg_hand,ldst,eltwise,sass,compile")
+    parser.add_argument(
+        "--only", default="stream,masked,paths,reg,reg_hand,ldst,eltwise,sass,compile"
+    )
     parser.add_argument(
         "--iters", type=int, default=1000, help="loop iterations of the loop programs"
     )
@@ -661,7 +705,7 @@ def main() -> int:
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     parts = args.only.split(",")
-    gpu_parts = {"stream", "masked", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise"}
+    gpu_parts = {"stream", "masked", "paths", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise"}
     gpu = None
     if gpu_parts & set(parts):
         if runtime.gpu_arch() is None:
@@ -671,6 +715,7 @@ def main() -> int:
     runners = {
         "stream": lambda: part_stream(gpu, args),
         "masked": lambda: part_masked(gpu, args),
+        "paths": lambda: part_paths(gpu, args),
         "reg": lambda: part_reg(gpu, args),
         "reg_hand": lambda: part_reg_handwritten(gpu, args),
         "ldst": lambda: part_ldst(gpu, args),

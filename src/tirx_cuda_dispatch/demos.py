@@ -20,13 +20,20 @@ def gmem_smem_roundtrip(
     shared_layout: Any = None,
     cols: int | None = None,
     col_offset: int = 0,
+    path: str = "shared",
+    second_layout: Any = None,
 ) -> Any:
     """Each CTA copies its ``tile`` of A global -> shared -> B global (seed 004's program).
 
     A and B are ``(ctas * TM, cols)``; CTA ``bx`` moves rows ``[bx*TM, (bx+1)*TM)`` and
-    columns ``[col_offset, col_offset + TN)``. ``scope`` is the scope of both copies;
-    ``cta_threads`` sets the block size (defaults to the scope's thread count).
+    columns ``[col_offset, col_offset + TN)``. ``scope`` is the scope of the copies;
+    ``cta_threads`` sets the block size (defaults to the scope's thread count). ``path``:
+    "shared" (the default), "global" (one copy, A's tile straight to B's) or
+    "shared_shared" (A -> shared -> a second shared tile laid out by ``second_layout``
+    -> B).
     """
+    if path not in ("shared", "global", "shared_shared"):
+        raise ValueError(f"path {path!r}: one of shared, global, shared_shared")
     tm, tn = tile
     cols = cols if cols is not None else tn
     threads = cta_threads or SCOPE_THREADS.get(scope, 32)
@@ -34,7 +41,9 @@ def gmem_smem_roundtrip(
         raise ValueError("cta_threads must be a multiple of 32")
     warps = threads // 32
     s_layout = shared_layout if shared_layout is not None else TileLayout(S[(tm, tn)])
+    s2_layout = second_layout if second_layout is not None else TileLayout(S[(tm, tn)])
     copy = getattr(Tx, scope).copy
+    direct, twice = path == "global", path == "shared_shared"
     c0, c1 = col_offset, col_offset + tn
     with_wg = warps % 4 == 0
 
@@ -51,10 +60,21 @@ def gmem_smem_roundtrip(
         T.warp_id([warps])
         T.lane_id([32])
         T.thread_id([threads])
-        A_smem = T.alloc_buffer((tm, tn), dtype, scope="shared", layout=s_layout)
-        copy(A_smem[:, :], A[bx * tm:(bx + 1) * tm, c0:c1])
-        T.cuda.cta_sync()
-        copy(B[bx * tm:(bx + 1) * tm, c0:c1], A_smem[:, :])
+        if direct:
+            copy(B[bx * tm:(bx + 1) * tm, c0:c1], A[bx * tm:(bx + 1) * tm, c0:c1])
+        elif twice:
+            A_smem = T.alloc_buffer((tm, tn), dtype, scope="shared", layout=s_layout)
+            B_smem = T.alloc_buffer((tm, tn), dtype, scope="shared", layout=s2_layout)
+            copy(A_smem[:, :], A[bx * tm:(bx + 1) * tm, c0:c1])
+            T.cuda.cta_sync()
+            copy(B_smem[:, :], A_smem[:, :])
+            T.cuda.cta_sync()
+            copy(B[bx * tm:(bx + 1) * tm, c0:c1], B_smem[:, :])
+        else:
+            A_smem = T.alloc_buffer((tm, tn), dtype, scope="shared", layout=s_layout)
+            copy(A_smem[:, :], A[bx * tm:(bx + 1) * tm, c0:c1])
+            T.cuda.cta_sync()
+            copy(B[bx * tm:(bx + 1) * tm, c0:c1], A_smem[:, :])
     # fmt: on
     return gmem_smem
 

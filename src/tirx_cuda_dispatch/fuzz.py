@@ -98,7 +98,7 @@ def gmem_smem_case(c: Chooser, seed: int) -> Case:
     dtype = c.pick(COPY_DTYPES)
     scope = c.pick(("warp", "warpgroup", "cta"))
     rows = c.pick((1, 3, 4, 5, 8, 16, 32))
-    cols = c.pick((3, 5, 6, 8, 12, 16, 24, 32, 40, 64, 128))
+    cols = c.pick((1, 3, 5, 6, 8, 12, 16, 24, 32, 40, 64, 128))
     extra = c.pick((0, 0, 8, 16, 3))
     offset = c.integer(0, extra) if extra else 0
     ctas = c.integer(1, 3)
@@ -107,6 +107,12 @@ def gmem_smem_case(c: Chooser, seed: int) -> Case:
     layout = None
     if swizzle is not None and dtype in ("float16", "float32"):
         layout = _swizzled(dtype, (rows, cols), swizzle)
+    path = c.pick(("shared", "shared", "shared", "global", "shared_shared"))
+    second, second_swizzle = None, None
+    if path == "shared_shared":
+        second_swizzle = c.pick((None, 32, 64, 128))
+        if second_swizzle is not None and dtype in ("float16", "float32"):
+            second = _swizzled(dtype, (rows, cols), second_swizzle)
     params = dict(
         dtype=dtype,
         tile=(rows, cols),
@@ -116,11 +122,17 @@ def gmem_smem_case(c: Chooser, seed: int) -> Case:
         shared_layout=layout,
         cols=cols + extra,
         col_offset=offset,
+        path=path,
+        second_layout=second,
     )
     a = runtime.random_array((ctas * rows, cols + extra), dtype, np.random.default_rng(seed))
     expected = runtime.poison_like(a).copy()
     expected[:, offset : offset + cols] = a[:, offset : offset + cols]
-    shown = {**params, "shared_layout": None if layout is None else f"swizzle {swizzle}B"}
+    shown = {
+        **params,
+        "shared_layout": None if layout is None else f"swizzle {swizzle}B",
+        "second_layout": None if second is None else f"swizzle {second_swizzle}B",
+    }
     func = demos.gmem_smem_roundtrip(**params)
     return Case("gmem_smem", shown, func, [a, runtime.poison_like(a)], 1, expected)
 

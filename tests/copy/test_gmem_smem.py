@@ -204,7 +204,8 @@ def test_odd_tile_roundtrip_by_ours(dtype, tile, scope, threads, pieces, rng, wh
 
 def test_declines_register_operand():
     assert _reason(warp_g2local()) == (
-        "src A is global and dst R is local; needs global->shared, shared->global"
+        "src A is global and dst R is local; needs global->shared, shared->global, "
+        "global->global, shared->shared"
     )
     assert tcd.explain(warp_g2local())[0].variant == "reg"  # the register variant takes it
 
@@ -782,3 +783,188 @@ def _run_with_caller_memory(func, a, b, shape, gpu, pipeline):
     ex[runtime.entry_name(func)](whole._create_view(shape), b_dev)
     dev.sync()
     return whole.numpy(), b_dev.numpy()
+
+
+# -- global -> global and shared -> shared ---------------------------------------------------
+SAME_MEMORY = [
+    # path, dtype, tile, scope, threads, second shared layout
+    ("global", "float32", (32, 64), "warp", 32, None),
+    ("global", "float16", (48, 40), "cta", 256, None),  # odd: masked round
+    ("global", "bfloat16", (5, 70), "warpgroup", 128, None),  # misaligned: 32-bit
+    ("global", "int8", (16, 128), "cta", 128, None),
+    ("shared_shared", "float32", (32, 64), "warp", 32, None),
+    ("shared_shared", "float16", (64, 64), "warpgroup", 128, SWIZZLE_128B_F16),
+    ("shared_shared", "float32", (30, 100), "cta", 128, None),
+    ("shared_shared", "uint8", (4, 6), "warp", 32, None),
+]
+
+
+def _same_memory(path, dtype, tile, scope, threads, layout, ctas=2):
+    return demos.gmem_smem_roundtrip(
+        dtype, tile, scope, ctas=ctas, cta_threads=threads, path=path, second_layout=layout
+    )
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("case", SAME_MEMORY, ids=lambda c: f"{c[0]}-{c[1]}-{c[2][0]}x{c[2][1]}")
+def test_global_to_global_and_shared_to_shared_roundtrip(case, rng, where, gpu):
+    path, dtype, tile, scope, threads, layout = case
+    func = _same_memory(*case)
+    reports = tcd.explain(func)
+    want = {
+        "global": ["global->global"],
+        "shared_shared": ["global->shared", "shared->shared", "shared->global"],
+    }[path]
+    assert [r.plan["direction"] for r in reports] == want
+    shape = (2 * tile[0], tile[1])
+    a, out = _roundtrip(func, shape, dtype, rng, where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(a))
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("path", ["shared", "global", "shared_shared"])
+@pytest.mark.parametrize("scope", ["thread", "warp", "warpgroup"])
+def test_a_single_element_is_copied(scope, path, rng, where, gpu):
+    """Regression: one element left the masked partition with no dimension (IndexError)."""
+    func = demos.gmem_smem_roundtrip("float32", (1, 1), scope, ctas=3, path=path)
+    assert {r.variant for r in tcd.explain(func)} == {"gmem_smem"}
+    a, out = _roundtrip(func, (3, 1), "float32", rng, where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(out, a)
+
+
+def test_global_to_global_sass_loads_l2_only_and_stores_128_bits():
+    ops = toolchain.opcodes(
+        toolchain.kernel_sass(_same_memory("global", "float32", (32, 64), "warp", 32, None))
+    )
+    assert ops["LDG.E.128.STRONG.GPU"] == 16 and ops["STG.E.128"] == 16
+    assert not [k for k in ops if k.startswith(("LDS", "STS", "LDL", "STL"))], ops
+
+
+def test_shared_to_shared_sass_is_128_bit_through_a_swizzle():
+    func = _same_memory("shared_shared", "float16", (64, 64), "warpgroup", 128, SWIZZLE_128B_F16)
+    [_, s2s, _] = _plans(func)
+    assert s2s["direction"] == "shared->shared" and s2s["vec_bits"] == 128
+    assert "swizzle" in s2s
+    ops = toolchain.opcodes(toolchain.kernel_sass(func))
+    # 4 rounds in each of the three copies: g->s stores 4, s->s loads and stores 4, s->g loads 4
+    assert ops["LDS.128"] == 8 and ops["STS.128"] == 8, ops
+
+
+def one_buffer(src_rows, dst_rows, memory="shared", dtype="float32", rows=64, cols=32):
+    """A warp copies rows ``src_rows`` of one buffer to rows ``dst_rows`` of the same buffer
+    (a shared tile loaded from A and stored to B, or A itself in global memory)."""
+    (s0, s1), (d0, d1) = src_rows, dst_rows
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (rows, cols), dtype)
+        B = T.match_buffer(B_ptr, (rows, cols), dtype)
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        if memory == "shared":
+            A_s = T.alloc_buffer(
+                (rows, cols), dtype, scope="shared", layout=TileLayout(S[(rows, cols)])
+            )
+            Tx.warp.copy(A_s[:, :], A[:, :])
+            T.cuda.cta_sync()
+            Tx.warp.copy(A_s[d0:d1, :], A_s[s0:s1, :])
+            T.cuda.cta_sync()
+            Tx.warp.copy(B[:, :], A_s[:, :])
+        else:
+            Tx.warp.copy(A[d0:d1, :], A[s0:s1, :])
+
+    return kernel
+
+
+@pytest.mark.parametrize("memory", ["shared", "global"])
+def test_overlapping_regions_of_one_buffer_decline(memory):
+    reports = tcd.explain(one_buffer((0, 32), (16, 48), memory))
+    report = reports[1] if memory == "shared" else reports[0]
+    [reason] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]
+    name = "A_s" if memory == "shared" else "A"
+    assert reason == (
+        f"src {name}[0:32, 0:32] ({memory} float32) and dst {name}[16:48, 0:32] ({memory} "
+        f"float32) share 512 elements of {name}: threads copying in parallel would read "
+        "elements others already wrote; copy through a second buffer"
+    )
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_disjoint_regions_of_one_buffer_are_copied(rng, where, gpu):
+    func = one_buffer((0, 32), (32, 64), "shared")
+    assert [r.variant for r in tcd.explain(func)] == ["gmem_smem"] * 3
+    a = runtime.random_array((64, 32), "float32", rng)
+    _, out = execute(func, [a, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE)
+    expected = a.copy()
+    expected[32:64] = a[0:32]
+    np.testing.assert_array_equal(out, expected)
+
+
+def shifted_in_place(shift):
+    """Each of 2 CTAs copies rows [bx*64, bx*64 + 32) of A to rows ``shift`` further on,
+    in A itself (``shift`` an int, or "by": the other CTA index's multiple of 32)."""
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (128, 32), "float32")
+        T.device_entry()
+        bx, by = T.cta_id([2, 2])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        if shift == "by":
+            Tx.warp.copy(A[by * 32 : by * 32 + 32, :], A[bx * 64 : bx * 64 + 32, :])
+        else:
+            Tx.warp.copy(A[bx * 64 + shift : bx * 64 + shift + 32, :], A[bx * 64 : bx * 64 + 32, :])
+
+    return kernel
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_one_buffer_at_symbolic_offsets_a_constant_apart(rng, where, gpu):
+    func = shifted_in_place(32)
+    assert tcd.explain(func)[0].variant == "gmem_smem"
+    a = runtime.random_array((128, 32), "float32", rng)
+    [out] = execute(func, [a], where, gpu, tcd.STRICT_PIPELINE)
+    expected = a.copy()
+    expected[32:64], expected[96:128] = a[0:32], a[64:96]
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize(
+    "shift, reason",
+    [
+        (16, "share 512 elements of A"),
+        ("by", "whose offsets differ by an amount not known at compile time, so they may overlap"),
+    ],
+)
+def test_one_buffer_overlapping_or_unknown_apart_declines(shift, reason):
+    [report] = tcd.explain(shifted_in_place(shift))
+    [why] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]
+    assert reason in why and why.endswith("copy through a second buffer")
+
+
+def test_hints_on_shared_to_shared_decline_and_on_global_to_global_are_the_loads():
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32, 32), "float32")
+        B = T.match_buffer(B_ptr, (32, 32), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        S1 = T.alloc_buffer((32, 32), "float32", scope="shared", layout=TileLayout(S[(32, 32)]))
+        S2 = T.alloc_buffer((32, 32), "float32", scope="shared", layout=TileLayout(S[(32, 32)]))
+        Tx.warp.copy(B[:, :], A[:, :], cache="nc")
+        Tx.warp.copy(S2[:, :], S1[:, :], cache="nc")
+
+    g2g, s2s = tcd.explain(kernel)
+    assert g2g.variant == "gmem_smem" and g2g.plan["global_access"] == "ld.global.nc"
+    [reason] = [c.reason for c in s2s.candidates if c.variant == "gmem_smem"]
+    assert reason == (
+        "cache hints (cache=nc) name a global access and this copy is shared -> shared; drop them"
+    )

@@ -66,9 +66,9 @@ def test_ours_equals_numpy_and_the_builtin(kind, data):
 
 
 def test_the_generators_cover_what_the_issue_asks_for():
-    """Odd element counts, offsets, every copy dtype, every scope and shared-memory
-    elementwise are in the space (a generator that lost them would pass silently)."""
-    seen = {"odd": False, "offset": False, "dtypes": set(), "scopes": set()}
+    """Odd element counts, offsets, every copy dtype, every scope, global->global and
+    shared->shared copies (swizzled too) and shared-memory elementwise are in the space (a generator that lost them would pass silently)."""
+    seen = {"odd": False, "offset": False, "dtypes": set(), "scopes": set(), "paths": set()}
     for seed in range(300):
         case = fuzz.random_case(fuzz.RandomChooser(seed), "gmem_smem")
         rows, cols = case.params["tile"]
@@ -76,7 +76,14 @@ def test_the_generators_cover_what_the_issue_asks_for():
         seen["offset"] |= case.params["col_offset"] > 0
         seen["dtypes"].add(case.params["dtype"])
         seen["scopes"].add(case.params["scope"])
+        seen["paths"].add((case.params["path"], case.params["second_layout"] is not None))
     assert seen["odd"] and seen["offset"]
+    assert seen["paths"] == {
+        ("shared", False),
+        ("global", False),
+        ("shared_shared", False),
+        ("shared_shared", True),
+    }
     assert seen["dtypes"] == set(fuzz.COPY_DTYPES)
     assert seen["scopes"] == {"warp", "warpgroup", "cta"}
 

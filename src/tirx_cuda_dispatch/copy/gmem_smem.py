@@ -1,25 +1,30 @@
-"""copy -> gmem_smem: a synchronous copy between global and shared memory, either way.
+"""copy -> gmem_smem: a synchronous copy between global and shared memory, any direction.
 
 Accepts: a CUDA target; scope thread / warp / warpgroup / cta with every thread of it
 active; a valid copy (layouts on both sides, equal dtypes, equal non-unit extents)
-between global and shared memory (neither side a register); any element count.
+between memory buffers, global or shared on either side (neither side a register:
+global->shared, shared->global, and also global->global and shared->shared); any element
+count. Where src and dst are one buffer, their regions must not overlap (threads would
+read elements others write).
 
 Emits: neither operand says which thread owns which element, so the partition is
 synthesized from the scope (:mod:`..layout.partition`): ``[outer, threads, vec]`` with
-the global side driving the order (coalesced), the widest aligned vector (128 -> 8 bits,
-capped at one swizzle unit on a swizzled shared layout), and a serial round loop of
-vector loads and stores (``ld.global.cg``/``st.shared`` or ``ld.shared``/``st.global``,
-PTX ISA "Data Movement and Conversion Instructions: ld, st"; global data is cached in L2
-only, since a copy reads it once). A swizzled shared offset goes through the swizzle in
-the loop.
+the global side driving the order (coalesced; the source where both sides are in the same
+memory), the widest aligned vector (128 -> 8 bits, capped at one swizzle unit on a
+swizzled shared layout), and a serial round loop of vector loads and stores
+(``ld.global.cg``/``st.shared``, ``ld.shared``/``st.global``, ``ld.global.cg``/``st.global``
+or ``ld.shared``/``st.shared``, PTX ISA "Data Movement and Conversion Instructions: ld,
+st"; global data is cached in L2 only, since a copy reads it once). A swizzled shared
+offset goes through the swizzle in the loop.
 
 Cache hints on the call (``cache="nc"``, ``l1_evict=``, ``l2_evict=``, ``prefetch_size=``:
 the config keys TVM 0.27's copies read) replace the default L2-only load with the form
 they name (``ld.global.nc.L1::no_allocate.L2::256B``; an L2 eviction priority through
 ``createpolicy`` and ``.L2::cache_hint``, the only spelling narrower than 256 bits has);
-stores to global take the eviction hints (``st.global.L1::evict_first``). An unknown key or
-value, or a load hint on a store, is a decline naming it and the accepted ones
-(:func:`..codegen.cache_hints`).
+stores to global take the eviction hints (``st.global.L1::evict_first``). On a
+global->global copy the hints are the load's (the store stays plain). An unknown key or
+value, a load hint on a store, or any hint on a shared->shared copy (it has no global
+access) is a decline naming it and the accepted ones (:func:`..codegen.cache_hints`).
 
 Where the threads do not divide the vectors evenly (odd tiles: 4x6 float32 at warp scope,
 48x40 float16 in a 256-thread CTA), or where that takes fewer rounds than the narrower
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tvm_ffi
 from tvm.script import tirx as T
 
 from ..call import TileCall
@@ -48,7 +54,7 @@ from ..codegen import (
     store_global_hinted,
 )
 from ..errors import Decline
-from ..layout.atoms import memory_view
+from ..layout.atoms import common_elements, memory_view
 from ..layout.partition import (
     MemoryAccesses,
     PiecewisePartition,
@@ -64,20 +70,68 @@ from ..predicates import (
 )
 from ..registry import variant
 
-GMEM_SMEM_PAIRS = (("global", "shared"), ("shared", "global"))
+GMEM_SMEM_PAIRS = (
+    ("global", "shared"),
+    ("shared", "global"),
+    ("global", "global"),
+    ("shared", "shared"),
+)
 
 
-def _global_access(call: TileCall) -> str:
-    """What the copy does to global memory: "load" (it reads it) or "store"."""
-    return "load" if call.operand(1, "src").memory == "global" else "store"
+def _global_access(call: TileCall) -> str | None:
+    """The global access the cache hints apply to: "load" (the copy reads global memory;
+    a global->global copy's hints are its load's), "store", or None (shared->shared)."""
+    src, dst = call.operand(1, "src"), call.operand(0, "dst")
+    if src.memory == "global":
+        return "load"
+    return "store" if dst.memory == "global" else None
+
+
+def _hints(call: TileCall) -> CacheHints:
+    access = _global_access(call)
+    hints = cache_hints(call.config, access or "load", call.sm)
+    if access is None and not hints.empty:
+        raise Decline(
+            f"cache hints ({hints}) name a global access and this copy is shared -> shared; "
+            "drop them"
+        )
+    return hints
 
 
 def requires_known_cache_hints(call: TileCall) -> tuple[bool, str | None]:
     """Every config key is a cache hint PTX has for this copy's global access and arch."""
     try:
-        cache_hints(call.config, _global_access(call), call.sm)
+        _hints(call)
     except Decline as why:
         return False, str(why)
+    return True, None
+
+
+def requires_disjoint_regions(call: TileCall) -> tuple[bool, str | None]:
+    """src and dst are different buffers, or regions of one buffer with no element in
+    common (every thread moves its own part in parallel: an element one thread writes
+    could be one another thread still has to read)."""
+    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    # A shared buffer's data may be an address into the kernel's pool (a Call), so compare
+    # the expressions, not the objects.
+    if not tvm_ffi.structural_equal(dst.buffer.data, src.buffer.data):
+        return True, None
+    try:
+        common = common_elements(memory_view(src), memory_view(dst))
+    except Decline as why:
+        return False, str(why)
+    if common is None:
+        return False, (
+            f"src {src.describe} and dst {dst.describe} are regions of one buffer "
+            f"{src.buffer.name} whose offsets differ by an amount not known at compile time, "
+            "so they may overlap; copy through a second buffer"
+        )
+    if common:
+        return False, (
+            f"src {src.describe} and dst {dst.describe} share {common} elements of "
+            f"{src.buffer.name}: threads copying in parallel would read elements others "
+            "already wrote; copy through a second buffer"
+        )
     return True, None
 
 
@@ -85,18 +139,27 @@ def requires_known_cache_hints(call: TileCall) -> tuple[bool, str | None]:
 class GmemSmemPlan:
     """Facts of one global<->shared copy: who moves what, at which width."""
 
-    direction: str  # "global->shared" or "shared->global"
+    direction: str  # "global->shared", "shared->global", "global->global", "shared->shared"
     dtype: str
     elem_bits: int
-    partition: ScopePartition | PiecewisePartition  # operands in the order (global, shared)
+    partition: ScopePartition | PiecewisePartition  # operands in the order of `roles`
     hints: CacheHints = CacheHints()  # of the global access; empty: the default forms
+    roles: tuple[str, str] = ("src", "dst")  # the partition's operands: (driver, other)
+
+    @property
+    def src_memory(self) -> str:
+        return self.direction.split("->")[0]
+
+    @property
+    def dst_memory(self) -> str:
+        return self.direction.split("->")[1]
 
     @property
     def global_access(self) -> str:
-        """The global access's instruction up to its vector and type."""
+        """The hinted global access's instruction up to its vector and type."""
+        op = "ld" if self.src_memory == "global" else "st"
         if self.hints.empty:
-            return "ld.global.cg" if self.direction == "global->shared" else "st.global"
-        op = "ld" if self.direction == "global->shared" else "st"
+            return "ld.global.cg" if op == "ld" else "st.global"
         policy = self.hints.policy()
         return self.hints.qualifiers(op) + (f" (policy: {policy})" if policy else "")
 
@@ -121,9 +184,9 @@ class GmemSmemPlan:
         return self.partition.threads
 
     def memory_accesses(self) -> MemoryAccesses:
-        """The shared side's accesses (the one with banks)."""
-        role = "dst" if self.direction == "global->shared" else "src"
-        return MemoryAccesses(role, self.partition.accesses(1))
+        """The accesses of the operand that does not drive the order: the shared side of a
+        global<->shared copy (the one with banks), else the destination."""
+        return MemoryAccesses(self.roles[1], self.partition.accesses(1))
 
     def facts(self) -> dict:
         p = self.partition
@@ -156,17 +219,25 @@ class GmemSmemPlan:
         )
 
 
+def _roles(src_memory: str, dst_memory: str) -> tuple[str, str]:
+    """The partition's operand order: the global side first (it drives the order, so its
+    accesses coalesce) where the copy has one global side, else the source first."""
+    if src_memory != dst_memory and dst_memory == "global":
+        return ("dst", "src")
+    return ("src", "dst")
+
+
 def plan(call: TileCall) -> GmemSmemPlan:
     dst, src = call.operand(0, "dst"), call.operand(1, "src")
-    g, s = (src, dst) if src.memory == "global" else (dst, src)
     if src.elem_bits < 8:
         raise Decline(f"{src.dtype} elements are narrower than a byte; needs 8 bits or more")
-    views = [memory_view(g), memory_view(s)]
+    roles = _roles(src.memory, dst.memory)
+    operands = {"src": src, "dst": dst}
+    views = [memory_view(operands[role]) for role in roles]
     threads = call.participation.participants.count  # the threads that run the call
     partition = scope_partition(views, threads, src.elem_bits)
-    direction = "global->shared" if g is src else "shared->global"
-    hints = cache_hints(call.config, _global_access(call), call.sm)
-    return GmemSmemPlan(direction, src.dtype, src.elem_bits, partition, hints)
+    direction = f"{src.memory}->{dst.memory}"
+    return GmemSmemPlan(direction, src.dtype, src.elem_bits, partition, _hints(call), roles)
 
 
 @variant(
@@ -179,41 +250,40 @@ def plan(call: TileCall) -> GmemSmemPlan:
         requires_known_participants,
         requires_valid_copy,
         requires_memory_pair(GMEM_SMEM_PAIRS),
+        requires_disjoint_regions,
         requires_known_cache_hints,
     ],
     plan=plan,
 )
 def emit(plan: GmemSmemPlan, call: TileCall):
-    """Serial round loop of vector copies between global and shared memory (masked: one
-    loop per piece, its last round under ``tid < tail``)."""
+    """Serial round loop of vector copies between memory buffers (masked: one loop per
+    piece, its last round under ``tid < tail``)."""
     if plan.masked:
         return sequence([_emit_piece(plan, call, i) for i in range(len(plan.partition.pieces))])
-    dst, src = call.operand(0, "dst"), call.operand(1, "src")
-    g, s = (src, dst) if plan.direction == "global->shared" else (dst, src)
     p = plan.partition
-
-    g_buf, s_buf = g.buffer, s.buffer
+    s_at, d_at = plan.roles.index("src"), plan.roles.index("dst")
+    src_buf, dst_buf = call.operand(1, "src").buffer, call.operand(0, "dst").buffer
     vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
 
     # fmt: off
     @impl_prim_func
     def impl():
         tid = T.meta_var(participant_index(call))
-        g_vecs = access_view(g_buf, vec_bits, elem_bits)
-        s_vecs = access_view(s_buf, vec_bits, elem_bits)
+        src_vecs = access_view(src_buf, vec_bits, elem_bits)
+        dst_vecs = access_view(dst_buf, vec_bits, elem_bits)
         for rnd in range(rounds):
-            _move(plan, g_vecs, s_vecs, p.slot(0, rnd, tid), p.slot(1, rnd, tid), vec_bits)
+            _move(plan, dst_vecs, src_vecs, p.slot(d_at, rnd, tid), p.slot(s_at, rnd, tid),
+                  vec_bits)
     # fmt: on
     return impl
 
 
 def _emit_piece(plan: GmemSmemPlan, call: TileCall, index: int):
     """One piece of a masked partition: its full rounds, then its partial round."""
-    dst, src = call.operand(0, "dst"), call.operand(1, "src")
-    g, s = (src, dst) if plan.direction == "global->shared" else (dst, src)
     part = plan.partition
     piece = part.pieces[index]
-    g_buf, s_buf = g.buffer, s.buffer
+    s_at, d_at = plan.roles.index("src"), plan.roles.index("dst")
+    src_buf, dst_buf = call.operand(1, "src").buffer, call.operand(0, "dst").buffer
     vec, vec_bits, elem_bits = piece.vec, piece.vec_bits, plan.elem_bits
     threads, full, tail = piece.threads, piece.full_rounds, piece.tail
 
@@ -224,29 +294,30 @@ def _emit_piece(plan: GmemSmemPlan, call: TileCall, index: int):
     @impl_prim_func
     def impl():
         tid = T.meta_var(participant_index(call))
-        g_vecs = access_view(g_buf, vec_bits, elem_bits)
-        s_vecs = access_view(s_buf, vec_bits, elem_bits)
+        src_vecs = access_view(src_buf, vec_bits, elem_bits)
+        dst_vecs = access_view(dst_buf, vec_bits, elem_bits)
         for rnd in range(full):
             v = T.meta_var(rnd * threads + tid)
-            _move(plan, g_vecs, s_vecs, slot(0, v), slot(1, v), vec_bits)
+            _move(plan, dst_vecs, src_vecs, slot(d_at, v), slot(s_at, v), vec_bits)
         if tail > 0:
             if tid < tail:
-                _move(plan, g_vecs, s_vecs, slot(0, full * threads + tid),
-                      slot(1, full * threads + tid), vec_bits)
+                _move(plan, dst_vecs, src_vecs, slot(d_at, full * threads + tid),
+                      slot(s_at, full * threads + tid), vec_bits)
     # fmt: on
     return impl
 
 
-def _move(plan: GmemSmemPlan, g_vecs, s_vecs, g_slot, s_slot, vec_bits: int) -> None:
-    """One vector between the global and shared views (inside an emitted body): the
-    default forms (an L2-only load, a plain store), or the form the cache hints name."""
-    g_ptr, s_ptr = T.address_of(g_vecs[g_slot]), T.address_of(s_vecs[s_slot])
-    if plan.direction == "global->shared":
+def _move(plan: GmemSmemPlan, dst_vecs, src_vecs, dst_slot, src_slot, vec_bits: int) -> None:
+    """One vector from the source view to the destination view (inside an emitted body):
+    a load from global is L2-only (or the form the cache hints name); a store to global is
+    plain (or hinted); shared memory is read and written plainly."""
+    dst_ptr, src_ptr = T.address_of(dst_vecs[dst_slot]), T.address_of(src_vecs[src_slot])
+    if plan.src_memory == "global":
         if plan.hints.empty:
-            T.evaluate(load_global_l2_only(s_ptr, g_ptr, vec_bits))
+            T.evaluate(load_global_l2_only(dst_ptr, src_ptr, vec_bits))
         else:
-            T.evaluate(load_global_hinted(s_ptr, g_ptr, vec_bits, plan.hints))
-    elif plan.hints.empty:
-        T.buffer_store(g_vecs, s_vecs[s_slot], [g_slot])
+            T.evaluate(load_global_hinted(dst_ptr, src_ptr, vec_bits, plan.hints))
+    elif plan.dst_memory == "global" and not plan.hints.empty:
+        T.evaluate(store_global_hinted(dst_ptr, src_ptr, vec_bits, plan.hints))
     else:
-        T.evaluate(store_global_hinted(g_ptr, s_ptr, vec_bits, plan.hints))
+        T.buffer_store(dst_vecs, src_vecs[src_slot], [dst_slot])

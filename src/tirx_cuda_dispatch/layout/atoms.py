@@ -156,6 +156,25 @@ def element_offsets(view: MemoryView) -> np.ndarray:
     return offsets
 
 
+def common_elements(a: MemoryView, b: MemoryView) -> int | None:
+    """How many buffer elements two views of one buffer both touch (swizzle applied);
+    None where that depends on values unknown at compile time (bases that differ by a
+    symbolic amount, or symbolic bases under a swizzle)."""
+    delta = as_int(sym.Analyzer().simplify(b.base - a.base))
+    if delta is None:
+        return None
+    base_a = a.base if isinstance(a.base, int) else None
+    if base_a is None and (a.swizzle is not None or b.swizzle is not None):
+        return None
+    sets = []
+    for view, base in ((a, base_a or 0), (b, (base_a or 0) + delta)):
+        offsets = element_offsets(view) + base
+        if view.swizzle is not None:
+            offsets = np.vectorize(view.swizzle.apply)(offsets)
+        sets.append(set(offsets.tolist()))
+    return len(sets[0] & sets[1])
+
+
 INT32_LIMIT = 2**31
 
 

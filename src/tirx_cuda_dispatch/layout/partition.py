@@ -354,7 +354,8 @@ def synthesize_pieces(
         vec_dims = [*body, Dim(count, tuple(elems for _ in views))] if run > 1 else list(body)
         pieces.append(
             Piece(
-                dims=tuple(d for d in vec_dims if d.extent != 1) or (Dim(1, vec_dims[0].strides),),
+                dims=tuple(d for d in vec_dims if d.extent != 1)
+                or (Dim(1, tuple(0 for _ in views)),),
                 vec=elems,
                 vec_bits=bits,
                 bases=tuple(v.base + start for v in views),
