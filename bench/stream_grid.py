@@ -46,7 +46,7 @@ def occupancy_check(tile_bytes: int, threads: int) -> int:
     )
     kernel = cp.RawKernel(src, "k")
     kernel.compile()
-    return cp.cuda.runtime.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, 0)
+    return cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, 0)
 
 
 def main() -> int:

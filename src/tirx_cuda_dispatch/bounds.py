@@ -98,6 +98,8 @@ class Enclosing:
     lets: list[tuple[Var, Any]] = field(default_factory=list)
     conditions: list[Any] = field(default_factory=list)
     scope_ids: list[tuple[Var, tuple[str, str]]] = field(default_factory=list)
+    # (buffer, the data its DeclBuffer names): T.decl_buffer(data=X.data), SMEMPool buffers
+    declared: list[tuple[Var, Any]] = field(default_factory=list)
 
     def snapshot(self) -> Enclosing:
         return Enclosing(
@@ -106,7 +108,33 @@ class Enclosing:
             list(self.lets),
             list(self.conditions),
             list(self.scope_ids),
+            list(self.declared),
         )
+
+    def storage_of(self, buffer: Any) -> Var | None:
+        """The buffer whose memory ``buffer`` lies in: the allocation or parameter at the
+        end of its chain of declarations (``Y = pool.alloc(...)``: the pool's buffer;
+        ``T.decl_buffer(..., data=X.data)``: X's storage); None where a declaration's
+        data is not another buffer's data."""
+        var = buffer_var(buffer.data)
+        for _ in range(len(self.declared) + 1):
+            if var is None:
+                return None
+            data = next((d for v, d in reversed(self.declared) if v.same_as(var)), None)
+            if data is None:
+                return var
+            var = buffer_var(data)
+        return None
+
+
+def buffer_var(data: Any) -> Var | None:
+    """The buffer a data expression names (``X.data`` is ``tirx.buffer_data(X)``)."""
+    if isinstance(data, Var):
+        return data
+    op = getattr(data, "op", None)
+    if getattr(op, "name", None) == "tirx.buffer_data" and isinstance(data.args[0], Var):
+        return data.args[0]
+    return None
 
 
 def scan(mod_or_func: Any) -> list[CallBounds]:
@@ -153,6 +181,10 @@ def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
         _walk(stmt.body, inner, out)
     elif kind == "Bind":
         env.lets.append((stmt.var, stmt.value))
+    elif kind == "DeclBuffer":
+        var = buffer_var(stmt.buffer.data)
+        if var is not None:
+            env.declared.append((var, stmt.data))
     elif kind == "IfThenElse":
         then_env = env.snapshot()
         then_env.conditions.append(stmt.condition)

@@ -23,7 +23,8 @@ def gmem_smem_roundtrip(
     path: str = "shared",
     second_layout: Any = None,
 ) -> Any:
-    """Each CTA copies its ``tile`` of A global -> shared -> B global (seed 004's program).
+    """Each CTA copies its ``tile`` of A to B through shared memory (seed 004's program), or
+    along another ``path``.
 
     A and B are ``(ctas * TM, cols)``; CTA ``bx`` moves rows ``[bx*TM, (bx+1)*TM)`` and
     columns ``[col_offset, col_offset + TN)``. ``scope`` is the scope of the copies;
@@ -34,6 +35,10 @@ def gmem_smem_roundtrip(
     """
     if path not in ("shared", "global", "shared_shared"):
         raise ValueError(f"path {path!r}: one of shared, global, shared_shared")
+    if path == "global" and shared_layout is not None:
+        raise ValueError("path 'global' has no shared tile to lay out")
+    if path != "shared_shared" and second_layout is not None:
+        raise ValueError(f"path {path!r} has no second shared tile to lay out")
     tm, tn = tile
     cols = cols if cols is not None else tn
     threads = cta_threads or SCOPE_THREADS.get(scope, 32)

@@ -108,6 +108,8 @@ def gmem_smem_case(c: Chooser, seed: int) -> Case:
     if swizzle is not None and dtype in ("float16", "float32"):
         layout = _swizzled(dtype, (rows, cols), swizzle)
     path = c.pick(("shared", "shared", "shared", "global", "shared_shared"))
+    if path == "global":  # no shared tile
+        layout, swizzle = None, None
     second, second_swizzle = None, None
     if path == "shared_shared":
         second_swizzle = c.pick((None, 32, 64, 128))

@@ -787,28 +787,37 @@ def _run_with_caller_memory(func, a, b, shape, gpu, pipeline):
 
 # -- global -> global and shared -> shared ---------------------------------------------------
 SAME_MEMORY = [
-    # path, dtype, tile, scope, threads, second shared layout
-    ("global", "float32", (32, 64), "warp", 32, None),
-    ("global", "float16", (48, 40), "cta", 256, None),  # odd: masked round
-    ("global", "bfloat16", (5, 70), "warpgroup", 128, None),  # misaligned: 32-bit
-    ("global", "int8", (16, 128), "cta", 128, None),
-    ("shared_shared", "float32", (32, 64), "warp", 32, None),
-    ("shared_shared", "float16", (64, 64), "warpgroup", 128, SWIZZLE_128B_F16),
-    ("shared_shared", "float32", (30, 100), "cta", 128, None),
-    ("shared_shared", "uint8", (4, 6), "warp", 32, None),
+    # path, dtype, tile, scope, threads, first shared layout, second shared layout
+    ("global", "float32", (32, 64), "warp", 32, None, None),
+    ("global", "float16", (48, 40), "cta", 256, None, None),  # odd: masked round
+    ("global", "bfloat16", (5, 70), "warpgroup", 128, None, None),  # misaligned: 32-bit
+    ("global", "int8", (16, 128), "cta", 128, None, None),
+    ("shared_shared", "float32", (32, 64), "warp", 32, None, None),
+    ("shared_shared", "float16", (64, 64), "warpgroup", 128, None, SWIZZLE_128B_F16),
+    ("shared_shared", "float16", (64, 64), "warpgroup", 128, SWIZZLE_128B_F16, None),
+    ("shared_shared", "float32", (32, 16), "warp", 32, SWIZZLE_64B_F32, SWIZZLE_64B_F32),
+    ("shared_shared", "float32", (30, 100), "cta", 128, None, None),
+    ("shared_shared", "uint8", (4, 6), "warp", 32, None, None),
 ]
 
 
-def _same_memory(path, dtype, tile, scope, threads, layout, ctas=2):
+def _same_memory(path, dtype, tile, scope, threads, first=None, second=None, ctas=2):
     return demos.gmem_smem_roundtrip(
-        dtype, tile, scope, ctas=ctas, cta_threads=threads, path=path, second_layout=layout
+        dtype,
+        tile,
+        scope,
+        ctas=ctas,
+        cta_threads=threads,
+        path=path,
+        shared_layout=first,
+        second_layout=second,
     )
 
 
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("case", SAME_MEMORY, ids=lambda c: f"{c[0]}-{c[1]}-{c[2][0]}x{c[2][1]}")
 def test_global_to_global_and_shared_to_shared_roundtrip(case, rng, where, gpu):
-    path, dtype, tile, scope, threads, layout = case
+    path, dtype, tile, scope, threads, first, second = case
     func = _same_memory(*case)
     reports = tcd.explain(func)
     want = {
@@ -816,6 +825,12 @@ def test_global_to_global_and_shared_to_shared_roundtrip(case, rng, where, gpu):
         "shared_shared": ["global->shared", "shared->shared", "shared->global"],
     }[path]
     assert [r.plan["direction"] for r in reports] == want
+    if path == "shared_shared":  # the swizzles of both shared sides are in the plan
+        s2s = reports[1].plan
+        assert ("src_swizzle" in s2s, "dst_swizzle" in s2s) == (
+            first is not None,
+            second is not None,
+        )
     shape = (2 * tile[0], tile[1])
     a, out = _roundtrip(func, shape, dtype, rng, where, gpu, tcd.STRICT_PIPELINE)
     np.testing.assert_array_equal(runtime.bits(out), runtime.bits(a))
@@ -834,17 +849,19 @@ def test_a_single_element_is_copied(scope, path, rng, where, gpu):
 
 def test_global_to_global_sass_loads_l2_only_and_stores_128_bits():
     ops = toolchain.opcodes(
-        toolchain.kernel_sass(_same_memory("global", "float32", (32, 64), "warp", 32, None))
+        toolchain.kernel_sass(_same_memory("global", "float32", (32, 64), "warp", 32))
     )
     assert ops["LDG.E.128.STRONG.GPU"] == 16 and ops["STG.E.128"] == 16
     assert not [k for k in ops if k.startswith(("LDS", "STS", "LDL", "STL"))], ops
 
 
 def test_shared_to_shared_sass_is_128_bit_through_a_swizzle():
-    func = _same_memory("shared_shared", "float16", (64, 64), "warpgroup", 128, SWIZZLE_128B_F16)
+    func = _same_memory(
+        "shared_shared", "float16", (64, 64), "warpgroup", 128, None, SWIZZLE_128B_F16
+    )
     [_, s2s, _] = _plans(func)
     assert s2s["direction"] == "shared->shared" and s2s["vec_bits"] == 128
-    assert "swizzle" in s2s
+    assert "dst_swizzle" in s2s and "src_swizzle" not in s2s
     ops = toolchain.opcodes(toolchain.kernel_sass(func))
     # 4 rounds in each of the three copies: g->s stores 4, s->s loads and stores 4, s->g loads 4
     assert ops["LDS.128"] == 8 and ops["STS.128"] == 8, ops
@@ -938,7 +955,7 @@ def test_one_buffer_at_symbolic_offsets_a_constant_apart(rng, where, gpu):
     "shift, reason",
     [
         (16, "share 512 elements of A"),
-        ("by", "whose offsets differ by an amount not known at compile time, so they may overlap"),
+        ("by", "whose offsets differ by an amount not known at compile time"),
     ],
 )
 def test_one_buffer_overlapping_or_unknown_apart_declines(shift, reason):
@@ -966,5 +983,123 @@ def test_hints_on_shared_to_shared_decline_and_on_global_to_global_are_the_loads
     assert g2g.variant == "gmem_smem" and g2g.plan["global_access"] == "ld.global.nc"
     [reason] = [c.reason for c in s2s.candidates if c.variant == "gmem_smem"]
     assert reason == (
-        "cache hints (cache=nc) name a global access and this copy is shared -> shared; drop them"
+        "config cache on a copy from shared S1 to shared S2: cache hints name global accesses "
+        "and this copy has none; drop them"
     )
+
+
+def global_to_global(**config):
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64, 32), "float32")
+        B = T.match_buffer(B_ptr, (64, 32), "float32")
+        T.device_entry()
+        bx = T.cta_id([2])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        Tx.warp.copy(B[bx * 32 : bx * 32 + 32, :], A[bx * 32 : bx * 32 + 32, :], **config)
+
+    return kernel
+
+
+@pytest.mark.parametrize(
+    "config, ldg", [({}, "LDG.E.128.STRONG.GPU"), (NC_NA_256, "LDG.E.NA.LTC256B.128.CONSTANT")]
+)
+def test_global_to_global_hints_are_the_loads_in_sass(config, ldg):
+    ops = toolchain.opcodes(toolchain.kernel_sass(global_to_global(**config)))
+    assert ops[ldg] == 8 and ops["STG.E.128"] == 8, ops  # the store is plain either way
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_hinted_global_to_global_roundtrip(rng, where, gpu):
+    func = global_to_global(**NC_NA_256)
+    a, out = _roundtrip(func, (64, 32), "float32", rng, where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(out, a)
+
+
+def pooled(rebase_bytes, swizzle=None):
+    """Two SMEMPool buffers, Y placed ``rebase_bytes`` into the pool where X starts; a warp
+    copies A -> X, X[0:32] -> Y[0:32], X -> B (Y lies in X where rebase_bytes < 8 KiB)."""
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64, 32), "float32")
+        B = T.match_buffer(B_ptr, (64, 32), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        pool = T.SMEMPool()
+        X = pool.alloc((64, 32), "float32", layout=TileLayout(S[(64, 32)]))
+        pool.move_base_to(rebase_bytes)
+        Y = pool.alloc((64, 32), "float32", layout=TileLayout(S[(64, 32)]))
+        pool.commit()
+        Tx.warp.copy(X[:, :], A[:, :])
+        T.cuda.cta_sync()
+        Tx.warp.copy(Y[0:32, :], X[0:32, :])
+        T.cuda.cta_sync()
+        Tx.warp.copy(B[:, :], X[:, :])
+
+    return kernel
+
+
+def test_pool_buffers_that_overlap_decline():
+    report = tcd.explain(pooled(2048))[1]
+    [reason] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]
+    assert reason.startswith("src X[0:32, 0:32] (shared.dyn float32) and dst Y[0:32, 0:32]")
+    assert "share 512 elements of pool_buf (the buffer both lie in)" in reason
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_pool_buffers_apart_are_copied(rng, where, gpu):
+    func = pooled(4096)  # Y's first 32 rows are X's last 32: disjoint from X[0:32]
+    assert [r.variant for r in tcd.explain(func)] == ["gmem_smem"] * 3
+    a, out = _roundtrip(func, (64, 32), "float32", rng, where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(out, np.concatenate([a[0:32], a[0:32]]))
+
+
+def test_a_buffer_declared_over_a_parameter_is_that_parameter():
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64, 32), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        A2 = T.decl_buffer((64, 32), "float32", data=A.data, layout=TileLayout(S[(64, 32)]))
+        Tx.warp.copy(A2[16:48, :], A[0:32, :])
+
+    [reason] = [c.reason for c in tcd.explain(kernel)[0].candidates if c.variant == "gmem_smem"]
+    assert "share 512 elements of A (the buffer both lie in)" in reason
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_swizzled_regions_at_a_loop_offset_are_decided(rng, where, gpu):
+    """Rows i*32 .. +16 to i*32+16 .. +16 of a 128-byte-swizzled tile: the loop's offset is
+    a multiple of the swizzle's period, so the regions are provably disjoint."""
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64, 64), "float16")
+        B = T.match_buffer(B_ptr, (64, 64), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        X = T.alloc_buffer((64, 64), "float16", scope="shared", layout=SWIZZLE_128B_F16)
+        Tx.warp.copy(X[:, :], A[:, :])
+        T.cuda.cta_sync()
+        for i in T.serial(2):
+            Tx.warp.copy(X[i * 32 + 16 : i * 32 + 32, :], X[i * 32 : i * 32 + 16, :])
+        T.cuda.cta_sync()
+        Tx.warp.copy(B[:, :], X[:, :])
+
+    assert [r.variant for r in tcd.explain(kernel)] == ["gmem_smem"] * 3
+    a, out = _roundtrip(kernel, (64, 64), "float16", rng, where, gpu, tcd.STRICT_PIPELINE)
+    expected = a.copy()
+    expected[16:32], expected[48:64] = a[0:16], a[32:48]
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(expected))

@@ -8,7 +8,12 @@ from tvm.tirx.layout import ComposeLayout, S, TileLayout
 
 from tirx_cuda_dispatch.call import Operand
 from tirx_cuda_dispatch.errors import Decline
-from tirx_cuda_dispatch.layout.atoms import MemoryView, common_refinement, memory_view
+from tirx_cuda_dispatch.layout.atoms import (
+    MemoryView,
+    common_elements,
+    common_refinement,
+    memory_view,
+)
 
 
 def _operand(shape, layout, region, scope="global"):
@@ -63,3 +68,49 @@ def test_common_refinement_declines_when_atoms_do_not_nest():
 def test_memory_view_offsets():
     view = MemoryView("A", ((4, 10), (3, 1)), 5)
     assert [view.offset(i) for i in range(6)] == [5, 6, 7, 15, 16, 17]
+
+
+# -- elements two views of one memory both touch ---------------------------------------------
+SWZ = ComposeLayout(3, 3, 3, TileLayout(S[4096:1]))  # 128-byte swizzle of float16, period 512
+
+
+def _rows(first, count, layout=None, base_var=None):
+    """A view of rows [first, first + count) of a 64x64 tile (``base_var`` added to the row)."""
+    row = first if base_var is None else base_var + first
+    layout = layout if layout is not None else TileLayout(S[(64, 64)])
+    return memory_view(_operand((64, 64), layout, [(row, count), (0, 64)], scope="shared"))
+
+
+def test_common_elements_counts_the_overlap():
+    assert common_elements(_rows(0, 32), _rows(16, 32)) == 16 * 64
+    assert common_elements(_rows(0, 32), _rows(32, 32)) == 0  # negative control: disjoint
+
+
+def test_common_elements_applies_the_swizzle():
+    # Rows 0-7 and 8-15 are disjoint before and after any permutation of whole rows' units.
+    assert common_elements(_rows(0, 8, SWZ), _rows(8, 8, SWZ)) == 0
+    assert common_elements(_rows(0, 8, SWZ), _rows(7, 8, SWZ)) == 64
+    # The same elements seen through a swizzle on one side only: a permutation of row 0's
+    # units lands inside rows 0-7, so the plain rows 0-7 meet all of it.
+    assert common_elements(_rows(0, 1, SWZ), _rows(0, 8)) == 64
+
+
+def test_common_elements_with_symbolic_bases():
+    i = tirx.Var("i", "int32")
+    # A constant apart: decided.
+    assert common_elements(_rows(0, 16, base_var=i * 32), _rows(16, 16, base_var=i * 32)) == 0
+    assert common_elements(_rows(0, 16, base_var=i * 32), _rows(8, 16, base_var=i * 32)) == 512
+    # Under the swizzle: decided where the base is a multiple of its period (32 rows of 64 =
+    # 2048 elements, period 512), not where it may fall inside one (a row: 64 elements).
+    assert common_elements(_rows(0, 16, SWZ, i * 32), _rows(16, 16, SWZ, i * 32)) == 0
+    assert common_elements(_rows(0, 1, SWZ, i), _rows(1, 1, SWZ, i)) is None
+    # A symbolic amount apart: undecided.
+    j = tirx.Var("j", "int32")
+    assert common_elements(_rows(0, 16, base_var=i), _rows(0, 16, base_var=j)) is None
+
+
+def test_common_elements_counts_repeated_offsets_once():
+    """A layout whose offsets repeat (stride 0 broadcast) touches each element once."""
+    bcast = TileLayout(S[(64, 64) : (0, 1)])
+    view = memory_view(_operand((64, 64), bcast, [(0, 8), (0, 64)], scope="shared"))
+    assert common_elements(view, _rows(0, 1)) == 64

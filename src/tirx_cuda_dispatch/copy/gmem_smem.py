@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import tvm_ffi
 from tvm.script import tirx as T
 
 from ..call import TileCall
@@ -89,13 +88,16 @@ def _global_access(call: TileCall) -> str | None:
 
 def _hints(call: TileCall) -> CacheHints:
     access = _global_access(call)
-    hints = cache_hints(call.config, access or "load", call.sm)
-    if access is None and not hints.empty:
-        raise Decline(
-            f"cache hints ({hints}) name a global access and this copy is shared -> shared; "
-            "drop them"
-        )
-    return hints
+    if access is None:
+        keys = [str(k) for k, v in dict(call.config).items() if v is not None and str(v) != ""]
+        if keys:
+            src, dst = call.operand(1, "src"), call.operand(0, "dst")
+            raise Decline(
+                f"config {', '.join(keys)} on a copy from shared {src.name} to shared "
+                f"{dst.name}: cache hints name global accesses and this copy has none; drop them"
+            )
+        return CacheHints()
+    return cache_hints(call.config, access, call.sm)
 
 
 def requires_known_cache_hints(call: TileCall) -> tuple[bool, str | None]:
@@ -108,43 +110,59 @@ def requires_known_cache_hints(call: TileCall) -> tuple[bool, str | None]:
 
 
 def requires_disjoint_regions(call: TileCall) -> tuple[bool, str | None]:
-    """src and dst are different buffers, or regions of one buffer with no element in
-    common (every thread moves its own part in parallel: an element one thread writes
-    could be one another thread still has to read)."""
+    """src and dst lie in different memory, or their regions have no element in common:
+    every thread moves its own part in parallel, so an element one thread writes could be
+    one another thread still has to read. Buffers declared over another's data (SMEMPool
+    buffers, ``T.decl_buffer(data=X.data)``) are followed to the allocation or parameter
+    they lie in (:meth:`..bounds.Enclosing.storage_of`); distinct parameters are taken to
+    be distinct memory, as in any kernel."""
     dst, src = call.operand(0, "dst"), call.operand(1, "src")
-    # A shared buffer's data may be an address into the kernel's pool (a Call), so compare
-    # the expressions, not the objects.
-    if not tvm_ffi.structural_equal(dst.buffer.data, src.buffer.data):
+    if dst.memory != src.memory:
+        return True, None
+    env = call.enclosing
+    roots = [env.storage_of(o.buffer) if env is not None else None for o in (src, dst)]
+    if None in roots:
+        return False, (
+            f"cannot tell whether src {src.name} and dst {dst.name} share memory (one is "
+            "declared over data that is not a buffer's); copy into a buffer of its own"
+        )
+    if not roots[0].same_as(roots[1]):
         return True, None
     try:
         common = common_elements(memory_view(src), memory_view(dst))
     except Decline as why:
         return False, str(why)
+    where = src.name if src.name == dst.name else f"{roots[0].name} (the buffer both lie in)"
     if common is None:
         return False, (
-            f"src {src.describe} and dst {dst.describe} are regions of one buffer "
-            f"{src.buffer.name} whose offsets differ by an amount not known at compile time, "
-            "so they may overlap; copy through a second buffer"
+            f"src {src.describe} and dst {dst.describe} are regions of {where} whose offsets "
+            "differ by an amount not known at compile time (or sit under a swizzle at a "
+            "symbolic offset that is not a multiple of its period), so they may overlap; copy "
+            "through a second buffer"
         )
     if common:
         return False, (
-            f"src {src.describe} and dst {dst.describe} share {common} elements of "
-            f"{src.buffer.name}: threads copying in parallel would read elements others "
-            "already wrote; copy through a second buffer"
+            f"src {src.describe} and dst {dst.describe} share {common} elements of {where}: "
+            "threads copying in parallel would read elements others already wrote; copy "
+            "through a second buffer"
         )
     return True, None
 
 
 @dataclass(frozen=True)
 class GmemSmemPlan:
-    """Facts of one global<->shared copy: who moves what, at which width."""
+    """Facts of one copy between memory buffers: who moves what, at which width."""
 
     direction: str  # "global->shared", "shared->global", "global->global", "shared->shared"
     dtype: str
     elem_bits: int
     partition: ScopePartition | PiecewisePartition  # operands in the order of `roles`
     hints: CacheHints = CacheHints()  # of the global access; empty: the default forms
-    roles: tuple[str, str] = ("src", "dst")  # the partition's operands: (driver, other)
+
+    @property
+    def roles(self) -> tuple[str, str]:
+        """The partition's operands, in order: (the one driving the order, the other)."""
+        return _roles(self.src_memory, self.dst_memory)
 
     @property
     def src_memory(self) -> str:
@@ -153,6 +171,9 @@ class GmemSmemPlan:
     @property
     def dst_memory(self) -> str:
         return self.direction.split("->")[1]
+
+    def _memory(self, role: str) -> str:
+        return self.src_memory if role == "src" else self.dst_memory
 
     @property
     def global_access(self) -> str:
@@ -185,7 +206,8 @@ class GmemSmemPlan:
 
     def memory_accesses(self) -> MemoryAccesses:
         """The accesses of the operand that does not drive the order: the shared side of a
-        global<->shared copy (the one with banks), else the destination."""
+        global<->shared copy (the one with banks), else the destination (a shared ->
+        shared copy's source is read in the driving order, one vector after another)."""
         return MemoryAccesses(self.roles[1], self.partition.accesses(1))
 
     def facts(self) -> dict:
@@ -199,8 +221,11 @@ class GmemSmemPlan:
         }
         if self.masked:
             facts["pieces"] = [str(piece) for piece in p.pieces]
-        if p.swizzles[1] is not None:
-            facts["swizzle"] = str(p.swizzles[1])
+        shared = [i for i, role in enumerate(self.roles) if self._memory(role) == "shared"]
+        for i in shared:
+            if p.swizzles[i] is not None:
+                key = "swizzle" if len(shared) == 1 else f"{self.roles[i]}_swizzle"
+                facts[key] = str(p.swizzles[i])
         if p.narrower_because:
             facts["narrower_because"] = p.narrower_because
         if not self.hints.empty:
@@ -237,7 +262,7 @@ def plan(call: TileCall) -> GmemSmemPlan:
     threads = call.participation.participants.count  # the threads that run the call
     partition = scope_partition(views, threads, src.elem_bits)
     direction = f"{src.memory}->{dst.memory}"
-    return GmemSmemPlan(direction, src.dtype, src.elem_bits, partition, _hints(call), roles)
+    return GmemSmemPlan(direction, src.dtype, src.elem_bits, partition, _hints(call))
 
 
 @variant(

@@ -157,17 +157,24 @@ def element_offsets(view: MemoryView) -> np.ndarray:
 
 
 def common_elements(a: MemoryView, b: MemoryView) -> int | None:
-    """How many buffer elements two views of one buffer both touch (swizzle applied);
-    None where that depends on values unknown at compile time (bases that differ by a
-    symbolic amount, or symbolic bases under a swizzle)."""
+    """How many buffer elements two views of one memory both touch (swizzles applied);
+    None where that depends on values unknown at compile time: bases that differ by a
+    symbolic amount, or a symbolic base under a swizzle that is not a multiple of the
+    swizzle's period."""
     delta = as_int(sym.Analyzer().simplify(b.base - a.base))
     if delta is None:
         return None
-    base_a = a.base if isinstance(a.base, int) else None
-    if base_a is None and (a.swizzle is not None or b.swizzle is not None):
-        return None
+    # Offsets from a's base; a symbolic base is factored out, which a swizzle allows only
+    # where the base is a multiple of its period.
+    origin = as_int(a.base)
+    if origin is None:
+        if any(
+            v.swizzle is not None and not prove_multiple(a.base, v.swizzle.period) for v in (a, b)
+        ):
+            return None
+        origin = 0
     sets = []
-    for view, base in ((a, base_a or 0), (b, (base_a or 0) + delta)):
+    for view, base in ((a, origin), (b, origin + delta)):
         offsets = element_offsets(view) + base
         if view.swizzle is not None:
             offsets = np.vectorize(view.swizzle.apply)(offsets)

@@ -43,6 +43,12 @@ class Swizzle:
         return 1 << self.per_element
 
     @property
+    def period(self) -> int:
+        """Offsets this far apart are swizzled alike: ``apply(k * period + o)`` is
+        ``k * period + apply(o)`` (the permuting bits lie below it)."""
+        return 1 << (self.per_element + self.shift + self.bits)
+
+    @property
     def mask(self) -> int:
         return (1 << self.bits) - 1
 
