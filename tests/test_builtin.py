@@ -115,7 +115,8 @@ def test_explain_lists_a_scalar_operand():
 
     report = tcd.explain(kernel, "sm_100a")[1]
     assert report.operands[-1] == {
-        "role": "src1",
+        "role": "src2",
+        "access": "read",
         "buffer": None,
         "scope": "scalar",
         "dtype": "float32",
@@ -141,6 +142,6 @@ def test_explain_lists_constant_operands_in_argument_order():
     assert [(o["role"], o["scope"], o["region"]) for o in report.operands] == [
         ("dst", "shared", "s[0:16, 0:16]"),
         ("src", "scalar", "T.float16(3.0)"),
-        ("src1", "shared", "s[0:16, 0:16]"),
+        ("src2", "shared", "s[0:16, 0:16]"),
     ]
-    assert "src  T.float16(3.0)" in str(report)
+    assert "src  r  T.float16(3.0)" in str(report)

@@ -124,7 +124,7 @@ def marker_variant():
     from tvm.script import tirx as T
 
     def requires_marked(call):
-        dst = call.operand(0, "dst")
+        dst = call.operand("dst")
         return dst.name == "Marked", f"dst is {dst.name}, needs Marked"
 
     def emit(plan, call):

@@ -12,8 +12,9 @@ from tirx_cuda_dispatch.registry import predicate, variants_for
 
 @pytest.fixture
 def scratch_op():
-    """A made-up op name, cleaned up after the test."""
-    op = "test_scratch_op"
+    """An op of TIRx we register no variant for, cleaned up after the test."""
+    op = "binary_chain"
+    assert not variants_for(op)
     yield op
     for v in variants_for(op):
         tcd.unregister(op, v.name)

@@ -29,10 +29,10 @@ from tvm import sym
 from tvm.tirx import IntImm, Var
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
-from .call import Location, as_int, location_of, role_of
 from .errors import DispatchError
+from .irfacts import Location, as_int, buffer_var, location_of, scope_id_kind
 from .layout.atoms import static_size
-from .participation import scope_id_kind
+from .signatures import signature_or_positional
 
 MAX_CORNER_VARS = 8  # 2**8 corner assignments at most per expression
 
@@ -100,6 +100,10 @@ class Enclosing:
     scope_ids: list[tuple[Var, tuple[str, str]]] = field(default_factory=list)
     # (buffer, the data its DeclBuffer names): T.decl_buffer(data=X.data), SMEMPool buffers
     declared: list[tuple[Var, Any]] = field(default_factory=list)
+    # the loops around the call, innermost last: a For's variable (its range is in
+    # `ranges`), a While's condition
+    loops: list[Any] = field(default_factory=list)
+    function: Any = None  # the PrimFunc the call is in
 
     def snapshot(self) -> Enclosing:
         return Enclosing(
@@ -109,6 +113,8 @@ class Enclosing:
             list(self.conditions),
             list(self.scope_ids),
             list(self.declared),
+            list(self.loops),
+            self.function,
         )
 
     def storage_of(self, buffer: Any) -> Var | None:
@@ -127,16 +133,6 @@ class Enclosing:
         return None
 
 
-def buffer_var(data: Any) -> Var | None:
-    """The buffer a data expression names (``X.data`` is ``tirx.buffer_data(X)``)."""
-    if isinstance(data, Var):
-        return data
-    op = getattr(data, "op", None)
-    if getattr(op, "name", None) == "tirx.buffer_data" and isinstance(data.args[0], Var):
-        return data.args[0]
-    return None
-
-
 def scan(mod_or_func: Any) -> list[CallBounds]:
     """The verdicts of every tile-primitive call of a PrimFunc or IRModule, in program order."""
     funcs = (
@@ -147,7 +143,7 @@ def scan(mod_or_func: Any) -> list[CallBounds]:
     out: list[CallBounds] = []
     for func in funcs:
         if isinstance(func, tvm.tirx.PrimFunc):
-            _walk(func.body, Enclosing(), out)
+            _walk(func.body, Enclosing(function=func), out)
     return out
 
 
@@ -178,6 +174,7 @@ def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
         inner = env.snapshot()
         step = 1 if stmt.step is None else stmt.step
         _add_range(inner, stmt.loop_var, stmt.min, stmt.extent, step)
+        inner.loops.append(stmt.loop_var)
         _walk(stmt.body, inner, out)
     elif kind == "Bind":
         env.lets.append((stmt.var, stmt.value))
@@ -193,7 +190,11 @@ def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
             else_env = env.snapshot()
             else_env.conditions.append(tvm.tirx.Not(stmt.condition))
             _walk(stmt.else_case, else_env, out)
-    else:  # AttrStmt, While, ...: no facts of their own; their bodies may hold calls
+    elif kind == "While":  # runs its body any number of times
+        inner = env.snapshot()
+        inner.loops.append(stmt.condition)
+        _walk(stmt.body, inner, out)
+    else:  # AttrStmt, ...: no facts of their own; their bodies may hold calls
         body = getattr(stmt, "body", None)
         if body is not None:
             _walk(body, env.snapshot(), out)
@@ -211,8 +212,10 @@ def _add_range(env: Enclosing, var: Var, lo: Any, extent: Any, step: Any) -> Non
 def check_call(node: Any, env: Enclosing) -> CallBounds:
     """Verdicts for the tensor operands (regions and scalar element reads) of one call."""
     operands = []
+    op = str(node.op.name).removeprefix("tirx.tile.")
+    params = signature_or_positional(op, len(node.args)).params_for(len(node.args))
     for i, arg in enumerate(node.args):
-        role = role_of(i)
+        role = params[i].name if i < len(params) else f"arg{i}"
         source = getattr(arg, "source", None)
         if not isinstance(source, tvm.tirx.Buffer):
             continue

@@ -15,6 +15,7 @@ import math
 import warnings
 from dataclasses import dataclass
 
+from tvm.ir import Op
 from tvm.tirx.operator.tile_primitive import dispatcher as tvm_dispatcher
 
 from .call import TileCall
@@ -51,6 +52,13 @@ class BuiltinVerdict:
                 f"(one thread copies {count} one at a time)"
             )
         return f"falls back to TVM's built-in variant {self.variant!r}"
+
+
+def builtin_names(op: str, kind: str = "cuda") -> list[str]:
+    """The names of TVM's built-in variants of ``op`` for target ``kind`` (our bridge
+    cases left out): the names a call may force with ``dispatch=``."""
+    cases = tvm_dispatcher._DISPATCH_TABLE.get((Op.get(f"tirx.tile.{op}"), kind), [])
+    return [c.variant for c in cases if not any(p.name == BRIDGE_PREDICATE for p in c.preds)]
 
 
 def probe(call: TileCall) -> BuiltinVerdict:
@@ -102,7 +110,7 @@ def _one_line(what) -> str:
 
 
 def _elements(call: TileCall) -> int | None:
-    dst = call.operand(0, "dst")
+    dst = call.operand("dst")
     if dst is None or any(e is None for e in dst.extents):
         return None
     return math.prod(dst.extents)

@@ -7,7 +7,6 @@ the questions predicates ask, with plain Python values where TVM has IR nodes.
 
 from __future__ import annotations
 
-import linecache
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,43 +15,20 @@ from typing import Any
 import tvm
 from tvm.tirx import Buffer
 
-_SCOPE_THREAD_AXES = {
-    "thread": (),
-    "warp": ("laneid",),
-    "warpgroup": ("wid_in_wg", "laneid"),
-    "cta": ("warpid", "laneid"),
-}
-
-
-def as_int(value: Any) -> int | None:
-    """``value`` as a Python int when it is a constant, else None."""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, tvm.tirx.IntImm):
-        return int(value.value)
-    return None
-
-
-def memory_kind(scope: str) -> str:
-    """Collapse a buffer scope to global / shared / local / tmem / other."""
-    if scope == "global":
-        return "global"
-    if scope.startswith("shared"):
-        return "shared"
-    if scope == "local":
-        return "local"
-    if scope.startswith("tmem"):
-        return "tmem"
-    return scope
+from .irfacts import Location, as_int, location_of, memory_kind
+from .participation import Participation, participation
+from .scopes import SCOPES
+from .signatures import NONE, Param, Signature, signature_or_positional
 
 
 @dataclass(frozen=True)
 class Operand:
-    """One tensor operand: a region of a buffer."""
+    """One tensor operand: a region of a buffer, named by its argument (``role``)."""
 
     role: str
     buffer: Buffer
     region: tuple[tuple[Any, Any], ...]  # (min, extent) per buffer dimension, IR values
+    access: str = NONE  # read / write / read-write (:mod:`.signatures`)
 
     @property
     def name(self) -> str:
@@ -100,48 +76,34 @@ class Operand:
         return f"{self.name}[{', '.join(parts)}] ({self.scope} {self.dtype})"
 
 
-@dataclass(frozen=True)
-class Location:
-    """Where the call stands in the user's TVMScript source."""
-
-    file: str | None
-    line: int | None
-    text: str | None
-
-    def __str__(self) -> str:
-        if self.file is None or self.line is None:
-            return "<unknown location>"
-        where = f"{self.file}:{self.line}"
-        return f"{where}: {self.text.strip()}" if self.text else where
-
-
-def location_of(node: Any) -> Location:
-    """The source location of an IR node (its span), unknown when it has none."""
-    span = getattr(node, "span", None)
-    if span is None:
-        return Location(None, None, None)
-    file = str(span.source_name.name)
-    line = int(span.line)
-    text = linecache.getline(file, line) or None
-    return Location(file, line, text.rstrip("\n") if text else None)
-
-
-def role_of(index: int) -> str:
-    """The role of argument ``index``: ``dst``, then ``src``, ``src2``, ``src3``, ..."""
-    return "dst" if index == 0 else ("src" if index == 1 else f"src{index - 1}")
+def tensor_region(arg: Any) -> tuple[Buffer, tuple[tuple[Any, Any], ...]] | None:
+    """(buffer, region) of an argument that is a tensor region; None for anything else
+    (a scalar, or a scalar element read ``s_local[0]``, which has a source but no region)."""
+    source = getattr(arg, "source", None)
+    if not isinstance(source, Buffer) or not hasattr(arg, "region"):
+        return None
+    return source, tuple((r.min, r.extent) for r in arg.region)
 
 
 class TileCall:
-    """A tile-primitive call in its dispatch context."""
+    """A tile-primitive call in its dispatch context.
+
+    Arguments are read by name, through the op's :class:`~.signatures.Signature`:
+    ``call.operand("dst")`` is the region named ``dst`` (None where that argument is not a
+    tensor region), ``call.arg("axes")`` the raw argument. ``enclosing`` is what the code
+    around the call says (ranges, lets, enclosing conditions, scope ids: a
+    :class:`.bounds.Enclosing` from the program's scan), given when the call is built.
+    """
 
     def __init__(self, prim: Any, ctx: Any, enclosing: Any = None):
         self.prim = prim
         self.ctx = ctx
-        # What the code around the call says (ranges, lets, enclosing conditions, scope
-        # ids): a :class:`.bounds.Enclosing`, set where the program was scanned.
         self.enclosing = enclosing
+        # What the bridge provides for the chosen plan's resources (:mod:`.resources`):
+        # workspace buffers and barrier ids by name, set before the emitter runs.
+        self.resources: dict[str, Any] = {}
 
-    # -- the op ------------------------------------------------------------------------
+    # -- the op and its arguments --------------------------------------------------------
     @cached_property
     def op(self) -> str:
         name = str(self.prim.op.name)
@@ -160,32 +122,54 @@ class TileCall:
     def config(self) -> dict[str, Any]:
         return dict(self.prim.config)
 
-    def operand(self, index: int, role: str) -> Operand | None:
-        """Argument ``index`` as an :class:`Operand`, or None when it is not a tensor region."""
-        if index >= len(self.args):
-            return None
-        arg = self.args[index]
-        source = getattr(arg, "source", None)
-        # A scalar element read (``s_local[0]`` as an operand) has a source but no region.
-        if not isinstance(source, Buffer) or not hasattr(arg, "region"):
-            return None
-        region = tuple((r.min, r.extent) for r in arg.region)
-        return Operand(role, source, region)
+    @cached_property
+    def signature(self) -> Signature:
+        return signature_or_positional(self.op, len(self.args))
 
-    def register_and_other(self) -> tuple[Operand, Operand]:
-        """A copy's (register operand, other operand): dst when dst is ``local``."""
-        dst, src = self.operand(0, "dst"), self.operand(1, "src")
-        return (dst, src) if dst.memory == "local" else (src, dst)
+    @cached_property
+    def params(self) -> tuple[Param, ...]:
+        """The signature's parameters for this call's argument count, in argument order."""
+        return self.signature.params_for(len(self.args))
+
+    def _index(self, name: str) -> int | None:
+        for i, p in enumerate(self.params):
+            if p.name == name:
+                return i if i < len(self.args) else None
+        raise KeyError(
+            f"op {self.op} has no argument {name!r}; it has {[p.name for p in self.params]}"
+        )
+
+    def arg(self, name: str) -> Any:
+        """The raw argument ``name`` (None when the call does not pass it)."""
+        i = self._index(name)
+        return None if i is None else self.args[i]
+
+    def operand(self, name: str) -> Operand | None:
+        """Argument ``name`` as an :class:`Operand`, or None when it is not a tensor region."""
+        i = self._index(name)
+        return None if i is None else self._operand_at(i)
+
+    def _operand_at(self, i: int) -> Operand | None:
+        found = tensor_region(self.args[i])
+        if found is None:
+            return None
+        param = self.params[i] if i < len(self.params) else Param(f"arg{i}", "tensor")
+        access = self.signature.access(param, self.args)
+        return Operand(param.name, found[0], found[1], access)
 
     @cached_property
     def operands(self) -> list[Operand]:
-        """All tensor operands, with roles ``dst`` (argument 0) and ``src``/``srcN`` after it."""
-        out = []
-        for i in range(len(self.args)):
-            opnd = self.operand(i, role_of(i))
-            if opnd is not None:
-                out.append(opnd)
-        return out
+        """Every argument that is a tensor region, in argument order, named and with its
+        access (read / write / read-write)."""
+        return [o for o in (self._operand_at(i) for i in range(len(self.args))) if o]
+
+    @cached_property
+    def outputs(self) -> list[Operand]:
+        return [o for o in self.operands if o.access in ("write", "read-write")]
+
+    @cached_property
+    def inputs(self) -> list[Operand]:
+        return [o for o in self.operands if o.access in ("read", "read-write")]
 
     # -- target ------------------------------------------------------------------------
     @cached_property
@@ -226,7 +210,8 @@ class TileCall:
 
     @cached_property
     def expected_thread_axes(self) -> tuple[str, ...]:
-        return _SCOPE_THREAD_AXES.get(self.scope, ())
+        known = SCOPES.get(self.scope)
+        return known.tvm_axes if known else ()
 
     @cached_property
     def thread_count(self) -> int | None:
@@ -239,10 +224,8 @@ class TileCall:
         return n
 
     @cached_property
-    def participation(self) -> Any:
+    def participation(self) -> Participation:
         """Which threads of the scope execute the call (:mod:`.participation`)."""
-        from .participation import participation
-
         return participation(self)
 
     # -- source location ---------------------------------------------------------------

@@ -21,6 +21,7 @@ from tvm.script.parser._core import utils as parser_utils
 
 from .call import TileCall
 from .errors import Decline
+from .scopes import SCOPES
 
 # Element type of a ``vec_bits``-wide access: the bits only travel, so the element type of
 # the data does not matter. Vector types print as CUDA's uint4 / uint2.
@@ -372,9 +373,6 @@ def store_global_hinted(dst_ptr: Any, src_ptr: Any, vec_bits: int, hints: CacheH
     return helper_call(name, HelperMeaning("copy", bits=vec_bits), source, dst_ptr, src_ptr)
 
 
-_SCOPE_THREADS = {"warp": 32, "warpgroup": 128}
-
-
 def thread_index(call: TileCall) -> Any:
     """The thread's index within the call's scope, as a TIR expression of the launch's
     thread variables (what TVM resolves ``T.lane_id()`` / ``T.thread_id_in_wg()`` to).
@@ -388,8 +386,9 @@ def thread_index(call: TileCall) -> Any:
         return tirx.IntImm("int32", 0)
     if call.scope == "cta":
         return linear_thread_index(call)
-    if call.scope in _SCOPE_THREADS:
-        return tirx.floormod(linear_thread_index(call), _SCOPE_THREADS[call.scope])
+    known = SCOPES.get(call.scope)
+    if known is not None and known.threads is not None:
+        return tirx.floormod(linear_thread_index(call), known.threads)
     raise ValueError(f"no thread index for scope {call.scope}")
 
 

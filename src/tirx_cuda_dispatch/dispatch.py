@@ -10,13 +10,29 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from tvm.tirx import PrimFunc
 
 from .call import TileCall
 from .errors import Decline, VariantError
 from .registry import Variant, variants_for
+from .resources import resources_of
+
+plan_resources = resources_of
+
+
+class Provider(Protocol):
+    """What provides a plan's resources (:mod:`.resources`): the lowering bridge."""
+
+    def check(self, plan: Any, call: TileCall) -> str | None:
+        """Why the plan's resources cannot be provided for ``call`` (None: they can)."""
+
+    def provide(self, plan: Any, call: TileCall) -> None:
+        """Fill ``call.resources`` for the emitter."""
+
+    def commit(self, plan: Any, call: TileCall) -> None:
+        """The emitter succeeded: allocate what it used."""
 
 
 class Candidate(NamedTuple):
@@ -88,7 +104,12 @@ def _cheaper(plan: Any, than: Any) -> bool:
 
 
 def choose(
-    call: TileCall, *, emit: bool = False, exhaustive: bool = False, honour_forced: bool = True
+    call: TileCall,
+    *,
+    emit: bool = False,
+    exhaustive: bool = False,
+    honour_forced: bool = True,
+    provider: Provider | None = None,
 ) -> Outcome:
     """Try our variants for ``call`` in order and choose one.
 
@@ -100,7 +121,8 @@ def choose(
     lower-priority variants are still asked, so a report can say what each would have
     done. A forced ``dispatch=`` name restricts the trial to that variant (unless
     ``honour_forced`` is False: an error message then says what the others would have
-    done).
+    done). A ``provider`` is asked whether each plan's resources can be had (a variant
+    whose cannot declines with the reason) and provides the chosen plan's.
     """
     out = Outcome(call)
     variants = variants_for(call.op)
@@ -110,7 +132,7 @@ def choose(
     winner = None
     for group in _priority_groups(variants):
         first = len(verdicts)
-        verdicts += [_verdict(v, call) for v in group]
+        verdicts += [_verdict(v, call, provider) for v in group]
         while winner is None:
             pick = _winner(verdicts, first)
             if pick is None:
@@ -118,7 +140,7 @@ def choose(
             if emit:
                 v, _, _, plan = verdicts[pick]
                 try:
-                    out.func = _emitted(v, plan, call)
+                    out.func = _emitted(v, plan, call, provider)
                 except Decline as d:  # the emitter declines: the next choice gets the call
                     verdicts[pick][1:3] = [False, d.reason]
                     continue
@@ -127,6 +149,8 @@ def choose(
             break
     if winner is not None:
         out.chosen, out.plan = verdicts[winner][0], verdicts[winner][3]
+        if provider is not None and not emit:
+            provider.provide(out.plan, call)  # explain shows what lowering would get
     for i, (v, ok, reason, plan) in enumerate(verdicts):
         if ok and i != winner:
             reason = _why_not(v, plan, out.chosen, out.plan, i < winner)
@@ -139,8 +163,8 @@ def _priority_groups(variants: list[Variant]) -> list[list[Variant]]:
     return [list(group) for _, group in itertools.groupby(variants, key=lambda v: v.priority)]
 
 
-def _verdict(v: Variant, call: TileCall) -> list:
-    """[variant, accepted, reason, plan]: the predicates, then the plan."""
+def _verdict(v: Variant, call: TileCall, provider: Provider | None) -> list:
+    """[variant, accepted, reason, plan]: the predicates, the plan, its resources."""
     try:
         ok, reason = v.check(call)
     except Exception as exc:
@@ -153,11 +177,18 @@ def _verdict(v: Variant, call: TileCall) -> list:
             ok, reason = False, d.reason
         except Exception as exc:
             raise _bug(v, "plan", call, exc) from exc
+    if ok and provider is not None:
+        missing = provider.check(plan, call)
+        if missing is not None:
+            ok, reason, plan = False, missing, None
     return [v, ok, reason, plan]
 
 
-def _emitted(v: Variant, plan: Any, call: TileCall) -> PrimFunc:
-    """The variant's PrimFunc; a Decline passes through, anything else is a bug."""
+def _emitted(v: Variant, plan: Any, call: TileCall, provider: Provider | None) -> PrimFunc:
+    """The variant's PrimFunc (its resources provided first, allocated once it returned);
+    a Decline passes through, anything else is a bug."""
+    if provider is not None:
+        provider.provide(plan, call)
     try:
         func = v.emit(plan, call)
     except Decline:
@@ -167,6 +198,8 @@ def _emitted(v: Variant, plan: Any, call: TileCall) -> PrimFunc:
     if not isinstance(func, PrimFunc):
         wrong = TypeError(f"returned {type(func).__name__}, not a PrimFunc")
         raise _bug(v, "emitter", call, wrong)
+    if provider is not None:
+        provider.commit(plan, call)
     return func
 
 

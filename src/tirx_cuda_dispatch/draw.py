@@ -136,7 +136,7 @@ def picture(
             "picture can show (it has no memory_accesses())"
         )
     acc: MemoryAccesses = accesses_of()
-    opnd = call.operand(0 if acc.role == "dst" else 1, acc.role)
+    opnd = call.operand(acc.role)
     try:
         view = memory_view(opnd)
     except Decline as why:

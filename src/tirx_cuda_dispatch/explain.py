@@ -12,9 +12,10 @@ from typing import Any
 
 import tvm
 
-from .call import role_of
-from .dispatch import Candidate, Outcome, plan_facts
+from .call import Operand, tensor_region
+from .dispatch import Candidate, Outcome, plan_facts, plan_resources
 from .lowering import run_lower
+from .signatures import AXES, FLAG, OP, PREDICATE, SCALAR, TENSOR, TENSOR_OR_SCALAR
 from .targets import as_target
 
 
@@ -50,6 +51,10 @@ class CallReport:
     error: str | None = None
     # Operands whose bounds the analyzer could not decide: "role region: why".
     bounds_undecided: list[str] = field(default_factory=list)
+    # Arguments that are neither regions nor scalars (axes, flags, ops): name -> text.
+    arguments: dict[str, str] = field(default_factory=dict)
+    # What the chosen plan needs the bridge to provide (workspace, barriers, completion).
+    resources: list[str] = field(default_factory=list)
     # The chosen variant's plan object itself (what the emitter receives); not serialized.
     plan_object: Any = field(default=None, repr=False, compare=False)
     call_object: Any = field(default=None, repr=False, compare=False)  # the TileCall
@@ -57,26 +62,12 @@ class CallReport:
     @classmethod
     def from_outcome(cls, index: int, out: Outcome) -> CallReport:
         call = out.call
-        operands = [
-            {
-                "role": o.role,
-                "buffer": o.name,
-                "scope": o.scope,
-                "dtype": o.dtype,
-                "region": o.describe.split(" (")[0],
-                "layout": _layout_text(o.layout),
-            }
-            for o in call.operands
-        ]
-        operands += _scalar_operands(call)
-        order = [role_of(i) for i in range(len(call.args))]  # rows in argument order
-        operands.sort(key=lambda row: order.index(row["role"]) if row["role"] in order else 99)
         return cls(
             index=index,
             op=call.op,
             scope=call.scope,
             location=str(call.location),
-            operands=operands,
+            operands=_operand_rows(call),
             variant=out.variant,
             plan=plan_facts(out.plan),
             candidates=list(out.candidates),
@@ -84,6 +75,8 @@ class CallReport:
             scalar_fallback=bool(out.builtin is not None and out.builtin.scalar),
             error=None if out.error is None else str(out.error),
             bounds_undecided=[str(o) for o in out.bounds.undecided] if out.bounds else [],
+            arguments=_argument_values(call),
+            resources=[str(r) for r in plan_resources(out.plan)],
             plan_object=out.plan,
             call_object=call,
         )
@@ -102,6 +95,8 @@ class CallReport:
             "scalar_fallback": self.scalar_fallback,
             "error": self.error,
             "bounds_undecided": self.bounds_undecided,
+            "arguments": self.arguments,
+            "resources": self.resources,
         }
 
     def __str__(self) -> str:
@@ -116,8 +111,11 @@ class CallReport:
         lines = [f"[{self.index}] Tx.{self.scope}.{self.op} at {self.location}"]
         for o in self.operands:
             lines.append(
-                f"    {o['role']:<4} {o['region']:<28} {o['scope']:<7} {o['dtype']:<9} {o['layout']}"
+                f"    {o['role']:<4} {_ACCESS_MARK.get(o['access'], ' '):<2} {o['region']:<28} "
+                f"{o['scope']:<7} {o['dtype']:<9} {o['layout']}"
             )
+        if self.arguments:
+            lines.append("    args: " + ", ".join(f"{k}={v}" for k, v in self.arguments.items()))
         lines.append(f"    variant: {chosen}")
         if self.error is not None:
             lines += _error_lines(self.error, self.fallback)
@@ -126,26 +124,50 @@ class CallReport:
         if self.plan:
             facts = ", ".join(f"{k}={_plain(v)}" for k, v in self.plan.items())
             lines.append(f"    plan: {facts}")
+        for r in self.resources:
+            lines.append(f"    resource: {r}")
         for c in self.candidates:
             verdict = "accepted" if c.accepted else "declined"
             lines.append(f"      - {c.variant}: {verdict}" + (f" ({c.reason})" if c.reason else ""))
         return "\n".join(lines)
 
 
-def _scalar_operands(call: Any) -> list[dict[str, Any]]:
-    """Arguments that are values, not regions (``s_local[0]``, ``0.5``), as operand rows."""
+_ACCESS_MARK = {"read": "r", "write": "w", "read-write": "rw"}
+
+
+def _operand_rows(call: Any) -> list[dict[str, Any]]:
+    """One row per argument that is a region or a value (``s_local[0]``, ``0.5``), in
+    argument order, named by the op's signature, with its access."""
     rows = []
     for i, arg in enumerate(call.args):
-        if call.operand(i, "") is not None:
+        param = call.params[i] if i < len(call.params) else None
+        role = param.name if param else f"arg{i}"
+        access = call.signature.access(param, call.args) if param else "-"
+        found = tensor_region(arg)
+        if found is not None:
+            o = Operand(role, found[0], found[1], access)
+            rows.append(
+                {
+                    "role": role,
+                    "access": access,
+                    "buffer": o.name,
+                    "scope": o.scope,
+                    "dtype": o.dtype,
+                    "region": o.describe.split(" (")[0],
+                    "layout": _layout_text(o.layout),
+                }
+            )
             continue
+        if param is not None and param.kind not in (TENSOR, TENSOR_OR_SCALAR, SCALAR):
+            continue  # axes, flags, ops: _argument_values
         source = getattr(arg, "source", None)  # an element read: s_local[0]
         dtype = source.dtype if source is not None else getattr(arg, "ty", None)
         if dtype is None or str(dtype) in ("handle", ""):
             continue
-        role = role_of(i)
         rows.append(
             {
                 "role": role,
+                "access": access,
                 "buffer": None,
                 "scope": "scalar",
                 "dtype": str(dtype),
@@ -158,6 +180,25 @@ def _scalar_operands(call: Any) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _argument_values(call: Any) -> dict[str, str]:
+    """The arguments that are not operands (reduction axes, flags, ops), as text."""
+    values = {}
+    for param, arg in zip(call.params, call.args, strict=False):
+        if param.kind in (AXES, FLAG, OP, PREDICATE):
+            values[param.name] = _value_text(arg)
+    return values
+
+
+def _value_text(arg: Any) -> str:
+    if isinstance(arg, list | tuple) or type(arg).__name__ == "Array":
+        return "(" + ", ".join(_value_text(a) for a in arg) + ("," if len(arg) == 1 else "") + ")"
+    value = getattr(arg, "value", None)
+    if isinstance(value, bool | int | float):
+        return str(bool(value)) if str(getattr(arg, "ty", "")) == "bool" else str(value)
+    name = getattr(arg, "name", None)
+    return str(name) if isinstance(name, str) else str(arg)
 
 
 def _error_lines(error: str, fallback: str | None) -> list[str]:

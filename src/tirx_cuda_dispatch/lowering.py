@@ -29,13 +29,15 @@ from tvm.tirx.operator.tile_primitive import fail, predicate, register_dispatch
 from tvm.tirx.operator.tile_primitive.dispatcher import DispatchFail
 
 from . import bounds
-from .builtin import BRIDGE_PREDICATE, probe
+from .builtin import BRIDGE_PREDICATE, builtin_names, probe
 from .call import TileCall
 from .codegen import CALL_MARK, impl_prim_func
 from .dispatch import Outcome, choose
 from .errors import DispatchError, VariantError
 from .participation import DivergentScopeError
-from .registry import registered_ops, variants_for
+from .registry import variants_for
+from .resources import BarrierPool, NamedBarrier, Workspace, barrier_ids_in, resources_of
+from .signatures import SIGNATURES
 
 BRIDGE_NAME = "tirx_cuda_dispatch"
 # Above every built-in case of TVM 0.27 (their priorities are at most a few dozen).
@@ -45,13 +47,47 @@ FALLBACKS = ("builtin", "error")
 
 @dataclass
 class Session:
-    """State of one run of our pass: what was chosen per call, and our errors."""
+    """State of one run of our pass: what was chosen per call, our errors, and what each
+    kernel's plans were given (named-barrier ids, workspace buffers)."""
 
     fallback: str = "builtin"
     mode: str = "lower"  # "lower" emits; "explain" plans only and splices no-ops
     outcomes: list[Outcome] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
     bounds: list[bounds.CallBounds] = field(default_factory=list)  # every call's verdicts
+    pools: dict[int, BarrierPool] = field(default_factory=dict)  # per kernel (id of func)
+
+    # -- the resource provider (dispatch.Provider) ---------------------------------------
+    def _pool(self, call: TileCall) -> BarrierPool:
+        func = getattr(call.enclosing, "function", None)
+        key = id(func)
+        if key not in self.pools:
+            self.pools[key] = BarrierPool(barrier_ids_in(func) if func is not None else set())
+        return self.pools[key]
+
+    def check(self, plan: Any, call: TileCall) -> str | None:
+        for r in resources_of(plan):
+            if isinstance(r, NamedBarrier):
+                missing = self._pool(call).missing(r.instances)
+                if missing is not None:
+                    return f"named barrier {r.name} {missing}"
+        return None
+
+    def provide(self, plan: Any, call: TileCall) -> None:
+        given: dict[str, Any] = {}
+        for r in resources_of(plan):
+            if isinstance(r, Workspace):
+                given[r.name] = tvm.tirx.decl_buffer(
+                    r.shape, r.dtype, name=f"{call.op}_{r.name}", scope=r.scope
+                )
+            elif isinstance(r, NamedBarrier):
+                given[r.name] = self._pool(call).take((id(call.prim), r.name), r.instances)
+        call.resources = given
+
+    def commit(self, plan: Any, call: TileCall) -> None:
+        for r in resources_of(plan):
+            if isinstance(r, Workspace) and self.mode == "lower":
+                call.ctx.add_alloc_buffer(call.resources[r.name])
 
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
@@ -86,9 +122,10 @@ def _declined_message(out: Outcome, why: str) -> str:
 
 def _bridge(op_call: Any, sctx: Any) -> Any:
     s = _SESSION.get()
-    call = TileCall(op_call, sctx)
+    scanned = bounds.find(s.bounds, op_call)
+    call = TileCall(op_call, sctx, scanned.enclosing if scanned else None)
     try:
-        return _dispatch_in_session(s, call)
+        return _dispatch_in_session(s, call, scanned)
     except DispatchFail:
         raise
     except Exception as exc:  # noqa: BLE001  # TVM would swallow it: record, then decline
@@ -98,13 +135,11 @@ def _bridge(op_call: Any, sctx: Any) -> Any:
         fail(str(exc))
 
 
-def _dispatch_in_session(s: Session, call: TileCall) -> Any:
-    scanned = bounds.find(s.bounds, call.prim)
-    call.enclosing = scanned.enclosing if scanned else None
-    out = choose(call, emit=s.mode == "lower", exhaustive=s.mode == "explain")
+def _dispatch_in_session(s: Session, call: TileCall, scanned: Any) -> Any:
+    out = choose(call, emit=s.mode == "lower", exhaustive=s.mode == "explain", provider=s)
     out.bounds = scanned
     s.outcomes.append(out)
-    if out.chosen is None and call.forced_variant is None:
+    if out.chosen is None and call.forced_variant not in {v.name for v in variants_for(call.op)}:
         out.builtin = probe(call)
     out.error = (
         (out.bounds.error() if out.bounds else None)
@@ -145,7 +180,8 @@ def _lowering_error(s: Session, call: TileCall, out: Outcome) -> DispatchError |
     TVM's built-in variants take it (and the pipeline lets them)."""
     if out.chosen is not None:
         return None
-    if call.forced_variant is not None:
+    ours = {v.name for v in variants_for(call.op)}
+    if call.forced_variant is not None and call.forced_variant in ours:
         why = f"dispatch={call.forced_variant!r} was forced and declined"
         others = choose(call, exhaustive=True, honour_forced=False)
         rest = [c for c in others.candidates if c.variant != call.forced_variant]
@@ -188,13 +224,16 @@ _INSTALLED: set[tuple[str, str]] = set()
 
 
 def install_bridge() -> None:
-    """Make sure TVM's table has a bridge case for every op and variant name we have."""
-    for op in registered_ops():
-        wanted = [(BRIDGE_NAME, _active_unforced)]
-        wanted += [(v.name, _active_forced(v.name)) for v in variants_for(op)]
-        for name, active in wanted:
+    """Make sure TVM's table has a bridge case for every op of TIRx, and one for every
+    variant name a call may force (ours and TVM's built-in ones): every call then passes
+    through our bridge, so that explain() reports it and a call nothing can lower gets
+    our one-line error, whichever op it is."""
+    for op in SIGNATURES:
+        names = [BRIDGE_NAME, *(v.name for v in variants_for(op)), *builtin_names(op)]
+        for name in dict.fromkeys(names):
             if (op, name) in _INSTALLED:
                 continue
+            active = _active_unforced if name == BRIDGE_NAME else _active_forced(name)
             register_dispatch(
                 op,
                 "cuda",
@@ -253,7 +292,7 @@ def _off_target(mod: tvm.IRModule, s: Session, target: Any) -> tvm.IRModule:
     call (their reasons are recorded, as for any call); TVM's own pass then lowers it or
     fails, and its failure becomes our error naming the calls."""
     for cb in s.bounds:
-        call = TileCall(cb.node, _OffTargetContext(target, str(cb.node.scope.name)))
+        call = TileCall(cb.node, _OffTargetContext(target, str(cb.node.scope.name)), cb.enclosing)
         out = choose(call, exhaustive=True)
         out.bounds = cb
         s.outcomes.append(out)

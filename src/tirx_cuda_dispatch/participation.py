@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -38,11 +37,10 @@ import tvm_ffi
 from tvm import sym
 from tvm.tirx import IntImm, Var
 
-from .call import as_int
 from .errors import DispatchError
+from .irfacts import as_int
+from .scopes import SCOPES, THREAD_AXES
 
-_AXIS_FULL = {"laneid": 32, "wid_in_wg": 4}
-_NOUN = {"warp": "warp", "warpgroup": "warpgroup", "cta": "CTA", "thread": "thread"}
 MAX_UNIFORM_CORNERS = 4  # uniform variables whose corners are enumerated (2**4 assignments)
 
 
@@ -85,15 +83,6 @@ class Participation:
 
 
 # -- the scope's coordinates --------------------------------------------------------------
-_DEF_KINDS = re.compile(r'"(\w+)", "(\w+)"\)\s*$')
-
-
-def scope_id_kind(scope_id_def: Any) -> tuple[str, str]:
-    """(parent, child) of a ``ScopeIdDef``: ``T.lane_id`` is ("warp", "thread")."""
-    m = _DEF_KINDS.search(str(scope_id_def))
-    return (m.group(1), m.group(2)) if m else ("?", "?")
-
-
 def _id_value(kind: tuple[str, str], lane: Var, warp: Any) -> Any | None:
     """A TVM id as a function of the lane and the warp of the CTA; None for ids that are
     the same for every thread of a CTA (cluster and CTA ids)."""
@@ -188,7 +177,7 @@ def participation(call: Any) -> Participation:
             return Participation(
                 "divergent",
                 parts,
-                f"`if {orig}` leaves threads of the {_NOUN[call.scope]} out of this "
+                f"`if {orig}` leaves threads of the {SCOPES[call.scope].noun} out of this "
                 f"{call.scope}-scope call: {witness}. A scope can be narrowed to a range of "
                 "lanes (and of warps), e.g. `if lane < 16`: call it at a narrower scope, or "
                 "move it out of the if",
@@ -197,7 +186,7 @@ def participation(call: Any) -> Participation:
     return Participation(
         "undecided",
         parts,
-        f"cannot prove that every thread of the {_NOUN[call.scope]} in {parts} passes "
+        f"cannot prove that every thread of the {SCOPES[call.scope].noun} in {parts} passes "
         f"`if {orig}`; a condition on per-thread values may leave threads out",
     )
 
@@ -248,7 +237,7 @@ def _narrowed_ranges(call: Any) -> Participants | str:
     expected = call.expected_thread_axes
     if set(axes) != set(expected):
         return f"scope {call.scope} has thread axes {sorted(axes)}, expected {sorted(expected)}"
-    full = dict(_AXIS_FULL)
+    full = {name: THREAD_AXES[name].extent for name in ("laneid", "wid_in_wg")}
     if call.scope == "cta":
         tx = call.launch_extents.get("threadIdx.x")
         if tx is None or tx % 32:

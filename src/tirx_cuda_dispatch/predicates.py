@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .call import TileCall
+from .call import Operand, TileCall
 from .participation import narrowing
 from .registry import Predicate, predicate
 
@@ -56,7 +56,7 @@ def requires_known_participants(call: TileCall) -> Result:
 
 def requires_valid_copy(call: TileCall) -> Result:
     """dst and src are tensor regions with layouts, equal dtypes and equal non-unit extents."""
-    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    dst, src = call.operand("dst"), call.operand("src")
     if dst is None or src is None:
         return False, "copy needs tensor regions for dst and src"
     for o in (dst, src):
@@ -76,11 +76,17 @@ def requires_valid_copy(call: TileCall) -> Result:
     return True, None
 
 
+def register_side(call: TileCall) -> tuple[Operand, Operand]:
+    """A register copy's (register operand, other operand): dst when dst is ``local``."""
+    dst, src = call.operand("dst"), call.operand("src")
+    return (dst, src) if dst.memory == "local" else (src, dst)
+
+
 def requires_memory_pair(pairs: Sequence[tuple[str, str]]) -> Predicate:
     """(src, dst) memory kinds are one of ``pairs`` (kinds: global/shared/local/tmem)."""
 
     def memory_pair(call: TileCall) -> Result:
-        dst, src = call.operand(0, "dst"), call.operand(1, "src")
+        dst, src = call.operand("dst"), call.operand("src")
         pair = (src.memory, dst.memory)
         if pair not in pairs:
             allowed = ", ".join(f"{a}->{b}" for a, b in pairs)

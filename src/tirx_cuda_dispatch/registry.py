@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import Decline
+from .signatures import signature
 
 PredicateFn = Callable[[Any], "tuple[bool, str | None]"]
 PlanFn = Callable[[Any], Any]
@@ -98,13 +99,14 @@ def variant(
     """Register the decorated emitter ``emit(plan, call) -> PrimFunc`` as variant ``name`` of ``op``.
 
     ``op`` is the tile op without its ``tirx.tile.`` prefix (``"copy"``, ``"copy_async"``,
-    ``"sqrt"``, ...). ``predicates`` run in the given order before ``plan(call)``, which
+    ``"sqrt"``, ...): one of :data:`.signatures.SIGNATURES`, else a ValueError. ``predicates`` run in the given order before ``plan(call)``, which
     computes the variant's plan (plain data) or raises :class:`Decline`. The emitter turns
     the plan into TIR and does not decline. A second registration of the same (op, name)
     is an error unless ``replace=True``.
     """
     if not op or op.startswith("tirx.tile."):
         raise ValueError(f"op must be the bare tile op name (e.g. 'copy'), got {op!r}")
+    signature(op)  # an op TIRx does not have is an error here, naming the ops it has
     preds = tuple(p if isinstance(p, Predicate) else predicate(p) for p in predicates)
 
     def decorator(emit: EmitFn) -> EmitFn:

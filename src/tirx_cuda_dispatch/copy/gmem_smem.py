@@ -80,7 +80,7 @@ GMEM_SMEM_PAIRS = (
 def _global_access(call: TileCall) -> str | None:
     """The global access the cache hints apply to: "load" (the copy reads global memory;
     a global->global copy's hints are its load's), "store", or None (shared->shared)."""
-    src, dst = call.operand(1, "src"), call.operand(0, "dst")
+    src, dst = call.operand("src"), call.operand("dst")
     if src.memory == "global":
         return "load"
     return "store" if dst.memory == "global" else None
@@ -91,7 +91,7 @@ def _hints(call: TileCall) -> CacheHints:
     if access is None:
         keys = [str(k) for k, v in dict(call.config).items() if v is not None and str(v) != ""]
         if keys:
-            src, dst = call.operand(1, "src"), call.operand(0, "dst")
+            src, dst = call.operand("src"), call.operand("dst")
             raise Decline(
                 f"config {', '.join(keys)} on a copy from shared {src.name} to shared "
                 f"{dst.name}: cache hints name global accesses and this copy has none; drop them"
@@ -116,7 +116,7 @@ def requires_disjoint_regions(call: TileCall) -> tuple[bool, str | None]:
     buffers, ``T.decl_buffer(data=X.data)``) are followed to the allocation or parameter
     they lie in (:meth:`..bounds.Enclosing.storage_of`); distinct parameters are taken to
     be distinct memory, as in any kernel."""
-    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    dst, src = call.operand("dst"), call.operand("src")
     if dst.memory != src.memory:
         return True, None
     env = call.enclosing
@@ -253,7 +253,7 @@ def _roles(src_memory: str, dst_memory: str) -> tuple[str, str]:
 
 
 def plan(call: TileCall) -> GmemSmemPlan:
-    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    dst, src = call.operand("dst"), call.operand("src")
     if src.elem_bits < 8:
         raise Decline(f"{src.dtype} elements are narrower than a byte; needs 8 bits or more")
     roles = _roles(src.memory, dst.memory)
@@ -287,7 +287,7 @@ def emit(plan: GmemSmemPlan, call: TileCall):
         return sequence([_emit_piece(plan, call, i) for i in range(len(plan.partition.pieces))])
     p = plan.partition
     s_at, d_at = plan.roles.index("src"), plan.roles.index("dst")
-    src_buf, dst_buf = call.operand(1, "src").buffer, call.operand(0, "dst").buffer
+    src_buf, dst_buf = call.operand("src").buffer, call.operand("dst").buffer
     vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
 
     # fmt: off
@@ -308,7 +308,7 @@ def _emit_piece(plan: GmemSmemPlan, call: TileCall, index: int):
     part = plan.partition
     piece = part.pieces[index]
     s_at, d_at = plan.roles.index("src"), plan.roles.index("dst")
-    src_buf, dst_buf = call.operand(1, "src").buffer, call.operand(0, "dst").buffer
+    src_buf, dst_buf = call.operand("src").buffer, call.operand("dst").buffer
     vec, vec_bits, elem_bits = piece.vec, piece.vec_bits, plan.elem_bits
     threads, full, tail = piece.threads, piece.full_rounds, piece.tail
 

@@ -37,15 +37,17 @@ from typing import Any
 import numpy as np
 from tvm.script import tirx as T
 
-from ..call import Operand, TileCall, as_int
+from ..call import Operand, TileCall
 from ..codegen import impl_prim_func, storage_words, thread_index
 from ..errors import Decline
+from ..irfacts import as_int
 from ..layout.atoms import element_offsets, memory_view, prove_multiple
 from ..layout.banks import conflict_ways, total_wavefronts
 from ..layout.partition import Access, MemoryAccesses
 from ..layout.register import register_table, register_view
 from ..layout.swizzle import Swizzle
 from ..predicates import (
+    register_side,
     requires_all_threads_active,
     requires_cuda,
     requires_memory_pair,
@@ -69,11 +71,11 @@ MIN_SM = {"ld": 75, "st": 90}  # PTX ISA: ldmatrix sm_75+, stmatrix sm_90+
 
 def _sides(call: TileCall) -> tuple[Operand, Operand]:
     """(register operand, shared operand)."""
-    return call.register_and_other()
+    return register_side(call)
 
 
 def _direction(call: TileCall) -> str:
-    return "ld" if call.operand(0, "dst").memory == "local" else "st"
+    return "ld" if call.operand("dst").memory == "local" else "st"
 
 
 def requires_whole_warps(call: TileCall) -> tuple[bool, str | None]:

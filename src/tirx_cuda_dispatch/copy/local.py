@@ -22,9 +22,10 @@ from typing import Any
 from tvm.script import tirx as T
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
-from ..call import Operand, TileCall, as_int
+from ..call import Operand, TileCall
 from ..codegen import access_view, impl_prim_func
 from ..errors import Decline
+from ..irfacts import as_int
 from ..layout.atoms import common_refinement, memory_view
 from ..layout.partition import Dim, dims_offset
 from ..layout.vector import vector_candidates, vector_misfit
@@ -36,7 +37,7 @@ REGISTER_BITS = 32  # one register: wider words would be several registers each
 
 def requires_registers_only(call: TileCall) -> tuple[bool, str | None]:
     """Both layouts are over the thread's registers (the ``m`` axis) and name no thread."""
-    for opnd in (call.operand(0, "dst"), call.operand(1, "src")):
+    for opnd in (call.operand("dst"), call.operand("src")):
         axes = _thread_axes(opnd)
         if axes:
             return False, (
@@ -123,7 +124,7 @@ class LocalPlan:
 
 
 def plan(call: TileCall) -> LocalPlan:
-    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    dst, src = call.operand("dst"), call.operand("src")
     if src.elem_bits < 8:
         raise Decline(f"{src.dtype} elements are narrower than a byte; needs 8 bits or more")
     views = [memory_view(dst), memory_view(src)]
@@ -190,7 +191,7 @@ def _fuse(dims: list[Dim]) -> list[Dim]:
 )
 def emit(plan: LocalPlan, call: TileCall):
     """An unrolled loop of word copies between views of the two register arrays."""
-    dst_buf, src_buf = call.operand(0, "dst").buffer, call.operand(1, "src").buffer
+    dst_buf, src_buf = call.operand("dst").buffer, call.operand("src").buffer
     bits, elem_bits, copies = plan.word_bits, plan.elem_bits, plan.copies
 
     # fmt: off

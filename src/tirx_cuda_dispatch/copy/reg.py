@@ -38,7 +38,7 @@ from typing import Any
 
 from tvm.script import tirx as T
 
-from ..call import Operand, TileCall, as_int
+from ..call import Operand, TileCall
 from ..codegen import (
     CacheHints,
     access_dtype,
@@ -50,6 +50,7 @@ from ..codegen import (
     thread_index,
 )
 from ..errors import Decline
+from ..irfacts import as_int
 from ..layout.atoms import memory_view
 from ..layout.partition import MemoryAccesses, ScopePartition
 from ..layout.register import (
@@ -61,6 +62,7 @@ from ..layout.register import (
 from ..layout.round_order import Rotation, RoundOrder, choose_round_order
 from ..layout.vector import vector_candidates
 from ..predicates import (
+    register_side,
     requires_all_threads_active,
     requires_cuda,
     requires_memory_pair,
@@ -74,7 +76,7 @@ REG_PAIRS = (("shared", "local"), ("global", "local"), ("local", "shared"), ("lo
 
 def _sides(call: TileCall) -> tuple[Operand, Operand]:
     """(register operand, memory operand)."""
-    return call.register_and_other()
+    return register_side(call)
 
 
 def _loops(call: TileCall) -> Any:
@@ -204,8 +206,8 @@ def plan(call: TileCall) -> RegPlan:
         threads=call.thread_count,
         widths=vector_candidates(reg.elem_bits),
     )
-    src = call.operand(1, "src")
-    direction = f"{src.memory}->{call.operand(0, 'dst').memory}"
+    src = call.operand("src")
+    direction = f"{src.memory}->{call.operand('dst').memory}"
     hints = cache_hints(call.config, "load" if src.memory == mem.memory else "store", call.sm)
     if not hints.empty and mem.memory != "global":
         raise Decline(f"cache hints ({hints}) apply to global memory; {mem.name} is {mem.scope}")

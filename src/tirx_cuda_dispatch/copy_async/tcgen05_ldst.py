@@ -52,9 +52,10 @@ from tvm.tirx.layout import laneid as axis_laneid
 from tvm.tirx.layout import tid_in_wg as axis_tid_in_wg
 from tvm.tirx.layout import wid_in_wg as axis_wid_in_wg
 
-from ..call import Operand, TileCall, as_int
+from ..call import Operand, TileCall
 from ..codegen import impl_prim_func, storage_words, warp_index_in_warpgroup
 from ..errors import Decline, check
+from ..irfacts import as_int
 from ..predicates import (
     requires_all_threads_active,
     requires_cuda,
@@ -211,7 +212,7 @@ def requires_tensor_memory_target(call: TileCall) -> tuple[bool, str | None]:
 
 
 def _tmem_and_reg(call: TileCall) -> tuple[Operand, Operand]:
-    dst, src = call.operand(0, "dst"), call.operand(1, "src")
+    dst, src = call.operand("dst"), call.operand("src")
     return (src, dst) if src.memory == "tmem" else (dst, src)
 
 
@@ -564,7 +565,7 @@ def _register_offset(reg: Operand, offset: dict, loops: Any) -> Any:
 
 
 def plan(call: TileCall) -> Tcgen05Plan:
-    src = call.operand(1, "src")
+    src = call.operand("src")
     tmem, reg = _tmem_and_reg(call)
     for o in (reg, tmem):
         check(len(o.shape) == 2, f"{o.role} {o.name} is {len(o.shape)}-D; needs a 2-D buffer")

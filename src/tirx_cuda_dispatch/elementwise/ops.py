@@ -418,7 +418,7 @@ def input_dtypes(op: ElementwiseOp, call: Any) -> tuple[dict[str, str], set[str]
     """Each input's dtype by role, and the roles that are scalars, of a call of ``op``."""
     dtypes, scalars = {}, set()
     for inp in op.inputs(call.args):
-        opnd = None if inp.is_scalar else call.operand(inp.index, inp.role)
+        opnd = None if inp.is_scalar else call.operand(inp.role)
         dtypes[inp.role] = str(inp.scalar.ty) if opnd is None else opnd.dtype
         if opnd is None:
             scalars.add(inp.role)
@@ -430,7 +430,7 @@ def requires_dtype_rule(op: ElementwiseOp, mixed: bool = False) -> Predicate:
     (``mixed``: the variant evaluates mixed float dtypes, :data:`MIXED_COMPUTE`)."""
 
     def dtype_rule(call: Any) -> tuple[bool, str | None]:
-        dst = call.operand(0, "dst")
+        dst = call.operand("dst")
         if dst is None:
             return False, f"{op.name} dst is not a tensor region"
         dtypes, scalars = input_dtypes(op, call)

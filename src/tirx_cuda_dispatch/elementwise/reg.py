@@ -52,14 +52,14 @@ from .ops import (
 
 
 def _dst(call: TileCall) -> Operand:
-    dst = call.operand(0, "dst")
+    dst = call.operand("dst")
     if dst is None:
         raise Decline(f"{call.op} dst is not a tensor region")
     return dst
 
 
 def _tensor_inputs(op: ElementwiseOp, call: TileCall) -> list[tuple[Input, Operand]]:
-    return [(i, call.operand(i.index, i.role)) for i in op.inputs(call.args) if not i.is_scalar]
+    return [(i, call.operand(i.role)) for i in op.inputs(call.args) if not i.is_scalar]
 
 
 def requires_register_operands(op: ElementwiseOp):
@@ -162,7 +162,7 @@ def make_emit(op: ElementwiseOp):
         """Serial loop over each thread's bundle: one pair or one element per step."""
         dst = _dst(call)
         inputs = op.inputs(call.args)
-        tensors = [call.operand(i.index, i.role) for i in inputs if not i.is_scalar]
+        tensors = [call.operand(i.role) for i in inputs if not i.is_scalar]
         p, form = plan.partition, plan.packed
 
         def flat(o: Operand, lanes: int) -> Any:
@@ -226,7 +226,7 @@ def _emit_converted(plan: ElementwisePlan, call: TileCall, op: ElementwiseOp):
     as the scalar conversion would: ``cvt.rn.f16x2.f32``, PTX ISA "cvt")."""
     dst = _dst(call)
     inputs = op.inputs(call.args)
-    tensors = [call.operand(i.index, i.role) for i in inputs if not i.is_scalar]
+    tensors = [call.operand(i.role) for i in inputs if not i.is_scalar]
     p, form, arith = plan.partition, plan.convert, plan.arith
     operands = [dst] + tensors
     if len(operands) > 4:
@@ -277,7 +277,7 @@ def _emit_packed_with_scalars(plan: ElementwisePlan, call: TileCall, op: Element
     two-element register pair, whose address the pair helper reads every step."""
     dst = _dst(call)
     inputs = op.inputs(call.args)
-    tensors = [call.operand(i.index, i.role) for i in inputs if not i.is_scalar]
+    tensors = [call.operand(i.role) for i in inputs if not i.is_scalar]
     scalars = [i.scalar for i in inputs if i.is_scalar]
     p, form = plan.partition, plan.packed
     in_dtype = form.in_dtype

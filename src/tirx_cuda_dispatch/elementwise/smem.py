@@ -62,12 +62,12 @@ MAX_TENSORS = 4  # dst and at most three tensor inputs (fma)
 
 
 def _tensor_inputs(op: ElementwiseOp, call: TileCall) -> list[tuple[Input, Operand | None]]:
-    return [(i, call.operand(i.index, i.role)) for i in op.inputs(call.args) if not i.is_scalar]
+    return [(i, call.operand(i.role)) for i in op.inputs(call.args) if not i.is_scalar]
 
 
 def requires_shared_operands(op: ElementwiseOp):
     def shared_operands(call: TileCall) -> tuple[bool, str | None]:
-        dst = call.operand(0, "dst")
+        dst = call.operand("dst")
         if dst is None:
             return False, f"{op.name} dst is not a tensor region"
         try:
@@ -149,7 +149,7 @@ def _lifted(opnd: Operand, dst: Operand) -> MemoryView:
 
 def make_plan(op: ElementwiseOp):
     def plan(call: TileCall) -> SmemElementwisePlan:
-        dst = call.operand(0, "dst")
+        dst = call.operand("dst")
         tensors = [o for _, o in _tensor_inputs(op, call)]
         views = [memory_view(dst)] + [_lifted(o, dst) for o in tensors]
         bits = tuple(o.elem_bits for o in [dst, *tensors])
@@ -205,9 +205,9 @@ def make_emit(op: ElementwiseOp):
 
 
 def _emit_steps(op: ElementwiseOp, plan: SmemElementwisePlan, call: TileCall, steps: _Steps):
-    dst = call.operand(0, "dst")
+    dst = call.operand("dst")
     inputs = op.inputs(call.args)
-    tensors = [call.operand(i.index, i.role) for i in inputs if not i.is_scalar]
+    tensors = [call.operand(i.role) for i in inputs if not i.is_scalar]
     operands = [dst, *tensors]
     n = len(operands)
     padded = operands + [dst] * (MAX_TENSORS - n)

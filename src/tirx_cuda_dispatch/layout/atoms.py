@@ -19,8 +19,9 @@ import tvm
 from tvm import sym
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
-from ..call import Operand, as_int
+from ..call import Operand
 from ..errors import Decline
+from ..irfacts import as_int
 from .swizzle import Swizzle
 
 Atom = tuple[int, int]  # (extent, stride)

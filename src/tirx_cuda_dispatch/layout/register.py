@@ -39,8 +39,10 @@ import numpy as np
 from tvm import sym, tirx
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
-from ..call import Operand, as_int
+from ..call import Operand
 from ..errors import Decline
+from ..irfacts import as_int
+from ..scopes import SCOPES, THREAD_AXES
 from .atoms import MemoryView, mixed_radix_digits, refine_tagged
 from .partition import Dim, ScopePartition, _fuse
 from .vector import vector_misfit
@@ -48,31 +50,8 @@ from .vector import vector_misfit
 MEMORY_AXIS = "m"
 
 
-@dataclass(frozen=True)
-class ThreadAxis:
-    """One thread axis as a digit of the scope's thread index: ``(t // divisor) % extent``."""
-
-    divisor: int
-    extent: int | None  # None: the rest of the scope (``tx``, ``warpid``, ``wgid`` at cta)
-
-
-# PTX ISA's %laneid and TVM's warp/warpgroup axes, in units of the scope's thread index.
-THREAD_AXES = {
-    "laneid": ThreadAxis(1, 32),
-    "wid_in_wg": ThreadAxis(32, 4),
-    "tid_in_wg": ThreadAxis(1, 128),
-    "warpid": ThreadAxis(32, None),
-    "wgid": ThreadAxis(128, None),
-    "tx": ThreadAxis(1, None),
-}
-
 # Which thread axes name threads *inside* each scope.
-SCOPE_AXES = {
-    "thread": (),
-    "warp": ("laneid",),
-    "warpgroup": ("laneid", "wid_in_wg", "tid_in_wg"),
-    "cta": ("laneid", "wid_in_wg", "tid_in_wg", "warpid", "wgid", "tx"),
-}
+SCOPE_AXES = {name: sc.layout_axes for name, sc in SCOPES.items()}
 
 
 # Most register slots a loop-dependent offset may select among. A full register file holds
@@ -316,7 +295,7 @@ def _tagged_atoms(view: View) -> tuple[tuple[int, int, str], ...]:
     return tuple((ext, stride, MEMORY_AXIS) for ext, stride in view.atoms)
 
 
-def _thread_stride(axis: str, stride: int, extent: int, scope: str, threads: int) -> int:
+def thread_stride(axis: str, stride: int, extent: int, scope: str, threads: int) -> int:
     """How many of the scope's thread indices one step along ``axis`` by ``stride`` spans."""
     spec = THREAD_AXES[axis]
     limit = spec.extent if spec.extent is not None else threads // spec.divisor
@@ -367,7 +346,7 @@ def induced_partition(
                     )
             bundle.append(Dim(extent, tuple(stride for stride, _ in cells)))
             continue
-        t_stride = _thread_stride(a_axis, a_stride, extent, scope, threads)
+        t_stride = thread_stride(a_axis, a_stride, extent, scope, threads)
         strides = []
         for i, ((stride, axis), name) in enumerate(zip(cells, names, strict=True)):
             if i == anchor:
@@ -384,7 +363,7 @@ def induced_partition(
                         "threads; the layouts must agree on which thread owns each element"
                     )
                 strides.append(stride)
-            elif _thread_stride(axis, stride, extent, scope, threads) == t_stride:
+            elif thread_stride(axis, stride, extent, scope, threads) == t_stride:
                 strides.append(0)  # the same threads own these elements
             else:
                 raise Decline(
@@ -394,7 +373,7 @@ def induced_partition(
                 )
         thread_dims.append((t_stride, Dim(extent, tuple(strides))))
     for extent, stride, axis in reg.replicas:
-        t_stride = _thread_stride(axis, stride, extent, scope, threads)
+        t_stride = thread_stride(axis, stride, extent, scope, threads)
         thread_dims.append((t_stride, Dim(extent, tuple(0 for _ in views))))
 
     _check_covers_scope(reg, thread_dims, scope, threads)
@@ -472,10 +451,10 @@ def register_table(view: RegisterView, scope: str, threads: int) -> RegisterTabl
         if axis == MEMORY_AXIS:
             register += digit * stride
         else:
-            thread += digit * _thread_stride(axis, stride, ext, scope, threads)
+            thread += digit * thread_stride(axis, stride, ext, scope, threads)
     holders = thread[:, None]
     for ext, stride, axis in view.replicas:
-        t_stride = _thread_stride(axis, stride, ext, scope, threads)
+        t_stride = thread_stride(axis, stride, ext, scope, threads)
         holders = (holders[:, :, None] + t_stride * np.arange(ext)[None, None, :]).reshape(
             view.size, -1
         )
@@ -502,7 +481,7 @@ def _held_by_every_thread(
     if not view.thread_axes:
         return True
     for r_extent, r_stride, axis in view.replicas:
-        r_t = _thread_stride(axis, r_stride, r_extent, scope, threads)
+        r_t = thread_stride(axis, r_stride, r_extent, scope, threads)
         if t_stride % r_t == 0 and t_stride * extent <= r_t * r_extent:
             return True
     return False
@@ -529,6 +508,59 @@ def _check_covers_scope(
     )
 
 
+def atoms_by_dim(
+    atoms: Sequence[tuple[int, int, Any]], extents: Sequence[int], name: str
+) -> list[list[tuple[int, int, Any]]]:
+    """An operand's atoms (over its region's row-major index) split at its dimensions'
+    boundaries: one list per dimension, outer -> inner; an atom that spans a boundary is
+    split there. Declines where a dimension's extent does not split the atoms."""
+    stack = list(atoms)
+    per_dim: list[list[tuple[int, int, Any]]] = []
+    for e in reversed(extents):
+        group: list[tuple[int, int, Any]] = []
+        need = e
+        while need > 1:
+            if not stack:
+                raise Decline(f"{name} layout does not cover its region")
+            ext, stride, tag = stack.pop()
+            if ext == 1:
+                continue
+            if need % ext == 0:
+                group.insert(0, (ext, stride, tag))
+                need //= ext
+            elif ext % need == 0:
+                group.insert(0, (need, stride, tag))
+                stack.append((ext // need, stride * need, tag))
+                need = 1
+            else:
+                raise Decline(f"{name} layout does not split at its dimension boundaries")
+        per_dim.insert(0, group)
+    if any(ext != 1 for ext, _, _ in stack):
+        raise Decline(f"{name} layout covers more than its region")
+    return per_dim
+
+
+def refine_tagged_pairs(
+    a: Sequence[tuple[int, int, Any]], b: Sequence[tuple[int, int, Any]], names: tuple[str, str]
+) -> list[tuple[int, int, tuple[int, Any], tuple[int, Any]]]:
+    """Two operands' atoms over one dimension, split to common extents: rows of (extent,
+    step along the dimension's index, (stride, axis) on a, (stride, axis) on b), outer ->
+    inner. Declines where the two do not nest."""
+    if not a and not b:
+        return []
+    try:
+        rows = refine_tagged(tuple(a), tuple(b))
+    except Decline as why:
+        raise Decline(
+            f"{names[0]} and {names[1]} do not split one dimension alike: {why}"
+        ) from None
+    out, inner = [], 1
+    for ext, (ca, cb) in reversed(rows):
+        out.insert(0, (ext, inner, ca, cb))
+        inner *= ext
+    return out
+
+
 def lift_to(
     atoms: Sequence[tuple[int, int, Any]],
     extents: Sequence[int],
@@ -546,26 +578,7 @@ def lift_to(
     for e, t in zip(extents, target, strict=True):
         if e not in (1, t):
             raise Decline(f"{name} extents {list(extents)} do not broadcast to {list(target)}")
-    # Split the atoms at dimension boundaries, innermost first.
-    stack = list(atoms)
-    per_dim: list[list[tuple[int, int, Any]]] = []
-    for e in reversed(extents):
-        group: list[tuple[int, int, Any]] = []
-        need = e
-        while need > 1:
-            if not stack:
-                raise Decline(f"{name} layout does not cover its region")
-            ext, stride, tag = stack.pop()
-            if need % ext == 0:
-                group.insert(0, (ext, stride, tag))
-                need //= ext
-            elif ext % need == 0:
-                group.insert(0, (need, stride, tag))
-                stack.append((ext // need, stride * need, tag))
-                need = 1
-            else:
-                raise Decline(f"{name} layout does not split at its dimension boundaries")
-        per_dim.insert(0, group)
+    per_dim = atoms_by_dim(atoms, extents, name)
     lifted: list[tuple[int, int, Any]] = []
     for group, e, t in zip(per_dim, extents, target, strict=True):
         lifted += group if e == t else [(t, 0, MEMORY_AXIS)]

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..call import as_int
+from ..irfacts import as_int
 from .banks import LANES, wavefront_costs
 from .partition import ScopePartition
 

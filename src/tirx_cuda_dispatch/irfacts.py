@@ -1,0 +1,83 @@
+"""Small facts about TVM IR values that every layer asks: a constant as an int, a buffer
+scope as a memory kind, where a node stands in the user's source, which buffer a data
+expression names, and what a scope id defines. A leaf module: it imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+from tvm.tirx import Var
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` as a Python int when it is a constant, else None."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, tvm.tirx.IntImm):
+        return int(value.value)
+    return None
+
+
+def memory_kind(scope: str) -> str:
+    """Collapse a buffer scope to global / shared / local / tmem / other."""
+    if scope == "global":
+        return "global"
+    if scope.startswith("shared"):
+        return "shared"
+    if scope == "local":
+        return "local"
+    if scope.startswith("tmem"):
+        return "tmem"
+    return scope
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a node stands in the user's TVMScript source."""
+
+    file: str | None
+    line: int | None
+    text: str | None
+
+    def __str__(self) -> str:
+        if self.file is None or self.line is None:
+            return "<unknown location>"
+        where = f"{self.file}:{self.line}"
+        return f"{where}: {self.text.strip()}" if self.text else where
+
+
+def location_of(node: Any) -> Location:
+    """The source location of an IR node (its span), unknown when it has none."""
+    span = getattr(node, "span", None)
+    if span is None:
+        return Location(None, None, None)
+    file = str(span.source_name.name)
+    line = int(span.line)
+    text = linecache.getline(file, line) or None
+    return Location(file, line, text.rstrip("\n") if text else None)
+
+
+def buffer_var(data: Any) -> Var | None:
+    """The buffer a data expression names (``X.data`` is ``tirx.buffer_data(X)``)."""
+    if isinstance(data, Var):
+        return data
+    op = getattr(data, "op", None)
+    if getattr(op, "name", None) == "tirx.buffer_data" and isinstance(data.args[0], Var):
+        return data.args[0]
+    return None
+
+
+_DEF_KINDS = re.compile(r'"(\w+)", "(\w+)"\)\s*$')
+
+
+def scope_id_kind(scope_id_def: Any) -> tuple[str, str]:
+    """(parent, child) of a ``ScopeIdDef``: ``T.lane_id`` is ("warp", "thread")."""
+    m = _DEF_KINDS.search(str(scope_id_def))
+    return (m.group(1), m.group(2)) if m else ("?", "?")

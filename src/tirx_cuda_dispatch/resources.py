@@ -1,0 +1,172 @@
+"""What a plan needs besides its operands, as data: workspace buffers, named barriers, and
+what completes asynchronously (and who waits for it).
+
+A plan lists these in ``resources()``; the lowering bridge provides them (a buffer per
+:class:`Workspace`, barrier ids per :class:`NamedBarrier`) before the emitter runs, hands
+them to it by name (``call.resources["partials"]``), and allocates the buffers through
+TVM's dispatch context only once the emitter returned. explain() lists every resource
+with why the plan needs it. A :class:`Completion` is not provided: it states a contract
+(``tcgen05.ld`` results are valid after ``tcgen05.wait::ld``, which the caller issues),
+shown by explain() and checked by the simulator.
+
+Named barriers (PTX ISA "bar, barrier": ids 0-15 per CTA; ``bar.sync 0`` is
+``__syncthreads``) are allocated per kernel from the ids the kernel itself never names,
+so a plan's barrier cannot complete with the kernel's own arrivals (:class:`BarrierPool`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+
+BARRIER_IDS = 16  # per CTA (PTX ISA "bar, barrier")
+# Ids we never hand out: 0 is __syncthreads; TVM 0.27's built-in variants hard-code 8
+# (its shared reduction and warpgroup syncs), which may lower other calls of the kernel.
+RESERVED_BARRIERS = frozenset({0, 8})
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A scratch buffer the emitted code needs: its scope, dtype and shape."""
+
+    name: str
+    scope: str  # "shared" or "local"
+    dtype: str
+    shape: tuple[int, ...]
+    why: str
+
+    @property
+    def nbytes(self) -> int:
+        n = tvm.runtime.DataType(self.dtype).bits // 8
+        for e in self.shape:
+            n *= e
+        return n
+
+    def __str__(self) -> str:
+        shape = ", ".join(str(e) for e in self.shape)
+        return f"workspace {self.name}: {self.scope} {self.dtype}[{shape}] ({self.why})"
+
+
+@dataclass(frozen=True)
+class NamedBarrier:
+    """Named barriers (``bar.sync id, threads``): one id per instance of the scope that runs
+    the call at once (every warpgroup of a CTA runs its own ``Tx.wg`` call)."""
+
+    name: str
+    threads: int  # threads that arrive at one instance's barrier
+    instances: int
+    why: str
+
+    def __str__(self) -> str:
+        ids = f"{self.instances} ids" if self.instances > 1 else "1 id"
+        return f"named barrier {self.name}: {ids}, {self.threads} threads each ({self.why})"
+
+
+@dataclass(frozen=True)
+class Completion:
+    """Something the emitted code starts and does not finish: what completes it and who
+    waits for it."""
+
+    mechanism: str  # "tcgen05.ld", "cp.async group"
+    waiter: str  # "the caller: T.ptx.tcgen05.wait.ld() before reading dst"
+
+    def __str__(self) -> str:
+        return f"completion: {self.mechanism} completes asynchronously; {self.waiter}"
+
+
+Resource = Workspace | NamedBarrier | Completion
+
+
+def resources_of(plan: Any) -> tuple[Resource, ...]:
+    """A plan's resources (``plan.resources()``), none for a plan that declares none."""
+    fn = getattr(plan, "resources", None)
+    return tuple(fn()) if callable(fn) else ()
+
+
+# -- barrier ids -------------------------------------------------------------------------
+_BARRIER_CALLS = ("tirx.ptx.bar", "tirx.ptx.barrier", "tirx.cuda.warpgroup_sync")
+
+
+def barrier_ids_in(func: Any) -> set[int]:
+    """The named-barrier ids a function's own statements use (constant ids of
+    ``bar``/``barrier`` PTX calls and ``warpgroup_sync``); a non-constant id blocks every
+    id (it may be any of them)."""
+    used: set[int] = set()
+    for call in _evaluated_calls(func.body):
+        if getattr(call.op, "name", None) not in _BARRIER_CALLS or not call.args:
+            continue
+        value = getattr(call.args[0], "value", None)
+        if isinstance(value, int):
+            used.add(value)
+        else:
+            used.update(range(BARRIER_IDS))
+    return used
+
+
+def _evaluated_calls(stmt: Any):
+    """The calls a statement tree evaluates as statements (``T.evaluate(T.ptx.bar...)``)."""
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        kind = type(node).__name__
+        if kind == "SeqStmt":
+            stack.extend(node.seq)
+        elif kind == "IfThenElse":
+            stack.append(node.then_case)
+            if node.else_case is not None:
+                stack.append(node.else_case)
+        elif kind == "Evaluate":
+            if type(node.value).__name__ == "Call":
+                yield node.value
+        else:
+            body = getattr(node, "body", None)
+            if body is not None:
+                stack.append(body)
+
+
+@dataclass
+class BarrierPool:
+    """The ids one kernel may still hand out: neither reserved, nor named by the kernel,
+    nor given to an earlier call."""
+
+    used: set[int] = field(default_factory=set)
+    given: dict[Any, int] = field(default_factory=dict)  # key (a call) -> first id
+
+    def free(self) -> list[int]:
+        taken = self.used | RESERVED_BARRIERS | set(self._given_ids())
+        return [i for i in range(BARRIER_IDS) if i not in taken]
+
+    def _given_ids(self):
+        for key, first in self.given.items():
+            yield from range(first, first + key[1])
+
+    def missing(self, count: int) -> str | None:
+        """Why ``count`` consecutive ids cannot be had, or None."""
+        if self._first_run(count) is not None:
+            return None
+        return (
+            f"needs {count} consecutive named-barrier id{'s' if count > 1 else ''}; the free "
+            f"ids are {self.free() or 'none'} (the kernel uses {sorted(self.used) or 'none'}, "
+            f"{sorted(RESERVED_BARRIERS)} are reserved)"
+        )
+
+    def take(self, key: Any, count: int) -> int:
+        """The first of ``count`` consecutive free ids for ``key`` (the same ids again for
+        the same key)."""
+        full = (key, count)
+        if full in self.given:
+            return self.given[full]
+        first = self._first_run(count)
+        if first is None:
+            raise ValueError(self.missing(count))
+        self.given[full] = first
+        return first
+
+    def _first_run(self, count: int) -> int | None:
+        free = set(self.free())
+        for first in range(BARRIER_IDS - count + 1):
+            if all(i in free for i in range(first, first + count)):
+                return first
+        return None
