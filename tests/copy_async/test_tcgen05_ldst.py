@@ -29,11 +29,9 @@ import tirx_cuda_dispatch as tcd
 import tirx_cuda_dispatch.copy_async  # noqa: F401  (registers the variant)
 from executors import WHERE_SM100, execute
 from tirx_cuda_dispatch import runtime, sim, toolchain
-from tirx_cuda_dispatch.copy_async.tcgen05_ldst import (
-    SHAPES,
-    datapath_b_layout,
-    half_warp_layout,
-)
+from tirx_cuda_dispatch.isa.tcgen05 import SHAPES
+from tirx_cuda_dispatch.layout.tmem import datapath_b_layout, half_warp_layout
+from tirx_cuda_dispatch.resources import Completion
 from tirx_cuda_dispatch.sim import SimError
 
 ARCH = "sm_100a"
@@ -537,6 +535,20 @@ def test_no_wait_is_emitted_the_waits_are_the_callers():
     assert kernel.count("tcgen05_wait_wait__st") == 1
     assert kernel.count("tcgen05_wait_wait__ld") == 1
     assert kernel.count("tcgen05_st_st_sync_aligned_16x64b_x8_b32(") == 2
+
+
+def test_the_plan_declares_the_callers_wait_and_explain_lists_it():
+    [st, ld] = tcd.explain(roundtrip("float32", 128, 16, "16x64b"), ARCH)
+    wait_ld = Completion(
+        "tcgen05.ld", "the caller: T.ptx.tcgen05.wait__ld.sync.aligned() before reading dst"
+    )
+    assert ld.plan_object.resources() == (wait_ld,)
+    assert f"    resource: {wait_ld}" in str(ld).splitlines()
+    assert str(wait_ld).startswith("completion: tcgen05.ld completes asynchronously")
+    # The control: a store's completion is tcgen05.st's, waited for with wait::st.
+    [wait_st] = st.plan_object.resources()
+    assert (wait_st.mechanism, "wait__st" in wait_st.waiter) == ("tcgen05.st", True)
+    assert st.resources == [str(wait_st)] and "tcgen05.ld" not in str(st)
 
 
 # -- Blackwell round trips ----------------------------------------------------------------

@@ -15,6 +15,7 @@ addresses of the 8 rows of matrix ``j``, each row 16 contiguous, 16-byte aligned
 lane ``i`` receives, in its ``j``-th 32-bit register, row ``i // 4``, columns
 ``2 (i % 4)`` and ``2 (i % 4) + 1`` of matrix ``j``. With ``.trans`` it receives column
 ``i // 4``, rows ``2 (i % 4)`` and ``2 (i % 4) + 1`` instead. stmatrix is the mirror image.
+These facts are the records of ``isa/mma_fragments.py``, which mma fragments share.
 
 Rather than pattern-matching the layouts' iterators, the plan reads the whole partition
 the register layout induces (:func:`..layout.register.register_table`: thread, register
@@ -41,6 +42,14 @@ from ..call import Operand, TileCall
 from ..codegen import impl_prim_func, storage_words, thread_index
 from ..errors import Decline
 from ..irfacts import as_int
+from ..isa.mma_fragments import (
+    M8N8,
+    MATRIX_NUMS,
+    MATRIX_TRANSFERS,
+    WARP_LANES,
+    MatrixTransfer,
+    matrix_transfer,
+)
 from ..layout.atoms import element_offsets, memory_view, prove_multiple
 from ..layout.banks import conflict_ways, total_wavefronts
 from ..layout.partition import Access, MemoryAccesses
@@ -57,16 +66,9 @@ from ..predicates import (
 from ..registry import variant
 
 MATRIX_PAIRS = (("shared", "local"), ("local", "shared"))
-MATRIX_COUNTS = (4, 2, 1)  # widest first
-ROW_ELEMS = 8  # one matrix row: 8 16-bit elements, 16 bytes
-LANES = 32
-# Lane i's j-th register holds (row, column) and (row, column + 1) of the stored matrix;
-# .trans stores it transposed: (row, column), (row + 1, column) with the roles swapped.
-_LANE = np.arange(LANES)[:, None]
-_HALF = np.arange(2)[None, :]
-_STORED_ROW = {False: np.broadcast_to(_LANE // 4, (LANES, 2)), True: 2 * (_LANE % 4) + _HALF}
-_STORED_COL = {False: 2 * (_LANE % 4) + _HALF, True: np.broadcast_to(_LANE // 4, (LANES, 2))}
-MIN_SM = {"ld": 75, "st": 90}  # PTX ISA: ldmatrix sm_75+, stmatrix sm_90+
+MATRIX_COUNTS = tuple(sorted(MATRIX_NUMS, reverse=True))  # widest first
+ROW_ELEMS = M8N8.row_elems
+LANES = WARP_LANES
 
 
 def _sides(call: TileCall) -> tuple[Operand, Operand]:
@@ -99,8 +101,8 @@ def requires_16_bit(call: TileCall) -> tuple[bool, str | None]:
 
 def requires_matrix_arch(call: TileCall) -> tuple[bool, str | None]:
     """ldmatrix needs sm_75 or newer, stmatrix sm_90 or newer."""
-    direction = _direction(call)
-    need, name = MIN_SM[direction], "ldmatrix" if direction == "ld" else "stmatrix"
+    forms = [t for t in MATRIX_TRANSFERS if t.direction == _direction(call)]
+    need, name = min(t.min_sm for t in forms), forms[0].op
     if call.sm is None or call.sm < need:
         return False, f"{name} needs sm_{need} or newer; target is {call.arch or 'unknown'}"
     return True, None
@@ -168,11 +170,14 @@ class LdStMatrixPlan:
     def m_outer(self) -> int:
         return len(self.instructions)
 
+    @cached_property
+    def form(self) -> MatrixTransfer:
+        """The instruction's record (isa.mma_fragments)."""
+        return matrix_transfer(self.direction, self.num, self.trans)
+
     @property
     def ptx(self) -> str:
-        name = "ldmatrix" if self.direction == "ld" else "stmatrix"
-        trans = ".trans" if self.trans else ""
-        return f"{name}.sync.aligned.m8n8.x{self.num}{trans}.shared.b16"
+        return self.form.spelling
 
     def memory_accesses(self) -> MemoryAccesses:
         """Each lane's row address per instruction (lanes past 8 num supply none), with
@@ -183,18 +188,18 @@ class LdStMatrixPlan:
             for warp in range(self.threads // LANES):
                 for j, word in enumerate(ins.words):
                     for r in range(ROW_ELEMS):
-                        t = warp * LANES + j * ROW_ELEMS + r
+                        t = warp * LANES + self.form.address_lane(j, r)
                         row = base + ins.offset + sum(d.of(t) for d in ins.digits)
                         if self.swizzle is not None:
                             row = self.swizzle.apply(row)
-                        owners = tuple(
-                            (warp * LANES + 4 * c + r // 2, 2 * word + r % 2)
-                            if self.trans
-                            else (warp * LANES + 4 * r + c // 2, 2 * word + c % 2)
-                            for c in range(ROW_ELEMS)
-                        )
-                        items.append(Access(g, t, row, ROW_ELEMS, owners))
+                        items.append(Access(g, t, row, ROW_ELEMS, self._owners(warp, word, r)))
         return MemoryAccesses("src" if self.direction == "ld" else "dst", tuple(items))
+
+    def _owners(self, warp: int, word: int, r: int) -> tuple[tuple[int, int], ...]:
+        """(thread, register) of each element of row ``r`` of register word ``word``'s
+        matrix, in the row's order."""
+        holders = (M8N8.holder(r, c, self.trans) for c in range(ROW_ELEMS))
+        return tuple((warp * LANES + lane, 2 * word + half) for lane, half in holders)
 
     def facts(self) -> dict:
         facts = {
@@ -222,11 +227,20 @@ class LdStMatrixPlan:
         return f"{self.m_outer} x {self.ptx} ({self.dtype}, {self.threads} threads)"
 
 
+def _stored(trans: bool) -> tuple[np.ndarray, np.ndarray]:
+    """[lanes, 2] each: the row and column of the matrix as stored that each half of each
+    lane's register holds."""
+    lane, half = np.arange(LANES)[:, None], np.arange(2)[None, :]
+    row, col = M8N8.element(lane, half, trans)
+    return np.broadcast_to(row, (LANES, 2)), np.broadcast_to(col, (LANES, 2))
+
+
 def _row_starts(offsets: np.ndarray, trans: bool) -> tuple[np.ndarray | None, str | None]:
     """Row start addresses [warps, words, 8] that make ``offsets`` [warps, 32, words, 2]
     an m8n8 fragment (``.trans`` or not), or None and why not."""
-    row = _STORED_ROW[trans][None, :, None, :]
-    col = _STORED_COL[trans][None, :, None, :]
+    stored_row, stored_col = _stored(trans)
+    row = stored_row[None, :, None, :]
+    col = stored_col[None, :, None, :]
     start = offsets - col  # every element says where its stored row starts
     warps, _, words, _ = offsets.shape
     rows = np.zeros((warps, words, ROW_ELEMS), dtype=np.int64)
@@ -237,7 +251,7 @@ def _row_starts(offsets: np.ndarray, trans: bool) -> tuple[np.ndarray | None, st
     if len(bad) == 0:
         return rows, None
     w, lane, k, h = (int(x) for x in bad[0])
-    r, c = int(_STORED_ROW[trans][lane, h]), int(_STORED_COL[trans][lane, h])
+    r, c = int(stored_row[lane, h]), int(stored_col[lane, h])
     pair = offsets[w, lane, k]
     if trans:
         want = f"rows {2 * (lane % 4)} and {2 * (lane % 4) + 1} of column {lane // 4}"

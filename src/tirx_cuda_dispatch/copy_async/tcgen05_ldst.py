@@ -19,7 +19,8 @@ spans two 16-lane slabs of each warp's TMEM chunk, so every warp issues twice (l
 and +16); a column window of a wider fragment keeps the wider fragment's register
 distance between the slabs. 16-bit elements are either dense (two per 32-bit cell) or
 one per cell, which takes ``.pack::16b`` / ``.unpack::16b``. A fragment wider than one
-instruction's 128 registers is split into several instructions.
+instruction's 128 registers is split into several instructions. The shapes and data paths
+are records in ``isa/tcgen05.py``; ``layout/tmem.py`` matches the layouts against them.
 
 Completion is the caller's: no ``tcgen05.wait::ld`` / ``wait::st`` is emitted, so
 several copies can be in flight. Read the registers of a load only after
@@ -30,32 +31,17 @@ only after ``T.ptx.tcgen05.wait__st.sync.aligned()``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import tvm
-import tvm_ffi
-from tvm import sym
 from tvm.script import tirx as T
-from tvm.tirx.layout import (
-    Iter,
-    S,
-    TCol,
-    TileLayout,
-    TLane,
-    tcgen05_atom_layout,
-    tmem_datapath_layout,
-    wg_local_layout,
-)
-from tvm.tirx.layout import laneid as axis_laneid
-from tvm.tirx.layout import tid_in_wg as axis_tid_in_wg
-from tvm.tirx.layout import wid_in_wg as axis_wid_in_wg
 
 from ..call import Operand, TileCall
 from ..codegen import impl_prim_func, storage_words, warp_index_in_warpgroup
-from ..errors import Decline, check
+from ..errors import check
 from ..irfacts import as_int
+from ..isa.tcgen05 import SHAPES, TMEM_FAMILIES, Tcgen05Shape
+from ..layout.tmem import match_datapath, match_fragment, operand_window, register_offset
 from ..predicates import (
     requires_all_threads_active,
     requires_cuda,
@@ -63,127 +49,9 @@ from ..predicates import (
     requires_valid_copy,
 )
 from ..registry import variant
+from ..resources import Completion
 
 TMEM_LOCAL_PAIRS = (("tmem", "local"), ("local", "tmem"))
-
-# Families whose PTX has tcgen05 (NVRTC 13 accepts exactly these with an a/f suffix;
-# sm_120 Blackwell has no tensor memory).
-TMEM_FAMILIES = (100, 103, 110)
-
-# PTX ISA 9.2 Table 49: a .num whose vector would exceed 128 registers does not exist.
-MAX_REGS_PER_INSTRUCTION = 128
-
-
-# -- hardware facts: one record per tcgen05.ld/st shape ------------------------------------
-@dataclass(frozen=True)
-class Tcgen05Shape:
-    """One ``.shape`` of tcgen05.ld/st (PTX ISA 9.2 section 9.7.16.2.3.1, "Matrix fragments").
-
-    ``fragment(t, r)`` says where register ``r`` of lane ``t`` of one ``.x1`` instruction
-    lives in TMEM: (lane, 32-bit column), both relative to the instruction's address;
-    ``.16x32bx2``'s upper half-warp adds ``immHalfSplitoff`` to the column.
-    """
-
-    name: str
-    lanes: int  # TMEM lanes one warp touches per access
-    bits: int  # bits per lane per .num unit and access
-    accesses: int  # 2 for .16x32bx2 (one per half-warp), else 1
-    rows_per_issue: int  # rows of a warpgroup tile that one issue of the four warps covers
-    ptx: str  # where the PTX ISA (9.2 numbering) draws its fragment
-    fragment: Callable[[int, int], tuple[int, int]]
-
-    @property
-    def regs_per_num(self) -> int:
-        return self.accesses * self.lanes * self.bits // (32 * 32)
-
-    @property
-    def cols_per_num(self) -> int:
-        """32-bit TMEM columns that one .num unit spans (per access)."""
-        return self.bits // 32
-
-    @property
-    def max_num(self) -> int:
-        return MAX_REGS_PER_INSTRUCTION // self.regs_per_num
-
-
-# Fragment figures as formulas: ``t`` is the lane id in the warp, ``r`` the register.
-def _frag_32x32b(t: int, r: int) -> tuple[int, int]:
-    return t, r
-
-
-def _frag_16x64b(t: int, r: int) -> tuple[int, int]:
-    return t // 4 + 8 * (t % 2), t // 2 % 2 + 2 * r
-
-
-def _frag_16x128b(t: int, r: int) -> tuple[int, int]:
-    return t // 4 + 8 * (r % 2), t % 4 + 4 * (r // 2)
-
-
-def _frag_16x256b(t: int, r: int) -> tuple[int, int]:
-    return t // 4 + 8 * (r // 2 % 2), r % 2 + 2 * (t % 4) + 8 * (r // 4)
-
-
-def _frag_16x32bx2(t: int, r: int) -> tuple[int, int]:
-    return t % 16, r  # lanes 16-31 read at the address + immHalfSplitoff
-
-
-SHAPES = {
-    s.name: s
-    for s in (
-        Tcgen05Shape("32x32b", 32, 32, 1, 128, "9.7.16.2.3.1", _frag_32x32b),
-        Tcgen05Shape("16x64b", 16, 64, 1, 64, "9.7.16.2.3.1", _frag_16x64b),
-        Tcgen05Shape("16x128b", 16, 128, 1, 64, "9.7.16.2.3.1", _frag_16x128b),
-        Tcgen05Shape("16x256b", 16, 256, 1, 64, "9.7.16.2.3.1", _frag_16x256b),
-        Tcgen05Shape("16x32bx2", 16, 32, 2, 64, "9.7.16.2.3.1", _frag_16x32bx2),
-    )
-}
-
-
-@dataclass(frozen=True)
-class Datapath:
-    """A tensor-memory data-path layout (PTX ISA 9.2 section 9.7.16.10.5, "Data Path Layout
-    Organization"): where an MMA of that kind keeps its accumulator, so where a copy of it
-    must read. The ISA draws each as a figure; ``placement`` says it in words, as CUTLASS
-    transcribes it (``tmem_frg``: F ``((16,4),N):((1,32),_)``, B ``(64,(N/2,2)):(1,(_,64))``).
-    E (M=64 ``.ws``) has B's layout, so a tile declared E is taken as B."""
-
-    name: str
-    rows: int
-    lane_offsets: tuple[int, ...]  # lanes the tile's row 0 may sit at ("lane alignment")
-    fragments: tuple[str, ...]  # shapes whose register tile reads this layout, tried in order
-    ptx: str
-    placement: str  # the figure in words, for decline reasons
-
-
-DATAPATHS = {
-    d.name: d
-    for d in (
-        Datapath(
-            "D",
-            128,
-            (0,),
-            ("16x256b", "16x128b", "16x64b", "16x32bx2", "32x32b"),
-            "9.7.16.10.5.4",
-            "row r at lane r",
-        ),
-        Datapath(
-            "F",
-            64,
-            (0, 16),
-            ("16x256b", "16x128b", "16x64b", "16x32bx2"),
-            "9.7.16.10.5.6",
-            "row r at lane 32*(r//16) + r%16, +16 for the upper half",
-        ),
-        Datapath(
-            "B",
-            64,
-            (0,),
-            ("32x32b",),
-            "9.7.16.10.5.2",
-            "row r, column c at lane r + 64*(c // (N/2)), column c % (N/2)",
-        ),
-    )
-}
 
 
 # -- predicates -----------------------------------------------------------------------------
@@ -246,7 +114,7 @@ class Tcgen05Plan:
     pack: bool  # 16-bit elements one per TMEM cell: .pack::16b / .unpack::16b
     dtype: str
     rows: int
-    datapath: str  # DATAPATHS: "D" (128 rows), "F" or "B" (64 rows)
+    datapath: str  # isa.tcgen05.DATAPATHS: "D" (128 rows), "F" or "B" (64 rows)
     lane_offset: int  # TMEM lane of row 0 within the warp's chunk (16: F's upper half)
     col_offset: Any  # 32-bit TMEM column of the tile's column 0 (int or PrimExpr)
     reg_offset: Any  # 32-bit register of the fragment's first value (int or PrimExpr)
@@ -315,6 +183,16 @@ class Tcgen05Plan:
             facts["reg_offset"] = str(self.reg_offset)
         return facts
 
+    def resources(self) -> tuple[Completion, ...]:
+        """No wait is emitted, so several copies may be in flight: the caller waits.
+        tcgen05.ld writes dst's registers, tcgen05.st reads src's registers and writes
+        dst's TMEM columns, both asynchronously."""
+        if self.direction == "ld":
+            waiter = "T.ptx.tcgen05.wait__ld.sync.aligned() before reading dst"
+        else:
+            waiter = "T.ptx.tcgen05.wait__st.sync.aligned() before reusing src or reading dst"
+        return (Completion(f"tcgen05.{self.direction}", f"the caller: {waiter}"),)
+
     def __str__(self) -> str:
         nums = "+".join(f"x{n}" for n in self.nums)
         slabs = f" x {self.slabs} slabs" if self.slabs > 1 else ""
@@ -323,245 +201,6 @@ class Tcgen05Plan:
             f"{nums}{slabs}{' packed' if self.pack else ''} (datapath {self.datapath}, "
             f"{self.regs_per_thread} registers per thread)"
         )
-
-
-def _text(layout: Any) -> str:
-    return str(layout).replace("T.", "")
-
-
-def _window(o: Operand) -> tuple[Any, dict[str, Any]]:
-    """The operand's layout over its region, canonical and without its offset, and the
-    offset per axis (``m`` for registers, ``TLane``/``TCol`` for tensor memory)."""
-    region = [(lo, lo + ext) for lo, ext in o.region]
-    # A swizzled (composed) layout has no fragment or datapath form: only tile layouts.
-    sliced = o.layout.slice(list(o.shape), region) if isinstance(o.layout, TileLayout) else None
-    if not isinstance(sliced, TileLayout):
-        raise Decline(
-            f"{o.role} {o.name}: its layout {_text(o.layout)} has no tile form over {o.describe}"
-        )
-    offset = {str(axis.name): value for axis, value in sliced.offset.items()}
-    bare = TileLayout.from_iters(list(sliced.shard), list(sliced.replica), {})
-    return bare.canonicalize(), offset
-
-
-def _same(a: Any, b: Any) -> bool:
-    return bool(tvm_ffi.structural_equal(a.canonicalize(), b))
-
-
-def half_warp_layout(rows: int, cols: int) -> TileLayout:
-    """The ``.16x32bx2`` register tile (TVM has no ``tcgen05_atom_layout`` for it): lanes
-    0-15 hold the left half of their warp's 16 rows, lanes 16-31 the right half; a 128-row
-    tile adds a second slab after the first's registers (the convention of
-    ``tcgen05_atom_layout``'s M=128 tiles). Allocate a fragment with
-    ``R.view(rows, cols, layout=half_warp_layout(rows, cols))``."""
-    half = cols // 2
-    if rows == 64:
-        return TileLayout(
-            S[(4, 16, 2, half) : (1 @ axis_wid_in_wg, 1 @ axis_laneid, 16 @ axis_laneid, 1)]
-        )
-    return TileLayout(
-        S[(4, 2, 16, 2, half) : (1 @ axis_wid_in_wg, half, 1 @ axis_laneid, 16 @ axis_laneid, 1)]
-    )
-
-
-def datapath_b_layout(cols: int) -> TileLayout:
-    """The register tile of a datapath-B accumulator, ``(64, cols)``: thread ``t`` holds
-    TMEM lane ``t``, that is row ``t % 64`` of column half ``t // 64``, one ``.32x32b``
-    row of ``cols/2`` values. For float32 this is TVM's ``tcgen05_atom_layout("32x32b",
-    (64, cols), "float32")`` (what ``T.alloc_tcgen05_ldst_frag`` makes); 16-bit tiles use
-    the same layout, which TVM's factory refuses."""
-    return TileLayout(S[(64, 2, cols // 2) : (1 @ axis_tid_in_wg, 64 @ axis_tid_in_wg, 1)])
-
-
-def _register_candidate(shape: str, datapath: str, rows: int, cols: int, dtype: str):
-    """The register layout of ``shape`` over a ``rows x cols`` tile, or None where the
-    shape's column factor or ``.num`` range does not fit ``cols``."""
-    bits = tvm.runtime.DataType(dtype).bits
-    if shape == "32x32b":
-        return datapath_b_layout(cols) if datapath == "B" else wg_local_layout(cols)
-    if shape == "16x32bx2":
-        ok = cols % 2 == 0 and (cols // 2) * bits % 32 == 0
-        return half_warp_layout(rows, cols) if ok else None
-    try:
-        return tcgen05_atom_layout(shape, (rows, cols), dtype)
-    except ValueError:
-        return None
-
-
-def _with_slab_stride(layout: TileLayout, stride: int) -> TileLayout:
-    """A 128-row ``.16x*`` tile with its second slab ``stride`` elements after the first:
-    the slab is the iterator right after ``wid_in_wg`` (``tcgen05_atom_layout`` and
-    :func:`half_warp_layout` both put it there)."""
-    iters = list(layout.shard)
-    slab = iters[1]
-    assert str(slab.axis.name) == "m" and as_int(slab.extent) == 2, _text(layout)
-    iters[1] = Iter(2, stride, slab.axis)
-    return TileLayout.from_iters(iters, list(layout.replica), {})
-
-
-def _slab_stride(layout: TileLayout, rows: int, cols: int) -> int | None:
-    """The register distance (in elements) between the two slabs a 128-row window keeps:
-    row 16 is slab 1 of warp 0, lane 0, column 0. A column window of a wider fragment keeps
-    the wider fragment's distance, so the window is not itself an atom layout."""
-    if rows != 128:
-        return None
-    at = {str(k): v for k, v in layout.apply(16, 0, shape=(rows, cols)).items()}
-    return as_int(at.get("m"))
-
-
-def _match_fragment(reg: Operand, layout: Any, path: Datapath, rows: int, cols: int):
-    """(shape, slab stride in elements or None) of the register tile on datapath ``path``."""
-    tried = []
-    stride = _slab_stride(layout, rows, cols)
-    for name in path.fragments:
-        candidate = _register_candidate(name, path.name, rows, cols, reg.dtype)
-        if candidate is None:
-            continue
-        tried.append("." + name)
-        if _same(candidate, layout):
-            return name, None
-        if SHAPES[name].rows_per_issue < 128 and rows == 128 and stride is not None:
-            if _same(_with_slab_stride(candidate, stride), layout):
-                return name, stride
-    if path.name == "B":
-        raise Decline(
-            f"{reg.role} {reg.name}: register layout {_text(layout)} over {rows}x{cols} is not "
-            f"datapath B's register tile (thread t holds TMEM lane t: "
-            f"tcgen05_ldst.datapath_b_layout({cols}), which is tcgen05_atom_layout('32x32b', "
-            f"(64, {cols}), 'float32')); a .16x* fragment reads datapath F's lanes "
-            "32w..32w+15 instead"
-        )
-    hint = (
-        "; .32x32b needs 128 rows with one row per thread: (128, K):(1@tid_in_wg, 1)"
-        if path.name == "D"
-        else "; a 64-row tile of datapath F takes a 64-row .16x* fragment"
-    )
-    raise Decline(
-        f"{reg.role} {reg.name}: register layout {_text(layout)} over {rows}x{cols} matches no "
-        f"tcgen05 fragment of datapath {path.name} (tried {', '.join(tried) or 'none'}{hint})"
-    )
-
-
-def _tmem_layout(datapath: str, cols: int, col_stride: int) -> TileLayout | None:
-    """TMEM tile of a datapath; ``col_stride`` 2 puts each 16-bit element in its own
-    32-bit cell (TCol counts elements, two to a cell)."""
-    if datapath == "B" and cols % 2:
-        return None
-    if col_stride == 1:
-        return tmem_datapath_layout(datapath, DATAPATHS[datapath].rows, cols)
-    if datapath == "D":
-        return TileLayout(S[(128, cols) : (1 @ TLane, col_stride @ TCol)])
-    if datapath == "B":
-        return TileLayout(S[(64, 2, cols // 2) : (1 @ TLane, 64 @ TLane, col_stride @ TCol)])
-    return TileLayout(S[(4, 16, cols) : (32 @ TLane, 1 @ TLane, col_stride @ TCol)])
-
-
-def _classify(tmem: Operand, layout: Any, rows: int, cols: int) -> tuple[Datapath, bool] | None:
-    """(datapath, pack) of a TMEM window, or None."""
-    strides = (1, 2) if tmem.elem_bits == 16 else (1,)
-    for path in DATAPATHS.values():
-        if path.rows != rows:
-            continue
-        for stride in strides:
-            candidate = _tmem_layout(path.name, cols, stride)
-            if candidate is not None and _same(candidate, layout):
-                return path, stride == 2
-    return None
-
-
-def _not_a_datapath(tmem: Operand, layout: Any, offset: dict, rows: int, cols: int) -> str:
-    """Why a TMEM window is no data-path layout, with the ISA rule it breaks."""
-    seen = f"{tmem.role} {tmem.name}: TMEM layout {_text(layout)} over {tmem.describe}"
-    strides = (1, 2) if tmem.elem_bits == 16 else (1,)
-    if rows == 64:
-        n = as_int(tmem.shape[1])
-        is_64 = as_int(tmem.shape[0]) == 64 and n is not None
-        whole = [_tmem_layout("B", n, s) for s in strides] if is_64 else []
-        if any(b is not None and _same(tmem.buffer.layout, b.canonicalize()) for b in whole):
-            return (
-                f"{seen} is a column window of a datapath B tile (row r, column c at lane "
-                f"r + 64*(c // (N/2)), PTX ISA 9.7.16.10.5.2): its columns sit on lanes 0-63 or "
-                "64-127 only, not in all four warps' chunks; copy the whole (64, N) tile"
-            )
-        identity = (TileLayout(S[(64, cols) : (1 @ TLane, s @ TCol)]) for s in strides)
-        if any(_same(i, layout) for i in identity):
-            lane = as_int(offset.get("TLane", 0))
-            at = "r" if lane == 0 else f"{offset.get('TLane')} + r"
-            return (
-                f"{seen} puts row r at lane {at}: rows of a lane = row tile (datapath D, "
-                "PTX ISA 9.7.16.10.5.4), and a 64-row warpgroup fragment gives warp w rows "
-                "16w..16w+15 while warp w reaches only lanes 32w..32w+31 (9.7.16.8.1), so "
-                "the rows fall outside their warps' chunks. TVM's built-in means lanes 32w..32w+15 "
-                "here (datapath F's placement, not these rows). For datapath F declare the tile "
-                "tmem_datapath_layout('F', 64, N) (sub_slab=1: lanes 32w+16..32w+31); for rows "
-                "of a D tile copy all 128 rows with a 128-row fragment"
-            )
-    names = [p for p in DATAPATHS.values() if p.rows == rows]
-    needs = "; ".join(
-        f"{p.name}: {p.placement} (tmem_datapath_layout('{p.name}', {rows}, N))" for p in names
-    )
-    return (
-        f"{seen} is not datapath {' or '.join(p.name for p in names)} ({needs}; "
-        "TCol stride 1, or 2 for one 16-bit element per cell)"
-    )
-
-
-def _match_datapath(tmem: Operand, layout: Any, offset: dict, rows: int, cols: int):
-    """(datapath, pack, lane offset, 32-bit column offset) of the TMEM tile, or a decline."""
-    found = _classify(tmem, layout, rows, cols)
-    if found is None:
-        raise Decline(_not_a_datapath(tmem, layout, offset, rows, cols))
-    path, pack = found
-    lane = as_int(offset.get("TLane", 0))
-    check(
-        lane in path.lane_offsets,
-        f"{tmem.role} {tmem.name}: tile starts at TMEM lane {offset.get('TLane')}; datapath "
-        f"{path.name} starts at lane {' or '.join(map(str, path.lane_offsets))} of each "
-        f"warp's chunk (PTX ISA {path.ptx})",
-    )
-    col_bits = tvm.tirx.const(0, "int32") + offset.get("TCol", 0) * tmem.elem_bits
-    ana = sym.Analyzer()
-    check(
-        ana.can_prove_equal(tvm.tirx.floormod(col_bits, 32), 0),
-        f"{tmem.role} {tmem.name}: first column {offset.get('TCol')} is not at a 32-bit "
-        "TMEM cell boundary",
-    )
-    col = ana.simplify(tvm.tirx.floordiv(col_bits, 32))
-    return path, pack, lane, (as_int(col) if as_int(col) is not None else col)
-
-
-def _split_nums(units: int, cap: int) -> tuple[int, ...]:
-    """``units`` .num units as few powers of two of at most ``cap`` as possible."""
-    nums = [cap] * (units // cap)
-    rest = units % cap
-    nums += [1 << b for b in range(rest.bit_length() - 1, -1, -1) if rest >> b & 1]
-    return tuple(nums)
-
-
-def _register_offset(reg: Operand, offset: dict, loops: Any) -> Any:
-    """The 32-bit register of the window's first value: a constant, or an expression of
-    enclosing loops of constant range (a column window chosen in a loop), which is a
-    constant again once the compiler unrolls the loop. Any other variable would make the
-    register index a runtime value and put the array in local memory."""
-    first = tvm.tirx.const(0, "int32") + offset.get("m", 0)
-    ana = sym.Analyzer()
-    for var in tvm.tirx.analysis.undefined_vars(first):
-        rng = next((r for v, r in loops.items() if v.same_as(var)), None)
-        check(
-            rng is not None and as_int(rng.min) is not None and as_int(rng.extent) is not None,
-            f"{reg.role} {reg.name}: register offset {offset.get('m')} depends on {var.name}, "
-            "which is not the variable of an enclosing loop of constant range: the register "
-            "index would be a runtime value (local memory); index registers by constants and "
-            "loop variables only",
-        )
-        ana.bind(var, rng)
-    check(
-        ana.can_prove_equal(tvm.tirx.floormod(first * reg.elem_bits, 32), 0),
-        f"{reg.role} {reg.name}: register offset {offset.get('m')} {reg.dtype} is not a whole "
-        "32-bit register",
-    )
-    words = ana.simplify(tvm.tirx.floordiv(first * reg.elem_bits, 32))
-    return as_int(words) if as_int(words) is not None else words
 
 
 def plan(call: TileCall) -> Tcgen05Plan:
@@ -582,10 +221,10 @@ def plan(call: TileCall) -> Tcgen05Plan:
         "registers",
     )
     with call.target:  # canonical layouts resolve thread axes for the target
-        reg_layout, reg_off = _window(reg)
-        tmem_layout, tmem_off = _window(tmem)
-        path, pack, lane, col = _match_datapath(tmem, tmem_layout, tmem_off, rows, cols)
-        shape, stride = _match_fragment(reg, reg_layout, path, rows, cols)
+        reg_layout, reg_off = operand_window(reg)
+        tmem_layout, tmem_off = operand_window(tmem)
+        path, pack, lane, col = match_datapath(tmem, tmem_layout, tmem_off, rows, cols)
+        shape, stride = match_fragment(reg, reg_layout, path, rows, cols)
     atom = SHAPES[shape]
     slabs = rows // atom.rows_per_issue if atom.rows_per_issue < 128 else 1
     regs_per_slab = rows * cols * bits // (32 * 128 * slabs)
@@ -603,7 +242,7 @@ def plan(call: TileCall) -> Tcgen05Plan:
     return Tcgen05Plan(
         direction="ld" if src.memory == "tmem" else "st",
         shape=shape,
-        nums=_split_nums(units, atom.max_num),
+        nums=atom.split(units),
         slabs=slabs,
         pack=pack,
         dtype=reg.dtype,
@@ -611,7 +250,7 @@ def plan(call: TileCall) -> Tcgen05Plan:
         datapath=path.name,
         lane_offset=lane,
         col_offset=col,
-        reg_offset=_register_offset(reg, reg_off, loops),
+        reg_offset=register_offset(reg, reg_off, loops),
         split_offset=split,
         slab_stride=slab_stride,
     )
