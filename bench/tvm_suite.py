@@ -302,7 +302,7 @@ def install_probe_all():
         return False
     orig = _lowering._dispatch_in_session
 
-    def wrapped(s, call):
+    def wrapped(s, call, *rest):
         try:
             v = _builtin.probe(call) if getattr(call, "forced_variant", None) is None else None
             _PROBES.append(
@@ -318,7 +318,7 @@ def install_probe_all():
             _PROBES.append(
                 {"variant": None, "scalar": False, "text": f"probe failed: {exc!r}"[:200]}
             )
-        return orig(s, call)
+        return orig(s, call, *rest)
 
     _lowering._dispatch_in_session = wrapped
     return True

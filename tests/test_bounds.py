@@ -321,3 +321,38 @@ def test_a_linear_layout_shorter_than_its_buffer_extends():
 
     [call] = bounds.scan(kernel)
     assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]
+
+
+def test_a_pointer_let_before_a_call_is_not_bound_to_the_analyzer():
+    """TVM's Blackwell gemm_async programs let-bind an mbarrier pointer
+    (``ptr = T.reinterpret(handle, ...)``) before tile calls; the analyzer cannot bind a
+    handle (TypeError), so the scan keeps integer lets only and still proves the regions."""
+    from tvm import sym, tirx
+    from tvm.tirx import stmt as stmts
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32, 32), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        A_s = T.alloc_buffer((32, 32), "float32", scope="shared", layout=TileLayout(S[(32, 32)]))
+        Tx.warp.copy(A_s[:, :], A[:, :])
+
+    ptr = tirx.Var("ptr", tvm.ir.PointerType(tvm.ir.PrimType("uint64"), "shared"))
+    value = tirx.call_intrin(ptr.ty, "tirx.reinterpret", tirx.const(0, "uint64"))
+    with pytest.raises(TypeError):  # the negative control: why such a let must be left out
+        sym.Analyzer().bind(ptr, value)
+
+    def with_let(stmt):
+        if type(stmt).__name__ == "SeqStmt":
+            return stmts.SeqStmt([stmts.Bind(ptr, value), *[with_let(s) for s in stmt.seq]])
+        if type(stmt).__name__ == "AttrStmt":
+            return stmts.AttrStmt(stmt.node, stmt.attr_key, stmt.value, with_let(stmt.body))
+        return stmt
+
+    func = kernel.with_body(with_let(kernel.body))
+    (call,) = bounds.scan(func)
+    assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]

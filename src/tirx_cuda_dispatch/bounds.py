@@ -177,7 +177,10 @@ def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
         inner.loops.append(stmt.loop_var)
         _walk(stmt.body, inner, out)
     elif kind == "Bind":
-        env.lets.append((stmt.var, stmt.value))
+        # integer lets only: the analyzer binds those (a handle let, such as a pointer
+        # a helper returns or a descriptor, says nothing about regions and cannot be bound)
+        if str(stmt.var.ty).startswith(("int", "uint", "bool")):
+            env.lets.append((stmt.var, stmt.value))
     elif kind == "DeclBuffer":
         var = buffer_var(stmt.buffer.data)
         if var is not None:

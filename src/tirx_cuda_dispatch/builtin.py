@@ -104,13 +104,21 @@ def _refusal(pred, op_call, sctx) -> str | None:
 
 
 def _one_line(what) -> str:
+    """The line of a built-in's refusal that says why: its first, or for TVM's "Program is
+    not well-formed" the well-formedness check's own words (the undefined variable)."""
     text = str(what).strip()
-    first = text.splitlines()[0] if text else type(what).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else type(what).__name__
+    if "not well-formed" in first:
+        why = next((line for line in lines if "Invalid use" in line or "TIRxError" in line), None)
+        if why is not None:
+            first = f"its own body is not well-formed: {why.split('Error: ')[-1]}"
     return first if len(first) <= 200 else first[:197] + "..."
 
 
 def _elements(call: TileCall) -> int | None:
-    dst = call.operand("dst")
+    """Elements the call writes (its first output's extents), for the scalar warning."""
+    dst = call.outputs[0] if call.outputs else None
     if dst is None or any(e is None for e in dst.extents):
         return None
     return math.prod(dst.extents)

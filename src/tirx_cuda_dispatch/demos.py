@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import S, TCol, TileLayout, TLane, tid_in_wg
@@ -467,3 +469,225 @@ def smem_elementwise_roundtrip(
         copy(B[full], SB[full])
     # fmt: on
     return smem_elementwise
+
+
+# -- reductions ------------------------------------------------------------------------------
+def _slices(start: tuple[int, ...], extent: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(s, s + e) for s, e in zip(start, extent, strict=True))
+
+
+def shared_reduction(
+    op: str,
+    src_shape: tuple[int, ...],
+    axes: tuple[int, ...],
+    dst_shape: tuple[int, ...],
+    dtype: str = "float32",
+    dst_dtype: str | None = None,
+    scope: str = "cta",
+    cta_threads: int = 128,
+    accum: bool = False,
+    src_region: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+    dst_region: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+    src_layout: Any = None,
+    narrow: str | None = None,
+    repeat: int = 1,
+) -> Any:
+    """A reduction of a shared tile into a shared dst (TVM's test_reduction_shared program):
+    A -> shared, (accum: B -> shared), ``Tx.<scope>.<op>`` over ``src_region`` (start,
+    extents) into ``dst_region``, shared -> B. ``narrow``: ``"warp5"`` runs a warp-scope call
+    in warp 5 only, ``"wg0"`` a warpgroup-scope call in warpgroup 0 only, ``"warps0-3"`` a
+    CTA-scope call in warps 0-3 (``if warp < 4``), ``"tid65"`` a thread-scope call in
+    thread 65. ``repeat``: the call in a loop of that
+    many trips (its workspace reused)."""
+    dst_dtype = dst_dtype or dtype
+    warps = cta_threads // 32
+    with_wg = warps % 4 == 0
+    s_layout = src_layout or TileLayout(S[src_shape])
+    d_layout = TileLayout(S[dst_shape])
+    src_region = src_region or ((0,) * len(src_shape), src_shape)
+    dst_region = dst_region or ((0,) * len(dst_shape), dst_shape)
+    src_sl, dst_sl = _slices(*src_region), _slices(*dst_region)
+    all_src = tuple(slice(0, e) for e in src_shape)
+    all_dst = tuple(slice(0, e) for e in dst_shape)
+    namespace = Tx if scope == "thread" else getattr(Tx, "wg" if scope == "warpgroup" else scope)
+    reduce = getattr(namespace, op)
+
+    # fmt: off
+    @T.prim_func
+    def reduction(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, src_shape, dtype)
+        B = T.match_buffer(B_ptr, dst_shape, dst_dtype)
+        T.device_entry()
+        T.cta_id([1])
+        if with_wg:
+            wg = T.warpgroup_id([warps // 4])
+            T.warp_id_in_wg([4])
+        warp = T.warp_id([warps])
+        T.lane_id([32])
+        tid = T.thread_id([cta_threads])
+        A_s = T.alloc_buffer(src_shape, dtype, scope="shared", layout=s_layout)
+        B_s = T.alloc_buffer(dst_shape, dst_dtype, scope="shared", layout=d_layout)
+        Tx.cta.copy(A_s[all_src], A[all_src])
+        Tx.cta.copy(B_s[all_dst], B[all_dst])  # poison, or dst's old value for accum
+        T.cuda.cta_sync()
+        for _ in range(repeat):
+            if narrow == "warp5":
+                if warp == 5:
+                    reduce(B_s[dst_sl], A_s[src_sl], axes=axes, accum=accum)
+            elif narrow == "wg0":
+                if wg == 0:
+                    reduce(B_s[dst_sl], A_s[src_sl], axes=axes, accum=accum)
+            elif narrow == "warps0-3":
+                if warp < 4:
+                    reduce(B_s[dst_sl], A_s[src_sl], axes=axes, accum=accum)
+            elif narrow == "tid65":
+                if tid == 65:
+                    reduce(B_s[dst_sl], A_s[src_sl], axes=axes, accum=accum)
+            else:
+                reduce(B_s[dst_sl], A_s[src_sl], axes=axes, accum=accum)
+            T.cuda.cta_sync()
+        Tx.cta.copy(B[all_dst], B_s[all_dst])
+    # fmt: on
+    return reduction
+
+
+def register_count(layout: Any) -> int:
+    """Registers a thread's array needs for a register layout (its ``m`` span)."""
+    from .irfacts import as_int
+
+    return max(as_int(layout.storage().span()) or 1, 1)
+
+
+def register_reduction(
+    op: str,
+    src_layout: Any,
+    src_shape: tuple[int, ...],
+    dst_layout: Any,
+    dst_shape: tuple[int, ...],
+    axes: tuple[int, ...] | None = None,
+    scope: str = "warp",
+    cta_threads: int = 32,
+    dtype: str = "float32",
+    dst_dtype: str | None = None,
+    accum: bool = False,
+    thread_reduce: bool | None = None,
+    dst_memory: str = "local",
+) -> Any:
+    """A reduction of register tiles as TVM's layouts place them: each thread loads its own
+    registers from row ``tid`` of A (``(threads, src registers)``: the caller packs them,
+    :func:`pack_registers`), reduces, and stores its dst registers to row ``tid`` of B, so
+    a test sees what every thread holds (a replicated dst in each holder). With
+    ``dst_memory="shared"`` dst is a shared tile of ``dst_shape`` copied to B."""
+    dst_dtype = dst_dtype or dtype
+    warps = max(cta_threads // 32, 1)
+    with_wg = warps % 4 == 0
+    n_src, n_dst = register_count(src_layout), register_count(dst_layout)
+    reduce = (
+        getattr(Tx, op)
+        if scope == "thread"
+        else getattr(getattr(Tx, "wg" if scope == "warpgroup" else scope), op)
+    )
+    kwargs = {"accum": accum}
+    if axes is not None:
+        kwargs["axes"] = axes
+    if thread_reduce is not None:
+        kwargs["thread_reduce"] = thread_reduce
+    shared_dst = dst_memory == "shared"
+    b_shape = dst_shape if shared_dst else (cta_threads, n_dst)
+    all_dst = tuple(slice(0, e) for e in dst_shape)
+
+    # fmt: off
+    @T.prim_func
+    def reduction(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (cta_threads, n_src), dtype)
+        B = T.match_buffer(B_ptr, b_shape, dst_dtype)
+        T.device_entry()
+        T.cta_id([1])
+        if with_wg:
+            T.warpgroup_id([warps // 4])
+            T.warp_id_in_wg([4])
+        if cta_threads >= 32:
+            T.warp_id([warps])
+            T.lane_id([32])
+        tid = T.thread_id([cta_threads])
+        src = T.alloc_buffer([n_src], dtype, scope="local")
+        for i in T.unroll(n_src):
+            src[i] = A[tid, i]
+        src_view = src.view(*src_shape, layout=src_layout)
+        if shared_dst:
+            B_s = T.alloc_buffer(dst_shape, dst_dtype, scope="shared", layout=dst_layout)
+            Tx.cta.copy(B_s[all_dst], B[all_dst])
+            T.cuda.cta_sync()
+            reduce(B_s[all_dst], src_view, **kwargs)
+            T.cuda.cta_sync()
+            Tx.cta.copy(B[all_dst], B_s[all_dst])
+        else:
+            dst = T.alloc_buffer([n_dst], dst_dtype, scope="local")
+            for i in T.unroll(n_dst):
+                dst[i] = B[tid, i]
+            dst_view = dst.view(*dst_shape, layout=dst_layout)
+            reduce(dst_view, src_view, **kwargs)
+            for i in T.unroll(n_dst):
+                B[tid, i] = dst[i]
+    # fmt: on
+    return reduction
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """A whole tile of a register layout, as the layout functions read an operand."""
+
+    layout: Any
+    shape: tuple[int, ...]
+    name: str = "tile"
+
+    @property
+    def region(self) -> tuple[tuple[int, int], ...]:
+        return tuple((0, e) for e in self.shape)
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        return self.shape
+
+    @property
+    def describe(self) -> str:
+        return f"{self.name}{list(self.shape)}"
+
+
+def register_holders(layout: Any, shape: tuple[int, ...], scope: str, threads: int):
+    """(registers, table): ``table[t, i]`` is the row-major index of the tile element thread
+    ``t`` holds in register ``registers[i]`` under ``layout``, -1 where none."""
+    from .layout.register import register_table, register_view
+
+    table = register_table(register_view(_Tile(layout, tuple(shape))), scope, threads)
+    return table.registers, table.elements
+
+
+def pack_registers(
+    values: np.ndarray, layout: Any, scope: str, threads: int, fill: float | None = None
+) -> np.ndarray:
+    """``values`` (the logical tile) as each thread's register array: ``(threads, n)``
+    with ``n`` = :func:`register_count`, ``fill`` (default: a poison pattern) where a
+    thread holds nothing."""
+    from .runtime import poison_like
+
+    registers, table = register_holders(layout, values.shape, scope, threads)
+    out = poison_like(np.zeros((threads, register_count(layout)), dtype=values.dtype))
+    if fill is not None:
+        out[...] = fill
+    flat = values.reshape(-1)
+    for i, r in enumerate(registers):
+        held = table[:, i] >= 0
+        out[held, r] = flat[table[held, i]]
+    return out
+
+
+def unpack_registers(regs: np.ndarray, layout: Any, shape: tuple[int, ...], scope: str):
+    """Every (thread, register) that holds a tile element under ``layout``: an array of
+    ``(element, value)`` rows, one per holder (a replicated element once per thread)."""
+    registers, table = register_holders(layout, shape, scope, regs.shape[0])
+    rows = []
+    for i, r in enumerate(registers):
+        held = np.flatnonzero(table[:, i] >= 0)
+        rows += [(int(table[t, i]), regs[t, r]) for t in held]
+    return rows

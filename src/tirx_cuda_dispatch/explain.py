@@ -76,7 +76,7 @@ class CallReport:
             error=None if out.error is None else str(out.error),
             bounds_undecided=[str(o) for o in out.bounds.undecided] if out.bounds else [],
             arguments=_argument_values(call),
-            resources=[str(r) for r in plan_resources(out.plan)],
+            resources=[_resource_text(r, call) for r in plan_resources(out.plan)],
             plan_object=out.plan,
             call_object=call,
         )
@@ -180,6 +180,17 @@ def _operand_rows(call: Any) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _resource_text(resource: Any, call: Any) -> str:
+    """A plan's resource, with what the bridge gave it (barrier ids)."""
+    text = str(resource)
+    given = call.resources.get(getattr(resource, "name", None))
+    count = getattr(resource, "instances", None)
+    if isinstance(given, int) and count:
+        ids = f"id {given}" if count == 1 else f"ids {given}-{given + count - 1}"
+        text += f" = {ids}"
+    return text
 
 
 def _argument_values(call: Any) -> dict[str, str]:

@@ -81,7 +81,8 @@ class Session:
                     r.shape, r.dtype, name=f"{call.op}_{r.name}", scope=r.scope
                 )
             elif isinstance(r, NamedBarrier):
-                given[r.name] = self._pool(call).take((id(call.prim), r.name), r.instances)
+                key = r.group or (id(call.prim), r.name)
+                given[r.name] = self._pool(call).take(key, r.instances)
         call.resources = given
 
     def commit(self, plan: Any, call: TileCall) -> None:

@@ -58,6 +58,9 @@ class NamedBarrier:
     threads: int  # threads that arrive at one instance's barrier
     instances: int
     why: str
+    # Which threads meet there: calls whose barriers name the same group (the same scope
+    # and the same threads, which run the calls one after another) share the ids.
+    group: str = ""
 
     def __str__(self) -> str:
         ids = f"{self.instances} ids" if self.instances > 1 else "1 id"
@@ -70,7 +73,7 @@ class Completion:
     waits for it."""
 
     mechanism: str  # "tcgen05.ld", "cp.async group"
-    waiter: str  # "the caller: T.ptx.tcgen05.wait.ld() before reading dst"
+    waiter: str  # "the caller: T.ptx.tcgen05.wait__ld.sync.aligned() before reading dst"
 
     def __str__(self) -> str:
         return f"completion: {self.mechanism} completes asynchronously; {self.waiter}"
@@ -86,7 +89,16 @@ def resources_of(plan: Any) -> tuple[Resource, ...]:
 
 
 # -- barrier ids -------------------------------------------------------------------------
-_BARRIER_CALLS = ("tirx.ptx.bar", "tirx.ptx.barrier", "tirx.cuda.warpgroup_sync")
+# TVM's PTX table names a call after its entry: T.ptx.bar.sync(3, 64) is bar_sync_count.
+_BARRIER_CALLS = (
+    "tirx.ptx.bar_sync",
+    "tirx.ptx.bar_sync_count",
+    "tirx.ptx.barrier_sync",
+    "tirx.ptx.barrier_sync_count",
+    "tirx.ptx.bar_arrive",
+    "tirx.ptx.barrier_arrive",
+    "tirx.cuda.warpgroup_sync",
+)
 
 
 def barrier_ids_in(func: Any) -> set[int]:

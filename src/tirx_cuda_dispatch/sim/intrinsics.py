@@ -125,38 +125,188 @@ def _warpgroup_sync(m: Machine, call: Any) -> None:
     picks, so the simulator orders none of them; a count that is no multiple of 128
     leaves the last arrivals waiting forever (an error)."""
     (bar_id,) = call.args
-    barrier = int(np.asarray(m.eval(bar_id)).ravel()[0])
-    m.require_full_warps(f"bar.sync {barrier}, 128")
-    warps = m.warps()
-    arrived = 32 * len(warps)
-    if arrived % 128:
+    named_barrier(m, m.per_thread(m.eval(bar_id)), 128, "bar.sync")
+
+
+def named_barrier(
+    m: Machine, ids: np.ndarray, count: Any, spelling: str, aligned: bool = True
+) -> None:
+    """The active warps arrive at named barriers (PTX ISA "bar, barrier"): ``ids`` gives
+    each thread's barrier (0-15, the same for a whole warp), ``count`` the threads each
+    barrier waits for (per thread, or one number; ``None``: every thread of the CTA, as
+    ``bar.sync a`` without ``b``). Warps arrive whole and count 32 threads each. The
+    warps of this statement on one barrier arrive together: as many as ``count``
+    complete it and are ordered with each other; a larger multiple of ``count``
+    completes in groups the arrival order picks, so none of them is ordered by it; any
+    other number leaves the last arrivals waiting forever (an error). ``spelling`` is
+    the instruction as errors name it (``bar.sync``, ``barrier.sync``...)."""
+    active = np.broadcast_to(m.mask, m.tid.shape)
+    ids = m.per_thread(ids).astype(np.int64)
+    counts = None if count is None else m.per_thread(np.asarray(count)).astype(np.int64)
+    groups: dict[int, list[int]] = {}
+    for w in m.warps():
+        lanes = active[w * 32 : (w + 1) * 32]
+        mine = ids[w * 32 : (w + 1) * 32][lanes]
+        if (mine != mine[0]).any():
+            raise SimError(
+                f"{spelling}: the threads of warp {w} name different barriers "
+                f"{sorted(set(mine.tolist()))}; a warp arrives at one"
+            )
+        if not lanes.all():
+            if aligned:
+                raise SimError(
+                    f"{spelling} {mine[0]} is .sync.aligned, but warp {w} runs it diverged"
+                )
+            raise SimError(
+                f"{spelling} {mine[0]}: warp {w} arrives diverged; the rest of the warp "
+                f"would arrive from other code, which lockstep execution does not model"
+            )
+        groups.setdefault(int(mine[0]), []).append(w)
+    for barrier, warps in groups.items():
+        threads = np.concatenate([np.arange(w * 32, min((w + 1) * 32, m.threads)) for w in warps])
+        if not 0 <= barrier < 16:
+            raise SimError(f"{spelling} {barrier}: a CTA has barriers 0-15")
+        if counts is None:
+            expected = 32 * m.clocks.warps
+            what = f"{spelling} {barrier} (all {expected} threads of the CTA)"
+        else:
+            mine = counts[threads]
+            if (mine != mine[0]).any():
+                raise SimError(
+                    f"{spelling} {barrier}: its threads give different thread counts "
+                    f"{sorted(set(mine.tolist()))}"
+                )
+            expected = int(mine[0])
+            what = f"{spelling} {barrier}, {expected}"
+            if expected <= 0 or expected % 32:
+                raise SimError(f"{what}: the thread count must be a positive multiple of 32")
+        arrived = 32 * len(warps)
+        if arrived % expected:
+            raise SimError(
+                f"{what} reached by {arrived} threads (warps {warps}): the last "
+                f"{arrived % expected} wait for the rest of a group of {expected} forever"
+            )
+        m.counters.instructions["bar.sync"] += len(warps)
+        if arrived == expected:
+            m.clocks.barrier(warps)
+
+
+# -- warp shuffles (CUDA C++ Programming Guide "Warp Shuffle Functions"; PTX ISA "shfl.sync") --
+def _shuffle(m: Machine, call: Any, what: str, source: Callable[..., np.ndarray]) -> np.ndarray:
+    """``__shfl*_sync(mask, var, b, width)`` as PTX ``shfl.sync`` executes it: lane ``l``
+    of a ``width``-lane segment (``width`` a power of two up to 32) reads ``var`` of lane
+    ``source(l, b mod 32, first, width)`` (``first``: the segment's first lane), or
+    keeps its own where that is -1 (the ISA's ``pval`` false). Every thread must have
+    its bit in ``mask``; every launched lane the mask names must execute the call, with
+    the same mask (``.sync`` waits for them: here, in this statement); the lane read
+    must be active and in the mask."""
+    mask, var, b, width = (m.per_thread(m.eval(a)) for a in call.args)
+    active = np.broadcast_to(m.mask, m.tid.shape)
+    lane = m.tid % 32
+    base = m.tid - lane
+    members = np.asarray(mask).astype(np.int64) & 0xFFFFFFFF
+    w = np.asarray(width).astype(np.int64)
+    bad_width = active & ((w < 1) | (w > 32) | (w & (w - 1) != 0))
+    if bad_width.any():
+        t = int(np.argmax(bad_width))
+        raise SimError(f"{what}: width {int(w[t])} (thread {t}) is not a power of two up to 32")
+    first = lane & ~(w - 1)
+    src = source(lane, np.asarray(b).astype(np.int64) & 31, first, w)
+    src = np.where(src < 0, lane, src)
+    rows = np.arange(m.threads)
+    named = (members[:, None] >> np.arange(32)) & 1 == 1  # (thread, lane of its warp)
+    other = base[:, None] + np.arange(32)  # the thread each lane is
+    launched = other < m.threads  # a lane never launched has exited: not waited for
+    other = np.minimum(other, m.threads - 1)
+    waits = named & launched & active[:, None]
+
+    def first_of(bad: np.ndarray) -> tuple[int, int]:
+        t, k = np.argwhere(bad)[0] if bad.ndim == 2 else (np.argmax(bad), 0)
+        return int(t), int(k)
+
+    outside = active & ~named[rows, lane]
+    if outside.any():
+        t, _ = first_of(outside)
         raise SimError(
-            f"bar.sync {barrier}, 128 reached by {arrived} threads (warps {warps}): the "
-            f"last {arrived % 128} wait for the rest of a group of 128 forever"
+            f"thread {t} runs {what} without its bit in the mask {int(members[t]):#010x}"
         )
-    m.counters.instructions["bar.sync"] += len(warps)
-    if arrived == 128:
-        m.clocks.barrier(warps)
+    absent = waits & ~active[other]
+    if absent.any():
+        t, k = first_of(absent)
+        raise SimError(
+            f"{what}: thread {t}'s mask {int(members[t]):#010x} names lane {k} (thread "
+            f"{int(other[t, k])}), which does not execute it: .sync waits for it forever"
+        )
+    differs = waits & (members[other] != members[:, None])
+    if differs.any():
+        t, k = first_of(differs)
+        raise SimError(
+            f"{what}: thread {t} passes mask {int(members[t]):#010x} and lane {k} (thread "
+            f"{int(other[t, k])}) of its mask passes {int(members[other[t, k]]):#010x}"
+        )
+    reads = active & (src != lane)
+    unnamed = reads & ~named[rows, src]
+    if unnamed.any():
+        t, _ = first_of(unnamed)
+        raise SimError(f"{what}: thread {t} reads lane {int(src[t])}, which is not in its mask")
+    idle = reads & ~(launched[rows, src] & active[other[rows, src]])
+    if idle.any():
+        t, _ = first_of(idle)
+        raise SimError(f"{what}: thread {t} reads lane {int(src[t])}, which is not active")
+    words = -(-var.dtype.itemsize * (var.shape[1] if var.ndim > 1 else 1) // 4)
+    m.counters.instructions["shfl.sync"] += len(m.warps()) * words
+    return var[np.where(active, base + src, m.tid)]
 
 
 @TABLE.entry("tirx.cuda.__shfl_sync")
 def _shfl(m: Machine, call: Any) -> np.ndarray:
     """``__shfl_sync(mask, var, lane, width)`` (PTX ``shfl.sync.idx``): each thread reads
-    ``var`` of lane ``lane`` within its ``width``-lane segment; the thread must be in
-    ``mask`` and the source lane active."""
-    mask, var, lane, width = (m.per_thread(m.eval(a)) for a in call.args)
-    w = int(width[0])
-    src = (m.tid & ~(w - 1)) + (lane.astype(np.int64) & (w - 1))
-    members = np.asarray(mask).astype(np.uint64)
-    active = m._active_threads()
-    for t in active:
-        if not (int(members[t]) >> (t % 32)) & 1:
-            raise SimError(f"thread {t} runs __shfl_sync without its bit in the mask")
-        s = int(src[t])
-        if not m.mask.reshape(-1)[s if m.mask.size > 1 else 0]:
-            raise SimError(f"__shfl_sync: thread {t} reads lane {s % 32}, which is not active")
-    m.counters.instructions["shfl.sync"] += len(m.warps())
-    return var[src]
+    ``var`` of lane ``lane mod width`` of its ``width``-lane segment; the thread must be
+    in ``mask``, every lane of the mask must execute it, and the source lane be active."""
+    return _shuffle(m, call, "__shfl_sync", lambda lane, b, first, w: first | (b & (w - 1)))
+
+
+@TABLE.entry("tirx.cuda.__shfl_xor_sync")
+def _shfl_xor(m: Machine, call: Any) -> np.ndarray:
+    """``__shfl_xor_sync(mask, var, lane_mask, width)`` (PTX ``shfl.sync.bfly``; CUDA
+    Programming Guide "Warp Shuffle Functions"): each thread reads ``var`` of lane ``lane
+    ^ lane_mask``; a lane past the end of its ``width``-lane segment keeps its own value
+    (a lane of an earlier segment is read, as the guide says). The thread must be in
+    ``mask``, every lane of the mask must execute it, and the source lane be active."""
+    return _shuffle(
+        m,
+        call,
+        "__shfl_xor_sync",
+        lambda lane, b, first, w: np.where((lane ^ b) < first + w, lane ^ b, -1),
+    )
+
+
+@TABLE.entry("tirx.cuda.__shfl_up_sync")
+def _shfl_up(m: Machine, call: Any) -> np.ndarray:
+    """``__shfl_up_sync(mask, var, delta, width)`` (PTX ``shfl.sync.up``; CUDA Programming
+    Guide "Warp Shuffle Functions"): each thread reads ``var`` of lane ``lane - delta``; a
+    lane below the start of its ``width``-lane segment keeps its own value. The thread
+    must be in ``mask``, every lane of the mask must execute it, and the source be active."""
+    return _shuffle(
+        m,
+        call,
+        "__shfl_up_sync",
+        lambda lane, b, first, w: np.where(lane - b >= first, lane - b, -1),
+    )
+
+
+@TABLE.entry("tirx.cuda.__shfl_down_sync")
+def _shfl_down(m: Machine, call: Any) -> np.ndarray:
+    """``__shfl_down_sync(mask, var, delta, width)`` (PTX ``shfl.sync.down``; CUDA
+    Programming Guide "Warp Shuffle Functions"): each thread reads ``var`` of lane ``lane +
+    delta``; past the end of its ``width``-lane segment it keeps its own value. The thread
+    must be in ``mask``, every lane of the mask must execute it, and the source be active."""
+    return _shuffle(
+        m,
+        call,
+        "__shfl_down_sync",
+        lambda lane, b, first, w: np.where(lane + b < first + w, lane + b, -1),
+    )
 
 
 @TABLE.entry("tirx.cuda.trap_when_assert_failed")

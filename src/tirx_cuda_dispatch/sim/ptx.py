@@ -28,6 +28,7 @@ from .calls import (
 )
 from .errors import SimError
 from .interpreter import Machine
+from .intrinsics import named_barrier
 from .memory import BankRecord, bank_ways
 from .numerics import ROUNDING_MODES, f32_arith
 from .values import Pointer
@@ -240,6 +241,49 @@ def _float_entry(op: str) -> Instruction:
 
 for _op in ("add", "sub", "mul", "fma"):
     TABLE.add(_float_entry(_op))
+
+
+# -- bar / barrier (PTX ISA 9.7.15.1 "bar, barrier") ------------------------------------------
+@TABLE.entry(
+    "tirx.ptx.bar_sync",
+    "tirx.ptx.bar_sync_count",
+    "tirx.ptx.barrier_sync",
+    "tirx.ptx.barrier_sync_count",
+)
+def _bar_sync(m: Machine, call: Any) -> None:
+    """``bar{.cta}.sync a{, b}`` = ``barrier{.cta}.sync.aligned a{, b}``, and
+    ``barrier{.cta}.sync a{, b}`` (PTX ISA "bar, barrier"): the threads wait at named
+    barrier ``a`` (0-15) until ``b`` threads (a multiple of 32; without ``b``, every
+    thread of the CTA) have arrived, which orders their memory accesses. Warps arrive
+    whole, 32 threads each (a diverged warp is an error, ``.aligned`` or not: lockstep
+    execution cannot have the rest of the warp arrive from other code); the warps of
+    one statement arrive together: ``b`` of them are ordered, a larger multiple of ``b``
+    completes in groups the arrival order picks (ordered by none), any other number
+    waits forever (an error). Counted as ``bar.sync`` per warp."""
+    mnemonic = call.op.name.removeprefix("tirx.ptx.").split("_")[0]
+    parsed = plain_ptx_operands(call, mnemonic)
+    tokens = parsed.tokens
+    spelling = ".".join([mnemonic, *tokens])
+    if "sync" not in tokens or not set(tokens) <= {"cta", "sync", "aligned"}:
+        raise SimError(f"{spelling}: the simulator models {mnemonic}{{.cta}}.sync")
+    if len(parsed.operands) not in (1, 2):
+        raise SimError(f"{spelling} takes a barrier and an optional thread count")
+    ids = m.per_thread(m.eval(parsed.operands[0]))
+    count = m.per_thread(m.eval(parsed.operands[1])) if len(parsed.operands) == 2 else None
+    aligned = mnemonic == "bar" or "aligned" in tokens
+    named_barrier(m, ids, count, spelling, aligned=aligned)
+
+
+@TABLE.entry("tirx.ptx.bar_arrive", "tirx.ptx.barrier_arrive")
+def _bar_arrive(m: Machine, call: Any) -> None:
+    """``bar{.cta}.arrive a, b`` / ``barrier{.cta}.arrive{.aligned} a, b`` (PTX ISA "bar,
+    barrier"): the threads count towards named barrier ``a`` completing at ``b`` arrivals
+    without waiting for it. Not modeled: pairing arrivals with the waiting ``bar.sync``
+    of later statements needs barrier state across statements, which the simulator does
+    not keep, so it is an error naming the instruction."""
+    mnemonic = call.op.name.removeprefix("tirx.ptx.").split("_")[0]
+    spelling = ".".join([mnemonic, *ptx_operands(call).tokens])
+    raise SimError(f"{spelling} is not modeled by the simulator (only {mnemonic}.sync is)")
 
 
 # -- ldmatrix / stmatrix (PTX ISA 9.7.14.5.15 / 9.7.14.5.16) ------------------------------------

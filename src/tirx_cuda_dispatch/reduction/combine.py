@@ -1,0 +1,358 @@
+"""The TIR of a reduction schedule (:mod:`.schedule`), for both reduction variants.
+
+A variant decides the digits (from a register layout, or synthesized over shared memory)
+and says where src and dst live (:class:`Side`); this module writes the kernel code the
+schedule describes, in its summation order:
+
+1. per output slot, the thread folds its serial elements into its accumulators (vector
+   loads from shared memory, constant register indices from registers), skipping
+   elements past an odd extent, then folds the accumulators;
+2. the ``shfl.xor`` butterfly over the reduced lanes (``__shfl_xor_sync``, PTX ISA
+   "shfl.sync": every lane of the mask executes it);
+3. across warps: leaders (reduced lanes 0) write their partials to the shared workspace,
+   a barrier (``bar.sync 0`` for a whole CTA, else a named barrier of the instance's
+   threads), and the readers fold the partials in warp order; a call that runs more than
+   once (in a loop) first waits at the barrier so that no warp overwrites partials
+   another is still reading;
+4. dst: registers in every thread, or shared memory by one writer per output; with
+   ``accum`` the old value first; one rounding into dst's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tvm import tirx
+from tvm.script import tirx as T
+
+from ..build import Body, all_of, const
+from ..codegen import access_dtype, storage_words
+from ..layout.swizzle import Swizzle
+from .ops import REDUCERS
+from .schedule import Digit, Schedule, digit_value
+
+FULL_MASK = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Side:
+    """Where an operand's elements are: its buffer, registers or shared memory, the element
+    offset of the region's first element, and a swizzle on top (shared only)."""
+
+    buffer: Any
+    memory: str  # "local" or "shared"
+    dtype: str
+    base: Any
+    swizzle: Swizzle | None = None
+
+    @property
+    def elem_bits(self) -> int:
+        import tvm
+
+        return tvm.runtime.DataType(self.dtype).bits
+
+
+@dataclass(frozen=True)
+class Sync:
+    """How the warps of one instance meet at the workspace: ``cta`` (``bar.sync 0``, the
+    whole CTA runs the call) or ``named`` (``bar.sync id, threads``, one id per instance);
+    ``repeat``: the call may run again (in a loop), so a barrier comes before the
+    workspace is written too."""
+
+    kind: str
+    threads: int
+    instances: int
+    repeat: bool
+
+
+@dataclass(frozen=True)
+class Emission:
+    """Everything the emitted code needs besides the call's buffers."""
+
+    schedule: Schedule
+    src: Side
+    dst: Side
+    sync: Sync | None  # None: no cross-warp combine
+    lane_mask: int = FULL_MASK  # the lanes that execute the shuffles
+    outputs: int = 1  # outputs of one instance (the workspace's row length)
+
+
+# -- address arithmetic -----------------------------------------------------------------
+def _offset(side: Side, digits: tuple[Digit, ...], stride_of, values) -> Any:
+    off: Any = side.base
+    for d in digits:
+        stride = stride_of(d)
+        if stride:
+            off = off + values(d) * stride
+    return side.swizzle.apply(off) if side.swizzle is not None else off
+
+
+def _coordinate_guard(s: Schedule, values, kinds: tuple[str, ...]) -> Any:
+    """``coordinate < extent`` on every src dimension the digits of ``kinds`` may run past."""
+    conds = []
+    for dim, extent in enumerate(s.src_extents):
+        ds = [d for d in s.digits if d.dim == dim and d.kind not in ("idle", "unnamed")]
+        if max((d.index_stride * d.extent for d in ds), default=1) <= extent:
+            continue
+        coord: Any = 0
+        for d in ds:
+            if d.kind in kinds:
+                coord = coord + values(d) * d.index_stride
+        if not isinstance(coord, int):
+            conds.append(coord < extent)
+    return all_of(conds)
+
+
+def _zero(s: Schedule, kinds: tuple[str, ...], values, only_reduced: bool = False) -> Any:
+    """All thread digits of ``kinds`` (reduced ones with ``only_reduced``) are 0."""
+    conds = [
+        values(d) == 0
+        for d in s.digits
+        if d.kind in kinds and d.extent > 1 and (d.reduced or not only_reduced)
+    ]
+    return all_of(conds)
+
+
+# -- the emitter ----------------------------------------------------------------------------
+def emit(e: Emission, tid: Any, instance: Any, resources: dict[str, Any]) -> Any:
+    """The PrimFunc of the reduction ``e`` describes (see the module docstring); ``tid`` is
+    the thread's index in its instance, ``instance`` the instance's index."""
+    s = e.schedule
+    acc_t = s.acc_dtype
+    b = Body()
+
+    def thread_values(d: Digit, slot: Any = 0, serial: Any = 0) -> Any:
+        return digit_value(d, tid, slot, serial, s)
+
+    # threads the src layout names nothing in: skip the call
+    with b.when(_zero(s, ("unnamed",), thread_values)):
+        out = b.local("red_out", acc_t, max(s.slot_count, 1))
+        _fold(b, e, tid, out)
+        if e.sync is not None and s.warp_partials > 1:
+            _across_warps(b, e, tid, instance, out, resources)
+        _write(b, e, tid, out)
+    return b.func()
+
+
+def _fold(b: Body, e: Emission, tid: Any, out: Any) -> None:
+    """Steps 1-2: every slot's value, after the lanes' butterfly, into ``out``."""
+    s = e.schedule
+    red = REDUCERS[s.op]
+    acc_t = s.acc_dtype
+    vec_slot = s.vec if s.vec_on == "slot" else 1
+    vec_ser = s.vec if s.vec_on == "serial" else 1
+    k = s.accumulators
+    n = max(s.per_thread, 1)
+    acc = b.local("red_acc", acc_t, k * vec_slot)
+    load = _loader(b, e, vec_slot * vec_ser)
+    # vectors per outer step: a serial loop's body covers the k accumulators once (k | n);
+    # registers are unrolled whole, their index n % k a constant either way
+    registers = e.src.memory == "local"
+    per_outer = 1 if vec_slot > 1 or registers else k // vec_ser
+    outer = n // (per_outer * vec_ser)
+    with b.loop("r_slot", max(s.slot_count, 1) // vec_slot, unroll=True) as so:
+        with b.loop("r_init", k * vec_slot, unroll=True) as i:
+            b.store(acc, i, red.identity(acc_t))
+        with b.loop("r_step", outer, unroll=registers) as o:
+            with b.loop("r_vec", per_outer, unroll=True) as u:
+                step = o * per_outer + u
+                first = step * vec_ser  # serial index of the vector's first element
+                slot0 = so * vec_slot
+
+                def values(d: Digit, slot0=slot0, first=first) -> Any:
+                    return digit_value(d, tid, slot0, first, s)
+
+                guard = _coordinate_guard(s, values, ("serial", "slot", "lane", "warp"))
+                with b.when(guard):
+                    xs = load(values)
+                    for j in range(vec_slot * vec_ser):
+                        if vec_slot > 1:
+                            a = j
+                        elif registers:
+                            a = (first + j) % k
+                        else:
+                            a = u * vec_ser + j
+                        x = xs(j)
+                        if str(x.ty) != acc_t:
+                            x = tirx.Cast(acc_t, x)
+                        b.store(acc, a, red.tir(acc[a], x))
+        for j in range(vec_slot):
+            v = acc[j * k]
+            for a in range(1, k):
+                v = red.tir(v, acc[j * k + a])
+            b.store(out, so * vec_slot + j, v)
+            for m in s.lane_masks:
+                mine = out[so * vec_slot + j]
+                other = getattr(T.cuda, "__shfl_xor_sync")(
+                    tirx.const(e.lane_mask, "uint32"), mine, m, 32
+                )
+                b.store(out, so * vec_slot + j, red.tir(mine, other))
+
+
+def _loader(b: Body, e: Emission, width: int):
+    """``load(values) -> xs``: reads the ``width`` elements at the digits' values and
+    returns ``xs(j)``, the j-th of them (src's dtype)."""
+    s, src = e.schedule, e.src
+    if src.memory == "local":
+        words = storage_words(src.buffer, src.elem_bits, src.elem_bits)
+        regs = b.view("red_src", src.buffer, src.dtype, words, scope="local")
+
+        def load(values):
+            base = _offset(src, s.digits, lambda d: d.src_stride, values)
+            return lambda j: regs[base + j]
+
+        return load
+    bits = src.elem_bits
+    if width == 1:
+        words = storage_words(src.buffer, bits, bits)
+        mem = b.view("red_src", src.buffer, src.dtype, words)
+
+        def load_one(values):
+            off = _offset(src, s.digits, lambda d: d.src_stride, values)
+            return lambda j: mem[off]
+
+        return load_one
+    vbits = width * bits
+    mem = b.view("red_src", src.buffer, access_dtype(vbits), storage_words(src.buffer, bits, vbits))
+    regs = b.local("red_x", src.dtype, width)
+    word = b.view("red_xw", regs, access_dtype(vbits), 1, scope="local")
+
+    def load_vec(values):
+        off = _offset(src, s.digits, lambda d: d.src_stride, values)
+        b.store(word, 0, mem[off // width])
+        return lambda j: regs[j]
+
+    return load_vec
+
+
+def _output_index(s: Schedule, values) -> Any:
+    """An output's index among the instance's outputs: the spatial digits' mixed radix."""
+    index: Any = 0
+    for d in s.digits:
+        if d.reduced or d.kind not in ("slot", "lane", "warp") or d.extent == 1:
+            continue
+        index = index * d.extent + values(d)
+    return index
+
+
+def _reduced_warp_index(s: Schedule, values) -> Any:
+    index: Any = 0
+    for d in s.reduced_warps:
+        index = index * d.extent + values(d)
+    return index
+
+
+def barrier(sync: Sync, barrier_id: Any, instance: Any) -> Any:
+    if sync.kind == "cta":
+        return T.cuda.cta_sync()
+    ident = barrier_id if sync.instances == 1 else barrier_id + instance
+    return T.ptx.bar.sync(tirx.Cast("uint32", ident), tirx.const(sync.threads, "uint32"))
+
+
+def _across_warps(b: Body, e: Emission, tid: Any, instance: Any, out: Any, res: dict) -> None:
+    """Step 3: the reduced warps' partials through the workspace, folded in warp order."""
+    s = e.schedule
+    red = REDUCERS[s.op]
+    ws = res["partials"]
+    sync = e.sync
+    bar_id = res.get("sync")
+    row = s.warp_partials * e.outputs
+    vec_slot = s.vec if s.vec_on == "slot" else 1
+    if sync.repeat:
+        b.evaluate(barrier(sync, bar_id, instance))
+
+    def at(slot: int):
+        return lambda d: digit_value(d, tid, slot, 0, s)
+
+    leader = all_of([_zero(s, ("lane",), at(0), only_reduced=True), _zero(s, ("idle",), at(0))])
+    base = instance * row if sync.instances > 1 else 0
+    with b.when(leader):
+        for slot in range(max(s.slot_count, 1)):
+            index = base + _reduced_warp_index(s, at(slot)) * e.outputs + _output_index(s, at(slot))
+            b.store(ws, index, out[slot])
+    b.evaluate(barrier(sync, bar_id, instance))
+    del vec_slot
+    readers = True
+    if e.dst.memory != "local":
+        readers = all_of([leader, _zero(s, ("warp",), at(0), only_reduced=True)])
+    with b.when(readers):
+        for slot in range(max(s.slot_count, 1)):
+            p = _output_index(s, at(slot))
+            v = ws[base + p]
+            for r in range(1, s.warp_partials):
+                v = red.tir(v, ws[base + r * e.outputs + p])
+            b.store(out, slot, v)
+
+
+def _write(b: Body, e: Emission, tid: Any, out: Any) -> None:
+    """Step 4: dst (accum: the old value first), rounded once into dst's dtype."""
+    s, dst = e.schedule, e.dst
+    red = REDUCERS[s.op]
+    acc_t = s.acc_dtype
+
+    def at(slot: int):
+        return lambda d: digit_value(d, tid, slot, 0, s)
+
+    writers: Any = True
+    if dst.memory != "local":
+        writers = all_of(
+            [
+                _zero(s, ("lane", "warp"), at(0), only_reduced=True),
+                _zero(s, ("idle",), at(0)),
+            ]
+        )
+    if dst.memory == "local":
+        words = storage_words(dst.buffer, dst.elem_bits, dst.elem_bits)
+        view = b.view("red_dst", dst.buffer, dst.dtype, words, scope="local")
+    else:
+        view = b.view(
+            "red_dst",
+            dst.buffer,
+            dst.dtype,
+            storage_words(dst.buffer, dst.elem_bits, dst.elem_bits),
+        )
+    with b.when(writers):
+        for slot in range(max(s.slot_count, 1)):
+            values = at(slot)
+            off = _offset(
+                dst, s.digits, lambda d: 0 if d.kind == "serial" else d.dst_stride, values
+            )
+            v = out[slot]
+            if s.accum:
+                old = view[off]
+                v = red.tir(old if str(old.ty) == acc_t else tirx.Cast(acc_t, old), v)
+            if dst.dtype != acc_t:
+                v = tirx.Cast(dst.dtype, v)
+            guard = _spatial_guard(s, values)
+            with b.when(guard):
+                b.store(view, off, v)
+
+
+def _spatial_guard(s: Schedule, values) -> Any:
+    """The output exists: its spatial coordinates lie inside src's extents."""
+    conds = []
+    for dim, extent in enumerate(s.src_extents):
+        ds = [d for d in s.digits if d.dim == dim and not d.reduced and d.kind != "serial"]
+        if not ds or max(d.index_stride * d.extent for d in ds) <= extent:
+            continue
+        coord: Any = 0
+        for d in ds:
+            coord = coord + values(d) * d.index_stride
+        conds.append(coord < extent)
+    return all_of(conds)
+
+
+def workspace_length(s: Schedule, outputs: int, instances: int) -> int:
+    return instances * s.warp_partials * outputs
+
+
+def instance_outputs(s: Schedule) -> int:
+    """The outputs one instance computes (the spatial digits' extents, padded)."""
+    return math.prod(
+        d.extent for d in s.digits if not d.reduced and d.kind in ("slot", "lane", "warp")
+    )
+
+
+__all__ = ["Emission", "Side", "Sync", "barrier", "const", "emit", "instance_outputs"]

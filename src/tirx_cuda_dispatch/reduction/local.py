@@ -1,0 +1,471 @@
+"""sum / max / min -> local: a reduction whose src is in registers, as its layout places it.
+
+Accepts: a CUDA target; thread, warp, warpgroup or CTA scope with every thread of it
+taking part; src a ``local`` register tile whose layout names the scope's threads (or
+none: each thread's own array); dst in registers (its layout placing each output on the
+threads that compute it) or in shared memory; the reduction rules of :mod:`.ops`
+(axes, the reduced shape, dtypes, accumulation); TVM's ``thread_reduce`` form, where dst
+keeps a reduced axis over the lanes that share it.
+
+Emits: the schedule the layouts imply (:mod:`.schedule`): each thread folds the registers
+it holds of each output into up to four independent accumulators, lanes that hold parts
+of one output combine by an ``shfl.xor`` butterfly (PTX ISA "shfl.sync"), warps that do
+through a shared-memory workspace behind a barrier (``bar.sync``, a named one for a
+warpgroup), and dst gets the result in every thread that holds it (registers) or from one
+writer per output (shared memory). 16-bit data accumulates in float32.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tvm import tirx
+
+from ..call import Operand, TileCall
+from ..codegen import linear_thread_index, thread_index
+from ..errors import Decline
+from ..layout.atoms import memory_view
+from ..layout.register import (
+    MEMORY_AXIS,
+    RegisterView,
+    atoms_by_dim,
+    refine_tagged_pairs,
+    register_layout_misfit,
+    register_table,
+    register_view,
+    thread_axes_misfit,
+    thread_stride,
+)
+from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
+from ..registry import variant
+from ..resources import NamedBarrier, Workspace
+from ..scopes import WARP_SIZE
+from . import combine
+from .combine import Emission, Side, Sync
+from .ops import (
+    COMMON_PREDICATES,
+    ReduceShape,
+    accum_flag,
+    accumulate_dtype,
+    shape_of,
+    thread_reduce,
+)
+from .schedule import Digit, Schedule
+
+MAX_ACCUMULATORS = 4  # independent chains per output: enough to cover FADD latency
+
+
+def requires_register_src(call: TileCall) -> tuple[bool, str | None]:
+    """src is a register tile whose layout names the scope's threads."""
+    src = call.operand("src")
+    if src is None or src.memory != "local":
+        where = "not a region" if src is None else src.scope
+        return False, f"src is {where}; this variant reduces registers (local)"
+    misfit = register_layout_misfit(src, call.scope)
+    return misfit is None, misfit
+
+
+def requires_dst_registers_or_shared(call: TileCall) -> tuple[bool, str | None]:
+    """dst is in registers (a layout over the scope's threads, or over none: every thread
+    holds every output) or in shared memory."""
+    dst = call.operand("dst")
+    if dst.memory not in ("local", "shared"):
+        return False, f"dst {dst.name} is {dst.scope}; needs registers (local) or shared memory"
+    if dst.memory == "local":
+        try:
+            view = register_view(dst)
+        except Decline as why:
+            return False, str(why)
+        if view.thread_axes:
+            misfit = thread_axes_misfit(view, call.scope)
+            if misfit is not None:
+                return False, misfit
+    return True, None
+
+
+@dataclass(frozen=True)
+class LocalReducePlan:
+    """Facts of one register reduction: the schedule, and what it needs across warps."""
+
+    op: str
+    schedule: Schedule
+    dst_memory: str
+    sync: Sync | None
+    outputs: int  # outputs per scope instance (the workspace row)
+    lane_mask: int
+
+    @property
+    def est_clocks(self) -> float:
+        """Per warp: one FADD-class op per element (4 warp instructions per clock per SM),
+        one shfl per butterfly step and slot (1 per clock), a few for the workspace."""
+        s = self.schedule
+        slots = max(s.slot_count, 1)
+        ops = slots * s.per_thread / 4 + slots * len(s.lane_masks)
+        return ops + (slots * s.warp_partials if s.warp_partials > 1 else 0)
+
+    def resources(self) -> tuple:
+        s = self.schedule
+        if self.sync is None:
+            return ()
+        out = [
+            Workspace(
+                "partials",
+                "shared",
+                s.acc_dtype,
+                (combine.workspace_length(s, self.outputs, self.sync.instances),),
+                f"{s.warp_partials} warps' partials of {self.outputs} outputs per instance",
+            )
+        ]
+        if self.sync.kind == "named":
+            out.append(
+                NamedBarrier(
+                    "sync",
+                    self.sync.threads,
+                    self.sync.instances,
+                    "the warps of one instance meet at the workspace",
+                    f"{self.sync.instances} x {self.sync.threads} threads",
+                )
+            )
+        return tuple(out)
+
+    def facts(self) -> dict:
+        s = self.schedule
+        facts = {
+            "schedule": s.describe(),
+            "order": s.order(),
+            "accumulate": f"{s.src_dtype} -> {s.acc_dtype} -> {s.dst_dtype}",
+            "dst": self.dst_memory,
+        }
+        if self.sync is not None:
+            facts["sync"] = (
+                "bar.sync 0"
+                if self.sync.kind == "cta"
+                else f"named barrier, {self.sync.threads} threads"
+            ) + (" (twice: the call repeats)" if self.sync.repeat else "")
+        return facts
+
+    def __str__(self) -> str:
+        return f"local {self.op}: {self.schedule.describe()}"
+
+
+# -- from layouts to digits -----------------------------------------------------------------
+def _index_strides(atoms: list[tuple[int, int, Any]]) -> list[int]:
+    """Each atom's step along its dimension's logical index (outer atoms step further)."""
+    strides, inner = [], 1
+    for ext, _, _ in reversed(atoms):
+        strides.insert(0, inner)
+        inner *= ext
+    return strides
+
+
+def _thread_digit(
+    axis: str, stride: int, ext: int, call: TileCall, name: str, **fields: Any
+) -> list[Digit]:
+    """A thread-axis atom as lane and/or warp digits (split at the warp's edge)."""
+    threads = call.thread_count or 1
+    t = thread_stride(axis, stride, ext, call.scope, threads)
+    index_stride = fields.pop("index_stride", 0)
+    dst_index_stride = fields.pop("dst_index_stride", 0)
+    if t >= WARP_SIZE or t * ext <= WARP_SIZE:
+        kind = "lane" if t < WARP_SIZE else "warp"
+        return [Digit(kind, ext, thread_stride=t, index_stride=index_stride,
+                      dst_index_stride=dst_index_stride, **fields)]  # fmt: skip
+    lanes = WARP_SIZE // t
+    if WARP_SIZE % t or ext % lanes:
+        raise Decline(f"{name}'s thread axis {axis} steps over warp boundaries unevenly")
+    warps = ext // lanes
+    return [
+        Digit("warp", warps, thread_stride=WARP_SIZE, index_stride=index_stride * lanes,
+              dst_index_stride=dst_index_stride * lanes, **fields),
+        Digit("lane", lanes, thread_stride=t, index_stride=index_stride,
+              dst_index_stride=dst_index_stride, **fields),
+    ]  # fmt: skip
+
+
+def _dst_atoms(dst: Operand, call: TileCall) -> tuple[list[list[tuple[int, int, Any]]], Any, Any]:
+    """dst's atoms per dimension, its element base, its swizzle (shared)."""
+    if dst.memory == "local":
+        view = register_view(dst)
+        if view.loop_offset is not None:
+            raise Decline(f"dst {dst.name}'s register offset moves with a loop")
+        return atoms_by_dim(view.atoms, dst.extents, dst.name), view.base, None
+    mem = memory_view(dst)
+    tagged = [(ext, stride, MEMORY_AXIS) for ext, stride in mem.atoms]
+    return atoms_by_dim(tagged, dst.extents, dst.name), mem.base, mem.swizzle
+
+
+def _spatial_digits(
+    i: int, src_atoms, dst_atoms, shape: ReduceShape, call: TileCall, names: tuple[str, str]
+) -> list[Digit]:
+    """Digits of spatial dimension ``i``: src's atoms refined against dst's on that dim."""
+    j = shape.dst_dims[i]
+    rows = refine_tagged_pairs(src_atoms, dst_atoms if j is not None else [], names)
+    digits = []
+    for ext, index_stride, (s_stride, s_axis), (d_stride, d_axis) in rows:
+        common = dict(dim=i, index_stride=index_stride, dst_dim=j, dst_index_stride=index_stride)
+        if s_axis == MEMORY_AXIS:
+            if d_axis != MEMORY_AXIS:
+                raise Decline(
+                    f"dst {names[1]} spreads over {d_axis} outputs that src {names[0]} keeps in "
+                    "each thread's registers; dst's layout must place each output on the "
+                    "threads that compute it"
+                )
+            digits.append(
+                Digit("slot", ext, False, src_stride=s_stride, dst_stride=d_stride, **common)
+            )
+            continue
+        if d_axis != MEMORY_AXIS and (d_axis, d_stride) != (s_axis, s_stride):
+            raise Decline(
+                f"dst {names[1]} places outputs on {d_axis} (stride {d_stride}) where src "
+                f"{names[0]} computes them on {s_axis} (stride {s_stride}); the layouts must "
+                "agree on which thread holds each output"
+            )
+        if d_axis == MEMORY_AXIS and call.operand("dst").memory == "local":
+            raise Decline(
+                f"dst {names[1]} keeps in every thread outputs that src {names[0]} computes on "
+                f"{s_axis}; dst's layout must place each output on the threads that compute it"
+            )
+        dst_stride = d_stride if d_axis == MEMORY_AXIS else 0
+        digits += _thread_digit(s_axis, s_stride, ext, call, names[0], reduced=False,
+                                dst_stride=dst_stride, **common)  # fmt: skip
+    return digits
+
+
+def _reduced_digits(
+    i: int, src_atoms, dst_atoms, shape: ReduceShape, call: TileCall, names: tuple[str, str]
+) -> list[Digit]:
+    """Digits of reduced dimension ``i``. Where dst keeps the axis (extent above 1), the
+    src atoms its atoms match stay apart (TVM's per-thread form): registers as slots, a
+    thread axis as spatial threads, or, with ``thread_reduce=True``, reduced threads whose
+    every holder keeps the whole result."""
+    kept = dict(shape.kept)
+    if i in kept and call.operand("dst").memory != "local":
+        raise Decline(
+            f"dst {names[1]} keeps reduced axis {i} with extent {kept[i]}: TVM's form for "
+            "register layouts, where the registers or lanes that share a row keep their "
+            "parts; a shared dst needs extent 1 there"
+        )
+    matched = _kept_atoms(i, src_atoms, dst_atoms if i in kept else [], names)
+    digits = []
+    j = shape.dst_dims[i]
+    for n, ((ext, stride, axis), index_stride) in enumerate(
+        zip(src_atoms, _index_strides(src_atoms), strict=True)
+    ):
+        keep = matched.get(n)
+        if axis == MEMORY_AXIS:
+            if keep is None:
+                digits.append(Digit("serial", ext, True, dim=i, index_stride=index_stride,
+                                    src_stride=stride))  # fmt: skip
+            else:
+                d_stride, d_index = keep
+                digits.append(Digit("slot", ext, False, dim=i, index_stride=index_stride,
+                                    src_stride=stride, dst_dim=j, dst_index_stride=d_index,
+                                    dst_stride=d_stride))  # fmt: skip
+            continue
+        if keep is None:
+            digits += _thread_digit(axis, stride, ext, call, names[0], reduced=True, dim=i,
+                                    index_stride=index_stride)  # fmt: skip
+        else:
+            digits += _thread_digit(axis, stride, ext, call, names[0], reduced=thread_reduce(call),
+                                    dim=i, index_stride=index_stride, dst_dim=j,
+                                    dst_index_stride=keep[1])  # fmt: skip
+    return digits
+
+
+def _kept_atoms(i: int, src_atoms, dst_atoms, names) -> dict[int, tuple[int, int]]:
+    """Which src atoms of dimension ``i`` the dst atoms of a kept axis match: src atom
+    index -> (dst register stride, step along dst's dimension). A register atom matches one
+    of the same extent, a thread atom one of the same axis, extent and stride."""
+    matched: dict[int, tuple[int, int]] = {}
+    for (ext, stride, axis), d_index in zip(dst_atoms, _index_strides(dst_atoms), strict=True):
+        hits = [
+            n
+            for n, (s_ext, s_stride, s_axis) in enumerate(src_atoms)
+            if n not in matched
+            and s_ext == ext
+            and s_axis == axis
+            and (axis == MEMORY_AXIS or s_stride == stride)
+        ]
+        if len(hits) != 1:
+            where = "registers" if axis == MEMORY_AXIS else f"{axis} (stride {stride})"
+            raise Decline(
+                f"dst {names[1]} keeps reduced axis {i} on {where} with extent {ext}, which "
+                f"matches {'no' if not hits else 'more than one'} part of how src {names[0]} "
+                "lays that axis out; keep it on exactly one of src's atoms, or reduce it to 1"
+            )
+        matched[hits[0]] = (stride if axis == MEMORY_AXIS else 0, d_index)
+    return matched
+
+
+def _thread_coverage(digits: list[Digit], view: RegisterView, call: TileCall) -> list[Digit]:
+    """Replicas of src (threads holding copies) as ``idle`` digits, thread-index bits src
+    names nothing in as ``unnamed`` ones; the thread digits then tile the scope."""
+    threads = call.thread_count or 1
+    out = list(digits)
+    for ext, stride, axis in view.replicas:
+        t = thread_stride(axis, stride, ext, call.scope, threads)
+        out.append(Digit("idle", ext, False, thread_stride=t))
+    covered = sorted((d.thread_stride, d.extent) for d in out if d.kind in ("lane", "warp", "idle"))
+    step, gaps = 1, []
+    for t, ext in covered:
+        if t < step:
+            raise Decline(f"src {view.operand}'s layout names some threads twice")
+        if t > step:
+            gaps.append((step, t // step))
+        step = t * ext
+    if step < threads:
+        gaps.append((step, threads // step))
+    for t, ext in gaps:
+        out.append(Digit("unnamed", ext, False, thread_stride=t))
+    return out
+
+
+def _check_holders_have_data(digits: list[Digit], dst: Operand, call: TileCall, names) -> None:
+    """Every thread dst's layout gives an output to must be one src gives data to."""
+    unnamed = [d for d in digits if d.kind == "unnamed"]
+    if not unnamed:
+        return
+    threads = call.thread_count or 1
+    view = register_view(dst)
+    holders = np.arange(threads)
+    if view.thread_axes:
+        held = register_table(view, call.scope, threads).elements
+        holders = np.flatnonzero((held >= 0).any(axis=1))
+    for d in unnamed:
+        empty = holders[(holders // d.thread_stride) % d.extent != 0]
+        if empty.size:
+            raise Decline(
+                f"dst {names[1]} holds outputs in thread {int(empty[0])}, to which src "
+                f"{names[0]}'s layout gives no data; dst's threads must be src's"
+            )
+
+
+def _check_butterfly(digits: list[Digit], name: str) -> None:
+    for d in digits:
+        if d.kind == "lane" and d.reduced:
+            pow2 = d.extent & (d.extent - 1) == 0 and d.thread_stride & (d.thread_stride - 1) == 0
+            if not pow2:
+                raise Decline(
+                    f"src {name} spreads a reduced axis over {d.extent} lanes {d.thread_stride} "
+                    "apart; an shfl.xor butterfly needs a power of two of lanes a power of two "
+                    "apart"
+                )
+
+
+def _accumulators(per_thread: int) -> int:
+    """Registers are unrolled whole, so any count works: as many as there are elements."""
+    return max(1, min(MAX_ACCUMULATORS, per_thread))
+
+
+def plan(call: TileCall) -> LocalReducePlan:
+    src, dst = call.operand("src"), call.operand("dst")
+    shape = shape_of(call)  # the axes predicate accepted it
+    view = register_view(src)
+    if view.loop_offset is not None:
+        raise Decline(f"src {src.name}'s register offset moves with a loop")
+    names = (src.name, dst.name)
+    src_dims = atoms_by_dim(view.atoms, src.extents, src.name)
+    dst_dims, dst_base, dst_swizzle = _dst_atoms(dst, call)
+    digits: list[Digit] = []
+    for i, atoms in enumerate(src_dims):
+        j = shape.dst_dims[i]
+        d_atoms = dst_dims[j] if j is not None else []
+        if i in shape.axes:
+            digits += _reduced_digits(i, atoms, d_atoms, shape, call, names)
+        else:
+            digits += _spatial_digits(i, atoms, d_atoms, shape, call, names)
+    digits = _thread_coverage(digits, view, call)
+    _check_butterfly(digits, src.name)
+    if dst.memory == "local":
+        _check_holders_have_data(digits, dst, call, names)
+    order = {"slot": 0, "serial": 1, "warp": 2, "lane": 3, "idle": 4, "unnamed": 5}
+    digits.sort(key=lambda d: order[d.kind])  # stable: each kind keeps its outer -> inner
+    per_thread = math.prod(d.extent for d in digits if d.kind == "serial")
+    acc_t = accumulate_dtype(src.dtype)
+    schedule = Schedule(
+        op=call.op,
+        digits=tuple(digits),
+        src_extents=tuple(src.extents),
+        dst_extents=tuple(dst.extents),
+        threads=call.thread_count or 1,
+        accumulators=_accumulators(per_thread),
+        src_dtype=src.dtype,
+        acc_dtype=acc_t,
+        dst_dtype=dst.dtype,
+        accum=accum_flag(call),
+    )
+    sync = None
+    outputs = combine.instance_outputs(schedule)
+    if schedule.warp_partials > 1:
+        sync = _sync(call)
+    mask = _lane_mask(schedule)
+    del dst_base, dst_swizzle
+    return LocalReducePlan(call.op, schedule, dst.memory, sync, outputs, mask)
+
+
+def _sync(call: TileCall) -> Sync:
+    repeat = bool(call.enclosing is not None and call.enclosing.loops)
+    threads = call.thread_count or 1
+    if call.scope == "cta":
+        return Sync("cta", threads, 1, repeat)
+    cta = call.launch_extents.get("threadIdx.x") or threads
+    return Sync("named", threads, max(cta // threads, 1), repeat)
+
+
+def _lane_mask(s: Schedule) -> int:
+    """The lanes that run the shuffles: those no ``unnamed`` digit leaves out."""
+    mask = 0
+    for lane in range(WARP_SIZE):
+        if all(
+            (lane // d.thread_stride) % d.extent == 0
+            for d in s.of("unnamed")
+            if d.thread_stride < WARP_SIZE
+        ):
+            mask |= 1 << lane
+    return mask
+
+
+def _side(opnd: Operand) -> Side:
+    if opnd.memory == "local":
+        return Side(opnd.buffer, "local", opnd.dtype, register_view(opnd).base)
+    mem = memory_view(opnd)
+    return Side(opnd.buffer, "shared", opnd.dtype, mem.base, mem.swizzle)
+
+
+def _instance(call: TileCall, sync: Sync | None) -> Any:
+    if sync is None or sync.instances == 1:
+        return tirx.const(0, "int32")
+    return tirx.floordiv(linear_thread_index(call), sync.threads)
+
+
+def emit(plan: LocalReducePlan, call: TileCall):
+    """The schedule's fold, butterfly, workspace and dst write (:mod:`.combine`)."""
+    e = Emission(
+        plan.schedule,
+        _side(call.operand("src")),
+        _side(call.operand("dst")),
+        plan.sync,
+        plan.lane_mask,
+        plan.outputs,
+    )
+    return combine.emit(e, thread_index(call), _instance(call, plan.sync), call.resources)
+
+
+for _op in ("sum", "max", "min"):
+    variant(
+        _op,
+        "local",
+        priority=10,
+        predicates=[
+            requires_cuda,
+            requires_scope("thread", "warp", "warpgroup", "cta"),
+            requires_all_threads_active,
+            *COMMON_PREDICATES,
+            requires_register_src,
+            requires_dst_registers_or_shared,
+        ],
+        plan=plan,
+    )(emit)

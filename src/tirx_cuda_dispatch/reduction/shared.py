@@ -1,0 +1,458 @@
+"""sum / max / min -> shared: a reduction whose src is in shared memory.
+
+Accepts: a CUDA target; thread, warp, warpgroup or CTA scope, split among the threads
+that run the call (an enclosing ``if`` may narrow it to whole warps, or at warp scope to
+an aligned power-of-two range of lanes); src a ``shared`` tile with a memory layout
+(swizzles too); dst in shared memory, or in registers every thread holds whole (a layout
+without thread axes: the statistics a normalization broadcasts); the reduction rules of
+:mod:`.ops`; odd extents (guarded reads, masked outputs).
+
+Emits: a schedule synthesized from src's layout (:mod:`.schedule`). Nothing fixes who
+reads what, so the plan tries thread placements and keeps the cheapest by one cost rule
+(SM clocks per warp: shared-memory wavefronts with bank conflicts, shuffles, adds, the
+workspace): consecutive lanes on the innermost contiguous run (vector loads of up to 16
+bytes, coalesced and conflict-free), the rest on the other dimensions, spatial ones
+first or in memory order. Every thread of the scope works; lanes that share an output
+combine by ``shfl.xor``, warps through a shared workspace (no one-warp-per-row). 16-bit
+data accumulates in float32.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tvm import tirx
+
+from ..call import Operand, TileCall
+from ..codegen import linear_thread_index, participant_index
+from ..errors import Decline
+from ..layout.atoms import MemoryView, memory_view
+from ..layout.banks import wavefront_costs
+from ..layout.register import MEMORY_AXIS, atoms_by_dim, register_view
+from ..layout.vector import vector_candidates, vector_misfit
+from ..participation import Participants
+from ..predicates import requires_cuda, requires_known_participants, requires_scope
+from ..registry import variant
+from ..resources import NamedBarrier, Workspace
+from ..scopes import WARP_SIZE
+from . import combine
+from .combine import Emission, Side, Sync
+from .ops import COMMON_PREDICATES, ReduceShape, accum_flag, accumulate_dtype, shape_of
+from .schedule import Digit, Schedule
+
+MAX_ACCUMULATORS = 4
+BARRIER_CLOCKS = 20  # a bar.sync's cost in the cost rule (it waits for the slowest warp)
+
+
+def requires_shared_src(call: TileCall) -> tuple[bool, str | None]:
+    src = call.operand("src")
+    if src.memory != "shared":
+        return False, f"src {src.name} is {src.scope}; this variant reduces shared memory"
+    return True, None
+
+
+def requires_dst_shared_or_whole_registers(call: TileCall) -> tuple[bool, str | None]:
+    """dst in shared memory, or registers every thread holds whole (no thread axes)."""
+    dst = call.operand("dst")
+    if dst.memory == "shared":
+        return True, None
+    if dst.memory != "local":
+        return False, f"dst {dst.name} is {dst.scope}; needs shared memory or registers"
+    try:
+        view = register_view(dst)
+    except Decline as why:
+        return False, str(why)
+    if view.thread_axes:
+        return False, (
+            f"dst {dst.name}'s layout spreads outputs over {'/'.join(view.thread_axes)}; from a "
+            "shared src this variant fills registers every thread holds whole (a layout "
+            "without thread axes), or a shared dst"
+        )
+    return True, None
+
+
+def requires_no_kept_axes(call: TileCall) -> tuple[bool, str | None]:
+    shape = shape_of(call)
+    if isinstance(shape, ReduceShape) and shape.kept:
+        axis, extent = shape.kept[0]
+        return False, (
+            f"dst keeps reduced axis {axis} with extent {extent} (TVM's form for register "
+            "layouts); a reduction of shared memory needs extent 1 there"
+        )
+    return True, None
+
+
+@dataclass(frozen=True)
+class SharedReducePlan:
+    """Facts of one shared-memory reduction: the chosen schedule and its cost."""
+
+    op: str
+    schedule: Schedule
+    dst_memory: str
+    sync: Sync | None
+    outputs: int
+    lane_mask: int
+    est_clocks: float
+    wavefronts: int  # of one warp's first load: 1 per 128 bytes when conflict-free
+    placement: str  # which thread placement won
+    barrier_group: str = ""
+
+    def resources(self) -> tuple:
+        s = self.schedule
+        if self.sync is None:
+            return ()
+        out = [
+            Workspace(
+                "partials",
+                "shared",
+                s.acc_dtype,
+                (combine.workspace_length(s, self.outputs, self.sync.instances),),
+                f"{s.warp_partials} warps' partials of {self.outputs} outputs per instance",
+            )
+        ]
+        if self.sync.kind == "named":
+            out.append(
+                NamedBarrier(
+                    "sync",
+                    self.sync.threads,
+                    self.sync.instances,
+                    "the warps of one instance meet at the workspace",
+                    self.barrier_group,
+                )
+            )
+        return tuple(out)
+
+    def facts(self) -> dict:
+        s = self.schedule
+        facts = {
+            "schedule": s.describe(),
+            "order": s.order(),
+            "placement": self.placement,
+            "accumulate": f"{s.src_dtype} -> {s.acc_dtype} -> {s.dst_dtype}",
+            "wavefronts_per_load": self.wavefronts,
+            "est_clocks": round(self.est_clocks, 1),
+            "dst": self.dst_memory,
+        }
+        if s.masked:
+            facts["masked"] = "odd extents: reads past them are skipped"
+        if self.sync is not None:
+            facts["sync"] = (
+                "bar.sync 0"
+                if self.sync.kind == "cta"
+                else f"named barrier, {self.sync.threads} threads"
+            ) + (" (twice: the call repeats)" if self.sync.repeat else "")
+        return facts
+
+    def __str__(self) -> str:
+        return f"shared {self.op}: {self.schedule.describe()}"
+
+
+# -- synthesis ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Cell:
+    """One memory atom of src: its dimension, its step along it, extent, memory stride."""
+
+    dim: int
+    index_stride: int
+    extent: int
+    stride: int
+    reduced: bool
+
+
+def _cells(src: Operand, view: MemoryView, shape: ReduceShape) -> list[_Cell]:
+    tagged = [(ext, stride, MEMORY_AXIS) for ext, stride in view.atoms]
+    cells = []
+    for dim, atoms in enumerate(atoms_by_dim(tagged, src.extents, src.name)):
+        inner = 1
+        for ext, stride, _ in reversed(atoms):
+            cells.append(_Cell(dim, inner, ext, stride, dim in shape.axes))
+            inner *= ext
+    return cells
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _place(
+    cells: list[_Cell],
+    lanes: int,
+    warps: int,
+    vec: int,
+    vec_cell: _Cell | None,
+    spatial_threads: bool = True,
+) -> list[Digit]:
+    """Digits for one thread placement: ``cells`` in the order threads go onto them (the
+    vector taken off ``vec_cell`` first), lanes before warps, consecutive threads on
+    consecutive elements; what no thread takes is walked inside the thread. Without
+    ``spatial_threads`` every thread computes every output (a dst all threads hold)."""
+    digits: list[Digit] = []
+    left = {"lane": lanes, "warp": warps}
+    thread_stride = {"lane": 1, "warp": WARP_SIZE}
+    for cell in cells:
+        ext, index_stride, stride = cell.extent, cell.index_stride, cell.stride
+        if cell is vec_cell and vec > 1:
+            kind = "serial" if cell.reduced else "slot"
+            digits.append(_digit(kind, vec, cell, index_stride, stride))
+            ext, index_stride, stride = ext // vec, index_stride * vec, stride * vec
+        for kind in ("lane", "warp"):
+            if left[kind] <= 1 or ext <= 1 or not (cell.reduced or spatial_threads):
+                continue
+            take = _take(left[kind], ext, kind)
+            d = _digit(kind, take, cell, index_stride, stride)
+            digits.append(Digit(**{**d.__dict__, "thread_stride": thread_stride[kind]}))
+            thread_stride[kind] *= take
+            left[kind] //= take
+            ext = -(-ext // take)
+            index_stride, stride = index_stride * take, stride * take
+        if ext > 1:
+            digits.append(
+                _digit("serial" if cell.reduced else "slot", ext, cell, index_stride, stride)
+            )
+    for kind in ("lane", "warp"):
+        if left[kind] > 1:
+            digits.append(Digit("idle", left[kind], False, thread_stride=thread_stride[kind]))
+    return digits
+
+
+def _take(left: int, ext: int, kind: str) -> int:
+    """Threads of ``left`` to put on a dimension of ``ext`` elements: a power of two for
+    lanes (the butterfly's), a divisor of ``left`` for warps."""
+    if kind == "lane":
+        return min(left, _pow2_ceil(ext))
+    return max(d for d in range(1, left + 1) if left % d == 0 and d <= _pow2_ceil(ext))
+
+
+def _digit(kind: str, extent: int, cell: _Cell, index_stride: int, stride: int) -> Digit:
+    return Digit(
+        kind,
+        extent,
+        cell.reduced,
+        dim=cell.dim,
+        index_stride=index_stride,
+        src_stride=stride,
+        dst_dim=None if cell.reduced else cell.dim,
+        dst_index_stride=0 if cell.reduced else index_stride,
+    )
+
+
+def _with_dst(digits: list[Digit], shape: ReduceShape, dst: Operand) -> list[Digit]:
+    """Spatial digits with dst's dimension and its stride there (memory offsets, or the
+    registers of a dst every thread holds whole)."""
+    strides = _dst_strides(dst)
+    out = []
+    for d in digits:
+        if d.reduced or d.dim is None:
+            out.append(d)
+            continue
+        j = shape.dst_dims[d.dim]
+        stride = strides[j] * d.index_stride if j is not None else 0
+        out.append(Digit(**{**d.__dict__, "dst_dim": j, "dst_index_stride": d.index_stride,
+                            "dst_stride": stride}))  # fmt: skip
+    return out
+
+
+def _dst_strides(dst: Operand) -> list[int]:
+    """dst's stride per dimension, in memory or registers (its layout must be strided per
+    dimension)."""
+    if dst.memory == "local":
+        tagged = list(register_view(dst).atoms)
+    else:
+        tagged = [(ext, stride, MEMORY_AXIS) for ext, stride in memory_view(dst).atoms]
+    strides = []
+    for j, atoms in enumerate(atoms_by_dim(tagged, dst.extents, dst.name)):
+        if len(atoms) > 1:
+            raise Decline(
+                f"dst {dst.name}'s layout splits dimension {j} ({atoms}); a reduction writes "
+                "dst through one stride per dimension"
+            )
+        strides.append(atoms[0][1] if atoms else 0)
+    return strides
+
+
+def _sort_digits(digits: list[Digit]) -> list[Digit]:
+    """Slots and serial digits outer -> inner as placed (the vector innermost), threads
+    after them."""
+    inner_first = {"slot": [], "serial": []}
+    rest = []
+    for d in digits:
+        (inner_first[d.kind] if d.kind in inner_first else rest).append(d)
+    # cells were visited innermost first: reverse to outer -> inner
+    return [*reversed(inner_first["slot"]), *reversed(inner_first["serial"]), *rest]
+
+
+def _lanes_and_warps(call: TileCall, parts: Participants) -> tuple[int, int, int]:
+    """(lanes per warp, warps, the lane mask) of the threads that run the call."""
+    l0, lanes = parts.lane
+    if call.scope == "thread":
+        return 1, 1, 1
+    if lanes != WARP_SIZE:
+        aligned = lanes & (lanes - 1) == 0 and l0 % lanes == 0
+        if not aligned:
+            raise Decline(
+                f"the call runs on lanes [{l0}, {l0 + lanes}); a shuffle butterfly needs an aligned "
+                "power-of-two range of lanes"
+            )
+    warps = parts.warp[1] if parts.warp is not None else 1
+    if lanes != WARP_SIZE and warps > 1:
+        raise Decline(
+            f"the call runs on lanes [{l0}, {l0 + lanes}) of {warps} warps; a barrier across "
+            "warps needs whole warps (narrow to whole warps, or call it at warp scope)"
+        )
+    mask = ((1 << lanes) - 1) << l0
+    return lanes, warps, mask
+
+
+def _cost(s: Schedule, call: TileCall, lane_count: int, elem_bytes: int) -> tuple[float, int]:
+    """(est. SM clocks per warp, wavefronts of one warp's first load)."""
+    lanes = np.arange(min(lane_count, WARP_SIZE))
+    first = np.zeros_like(lanes)
+    for d in s.digits:
+        if d.kind in ("lane", "idle") and d.thread_stride < WARP_SIZE:
+            first = first + ((lanes // d.thread_stride) % d.extent) * d.src_stride
+    _, waves = wavefront_costs(
+        np.zeros_like(lanes), lanes, first * elem_bytes, np.full_like(lanes, s.vec * elem_bytes)
+    )
+    slots = max(s.slot_count, 1)
+    vectors = slots * s.per_thread // s.vec
+    clocks = vectors * waves + slots * s.per_thread / 4 + slots * len(s.lane_masks)
+    if s.warp_partials > 1:
+        clocks += BARRIER_CLOCKS + slots * s.warp_partials
+    return clocks, int(waves)
+
+
+def plan(call: TileCall) -> SharedReducePlan:
+    src, dst = call.operand("src"), call.operand("dst")
+    shape = shape_of(call)
+    view = memory_view(src)
+    parts = call.participation.participants
+    lanes, warps, lane_mask = _lanes_and_warps(call, parts)
+    cells = _cells(src, view, shape)
+    inner = [c for c in cells if c.stride == 1]
+    candidates = []
+    for bits, vec in vector_candidates(src.elem_bits):
+        vec_cell = inner[0] if inner else None
+        if vec > 1:
+            if vec_cell is None:
+                continue
+            cap = view.swizzle.unit if view.swizzle is not None else None
+            misfit = vector_misfit(
+                vec,
+                (vec_cell.extent, (1,)),
+                [("src", c.stride) for c in cells if c is not vec_cell],
+                [("src", view.base)],
+            )
+            if misfit is not None or (cap is not None and vec > cap):
+                continue
+        spatial_first = sorted(cells, key=lambda c: (c.reduced, c.stride))
+        memory_order = sorted(cells, key=lambda c: c.stride)
+        for name, order in (("memory order", memory_order), ("spatial first", spatial_first)):
+            if vec_cell is not None and vec > 1:
+                order = [vec_cell, *(c for c in order if c is not vec_cell)]
+            placed = _place(order, lanes, warps, vec, vec_cell, dst.memory == "shared")
+            digits = _with_dst(placed, shape, dst)
+            s = _schedule(call, shape, digits, vec, vec_cell, lanes * warps)
+            clocks, waves = _cost(s, call, lanes, src.elem_bits // 8)
+            candidates.append((clocks, len(candidates), s, waves, f"{name}, {bits}-bit loads"))
+    if not candidates:
+        raise Decline(f"no access width fits src {src.name}'s layout")
+    clocks, _, s, waves, placement = min(candidates, key=lambda c: (c[0], c[1]))
+    sync = _sync(call, s, parts) if s.warp_partials > 1 else None
+    group = f"{call.scope} {parts}"
+    return SharedReducePlan(
+        call.op,
+        s,
+        dst.memory,
+        sync,
+        combine.instance_outputs(s),
+        lane_mask,
+        clocks,
+        waves,
+        placement,
+        group,
+    )
+
+
+def _schedule(call: TileCall, shape: ReduceShape, digits, vec, vec_cell, threads) -> Schedule:
+    src, dst = call.operand("src"), call.operand("dst")
+    digits = _sort_digits(digits)
+    vec_on = None
+    if vec > 1 and vec_cell is not None:
+        vec_on = "serial" if vec_cell.reduced else "slot"
+    per_thread = math.prod(d.extent for d in digits if d.kind == "serial")
+    if vec_on == "serial":
+        k = vec
+    elif vec_on == "slot":
+        k = 1
+    else:
+        k = next(k for k in (MAX_ACCUMULATORS, 2, 1) if per_thread % k == 0)
+    return Schedule(
+        op=call.op,
+        digits=tuple(digits),
+        src_extents=tuple(src.extents),
+        dst_extents=tuple(dst.extents),
+        threads=threads,
+        accumulators=k,
+        vec=vec,
+        vec_on=vec_on,
+        src_dtype=src.dtype,
+        acc_dtype=accumulate_dtype(src.dtype),
+        dst_dtype=dst.dtype,
+        accum=accum_flag(call),
+    )
+
+
+def _sync(call: TileCall, s: Schedule, parts: Participants) -> Sync:
+    repeat = bool(call.enclosing is not None and call.enclosing.loops)
+    threads = s.threads
+    cta = call.launch_extents.get("threadIdx.x") or threads
+    if call.scope == "cta" and threads == cta:
+        return Sync("cta", threads, 1, repeat)
+    if call.scope == "warpgroup":
+        return Sync("named", threads, max(cta // 128, 1), repeat)
+    return Sync("named", threads, 1, repeat)
+
+
+def _side(opnd: Operand) -> Side:
+    if opnd.memory == "local":
+        return Side(opnd.buffer, "local", opnd.dtype, register_view(opnd).base)
+    mem = memory_view(opnd)
+    return Side(opnd.buffer, "shared", opnd.dtype, mem.base, mem.swizzle)
+
+
+def emit(plan: SharedReducePlan, call: TileCall):
+    """The synthesized schedule's fold, butterfly, workspace and dst write (:mod:`.combine`)."""
+    e = Emission(
+        plan.schedule,
+        _side(call.operand("src")),
+        _side(call.operand("dst")),
+        plan.sync,
+        plan.lane_mask,
+        plan.outputs,
+    )
+    instance: Any = tirx.const(0, "int32")
+    if plan.sync is not None and plan.sync.instances > 1:
+        instance = tirx.floordiv(linear_thread_index(call), 128)
+    return combine.emit(e, participant_index(call), instance, call.resources)
+
+
+for _op in ("sum", "max", "min"):
+    variant(
+        _op,
+        "shared",
+        priority=10,
+        order=1,
+        predicates=[
+            requires_cuda,
+            requires_scope("thread", "warp", "warpgroup", "cta"),
+            requires_known_participants,
+            *COMMON_PREDICATES,
+            requires_shared_src,
+            requires_dst_shared_or_whole_registers,
+            requires_no_kept_axes,
+        ],
+        plan=plan,
+    )(emit)

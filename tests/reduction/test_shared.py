@@ -1,0 +1,166 @@
+"""sum / max / min -> shared: shared-memory reductions (plans, emitted code, simulator and
+GPU round trips, bit for bit against the plan's summation order and within the bound of
+numpy's sum)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tvm.tirx.layout import S, TileLayout
+
+import tirx_cuda_dispatch as tcd
+from executors import WHERE, execute
+from reduction_checks import check_against_numpy, region, report_of
+from tirx_cuda_dispatch import demos, toolchain
+from tirx_cuda_dispatch.reduction.schedule import emulate
+from tirx_cuda_dispatch.runtime import random_array
+
+# TVM's test_reduction_shared shapes: (src, dst, axes, src region, dst region)
+TVM_SHAPES = [
+    ((32, 32), (32,), (-1,), None, None),
+    ((32, 32), (32,), (0,), None, None),
+    ((8, 16, 2, 22), (8, 16), (-2, -1), None, None),
+    ((4, 8, 6), (4, 6), (1,), None, None),
+    ((32, 7), (32,), (-1,), None, None),
+    ((32, 32), (32,), (-1,), ((1, 1), (5, 8)), ((2,), (5,))),
+]
+
+
+def _run(kernel, src, dst_old, where, gpu):
+    return execute(kernel, [src, dst_old], where, gpu)[1]
+
+
+def _check(kernel, src, dst_old, where, gpu, src_region=None, dst_region=None, accum=False):
+    """Poisoned (or accum: random) dst; the call's region equals the plan's emulation bit
+    for bit, is within the error bound of numpy's, and nothing else of dst changed."""
+    out = _run(kernel, src, dst_old, where, gpu)
+    report = report_of(kernel)
+    s = report.plan_object.schedule
+    src_r = region(src, src_region)
+    old_r = region(dst_old, dst_region)
+    want = emulate(s, src_r, old_r)
+    got = region(out, dst_region)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    check_against_numpy(report, got, src_r, old_r if accum else None)
+    if dst_region is not None:  # outside the region: untouched
+        mask = np.ones(dst_old.shape, bool)
+        mask[tuple(slice(a, a + e) for a, e in zip(*dst_region, strict=True))] = False
+        np.testing.assert_array_equal(out[mask].view(np.uint8), dst_old[mask].view(np.uint8))
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("accum", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+@pytest.mark.parametrize("src_shape, dst_shape, axes, src_region, dst_region", TVM_SHAPES)
+def test_tvm_shared_shapes(
+    src_shape, dst_shape, axes, src_region, dst_region, op, dtype, accum, where, gpu, rng
+):
+    threads = 128 if np.prod(src_shape) > 1024 else 32
+    sr = (src_region[0], src_region[1]) if src_region else None
+    dr = (dst_region[0], dst_region[1]) if dst_region else None
+    kernel = demos.shared_reduction(
+        op, src_shape, axes, dst_shape, dtype, cta_threads=threads, accum=accum,
+        src_region=sr, dst_region=dr,
+    )  # fmt: skip
+    src = random_array(src_shape, dtype, rng)
+    old = random_array(dst_shape, dtype, rng) if accum else np.full(dst_shape, np.nan, dtype)
+    _check(kernel, src, old, where, gpu, sr, dr, accum)
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+@pytest.mark.parametrize(
+    "narrow, scope",
+    [("warp5", "warp"), ("wg0", "warpgroup"), ("tid65", "thread"), ("warps0-3", "cta")],
+)
+def test_narrowed_scopes(narrow, scope, op, where, gpu, rng):
+    """TVM's test_reduction_shared_subscope: a warp (``if warp == 5``), a warpgroup
+    (``if wg == 0``), one thread (``if tid == 65``) of a 256-thread CTA, and the CTA's
+    warps 0-3 (``if warp < 4``) reduce a 4x8 tile."""
+    kernel = demos.shared_reduction(op, (4, 8), (-1,), (4,), scope=scope, cta_threads=256,
+                                    narrow=narrow)  # fmt: skip
+    src = random_array((4, 8), "float32", rng)
+    _check(kernel, src, np.full(4, np.nan, np.float32), where, gpu)
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_data_into_float32_statistics(dtype, where, gpu, rng):
+    """RMSNorm's statistics: 16-bit rows summed in float32 into a float32 dst."""
+    kernel = demos.shared_reduction("sum", (4, 1024), (-1,), (4,), dtype, "float32",
+                                    cta_threads=256)  # fmt: skip
+    src = random_array((4, 1024), dtype, rng)
+    _check(kernel, src, np.full(4, np.nan, np.float32), where, gpu)
+    report = report_of(kernel)
+    assert report.plan["accumulate"] == f"{dtype} -> float32 -> float32"
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_call_in_a_loop_waits_before_reusing_its_workspace(where, gpu, rng):
+    kernel = demos.shared_reduction("sum", (2, 512), (-1,), (2,), cta_threads=256, repeat=3,
+                                    accum=True)  # fmt: skip
+    report = report_of(kernel)
+    assert report.plan["sync"] == "bar.sync 0 (twice: the call repeats)"
+    src = random_array((2, 512), "float32", rng)
+    old = random_array((2,), "float32", rng)
+    out = _run(kernel, src, old, where, gpu)
+    s = report.plan_object.schedule
+    want = old
+    for _ in range(3):
+        want = emulate(s, src, want)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_cta_reduction_keeps_every_thread_busy_with_conflict_free_vector_loads():
+    """The issue's RMSNorm shape: 4 rows of 256 float32 over 128 threads."""
+    kernel = demos.shared_reduction("sum", (4, 256), (-1,), (4,), cta_threads=128)
+    report = report_of(kernel)
+    s = report.plan_object.schedule
+    assert s.vec == 4 and report.plan["wavefronts_per_load"] == 4  # 512 bytes: 4 wavefronts
+    assert s.threads == 128 and not s.of("idle")  # no idle thread, no one-warp-per-row
+    assert len(s.lane_masks) == 5 and s.warp_partials >= 2
+    assert [r.split(":")[0] for r in report.resources] == ["workspace partials"]
+
+
+def test_emitted_code_has_vector_loads_shuffles_and_one_barrier():
+    kernel = demos.shared_reduction("sum", (4, 256), (-1,), (4,), cta_threads=128)
+    sass = toolchain.kernel_sass(kernel, "sm_90a")
+    assert sass.count("SHFL.BFLY") >= 5
+    assert "LDS.128" in sass
+    assert sass.count("BAR.SYNC") >= 1
+    assert "LDL" not in sass and "STL" not in sass
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_named_barrier_of_a_warpgroup_call_avoids_the_kernels_ids(where, gpu, rng):
+    """A warpgroup-scope reduction needing its warps to meet gets named barrier ids the
+    kernel does not use (never 0 nor TVM's 8): one per warpgroup of the CTA, as each may run
+    its own call (here only warpgroup 0 does: two warpgroups reducing into one dst race)."""
+    kernel = demos.shared_reduction("sum", (2, 2048), (-1,), (2,), scope="warpgroup",
+                                    cta_threads=256, narrow="wg0")  # fmt: skip
+    report = report_of(kernel)
+    assert any(r.startswith("named barrier sync: 2 ids, 128 threads") for r in report.resources)
+    src = random_array((2, 2048), "float32", rng)
+    _check(kernel, src, np.full(2, np.nan, np.float32), where, gpu)
+    call = report.call_object
+    ids = call.resources["sync"]
+    assert ids not in (0, 8) and ids + 1 not in (0, 8)
+
+
+def test_swizzled_src_is_read_through_its_swizzle(rng):
+    from tvm.tirx.layout import ComposeLayout
+
+    layout = ComposeLayout(3, 3, 3, TileLayout(S[(8, 64)]))
+    kernel = demos.shared_reduction("max", (8, 64), (-1,), (8,), src_layout=layout)
+    src = random_array((8, 64), "float32", rng)
+    _check(kernel, src, np.full(8, np.nan, np.float32), "sim", None)
+
+
+def test_explain_of_tvm_0_27s_failing_program_names_our_plan():
+    """The issue's program: TVM 0.27's shared reduction fails its own well-formedness
+    check here; ours lowers it."""
+    kernel = demos.shared_reduction("sum", (4, 256), (-1,), (4,), cta_threads=128)
+    report = report_of(kernel)
+    assert report.variant == "shared" and report.error is None
+    assert tcd.explain(kernel) is not None
