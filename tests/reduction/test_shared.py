@@ -113,14 +113,28 @@ def test_call_in_a_loop_waits_before_reusing_its_workspace(where, gpu, rng):
 
 
 def test_cta_reduction_keeps_every_thread_busy_with_conflict_free_vector_loads():
-    """The issue's RMSNorm shape: 4 rows of 256 float32 over 128 threads."""
+    """The issue's RMSNorm shape: 4 rows of 256 float32 over 128 threads: a warp per row,
+    its 32 lanes on 16-byte vectors (4 wavefronts per 512-byte warp load, no conflict)."""
     kernel = demos.shared_reduction("sum", (4, 256), (-1,), (4,), cta_threads=128)
     report = report_of(kernel)
     s = report.plan_object.schedule
-    assert s.vec == 4 and report.plan["wavefronts_per_load"] == 4  # 512 bytes: 4 wavefronts
-    assert s.threads == 128 and not s.of("idle")  # no idle thread, no one-warp-per-row
-    assert len(s.lane_masks) == 5 and s.warp_partials >= 2
-    assert [r.split(":")[0] for r in report.resources] == ["workspace partials"]
+    assert s.vec == 4 and report.plan["wavefronts_per_load"] == 4
+    assert s.threads == 128 and not s.of("idle")  # every thread works
+    assert len(s.lane_masks) == 5 and s.warp_partials == 1
+    # two long rows over eight warps: four warps per row, combined through the workspace
+    wide = report_of(demos.shared_reduction("sum", (2, 4096), (-1,), (2,), cta_threads=256))
+    ws = wide.plan_object.schedule
+    assert ws.warp_partials == 4 and not ws.of("idle")
+    assert [r.split(":")[0] for r in wide.resources] == ["workspace partials"]
+
+
+def test_the_cost_rule_splits_lanes_between_rows_and_columns():
+    """32 rows of 256: 8 lanes per row on 16-byte vectors (3 shuffles per row) beat 32
+    lanes per row (5 shuffles per row, 4 rows per warp)."""
+    report = report_of(demos.shared_reduction("sum", (32, 256), (-1,), (32,), cta_threads=256))
+    s = report.plan_object.schedule
+    assert s.lane_masks == (1, 2, 4) and s.slot_count == 1 and s.vec == 4
+    assert "8 on the first" in report.plan["placement"]
 
 
 def test_emitted_code_has_vector_loads_shuffles_and_one_barrier():

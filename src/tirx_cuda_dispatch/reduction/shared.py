@@ -19,6 +19,7 @@ data accumulates in float32.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -178,44 +179,52 @@ def _pow2_ceil(n: int) -> int:
 
 
 def _place(
-    cells: list[_Cell],
+    lane_order: list[_Cell],
+    warp_order: list[_Cell],
     lanes: int,
     warps: int,
     vec: int,
     vec_cell: _Cell | None,
     spatial_threads: bool = True,
+    first_lanes: int = 32,
 ) -> list[Digit]:
-    """Digits for one thread placement: ``cells`` in the order threads go onto them (the
-    vector taken off ``vec_cell`` first), lanes before warps, consecutive threads on
-    consecutive elements; what no thread takes is walked inside the thread. Without
+    """Digits for one thread placement: lanes go onto ``lane_order``'s cells (after the
+    vector, off ``vec_cell``; at most ``first_lanes`` onto the first cell), then warps onto
+    what is left of ``warp_order``'s; inside a cell consecutive threads take consecutive
+    elements (lanes innermost); what no thread takes is walked in the thread. Without
     ``spatial_threads`` every thread computes every output (a dst all threads hold)."""
-    digits: list[Digit] = []
-    left = {"lane": lanes, "warp": warps}
-    thread_stride = {"lane": 1, "warp": WARP_SIZE}
-    for cell in cells:
-        ext, index_stride, stride = cell.extent, cell.index_stride, cell.stride
-        if cell is vec_cell and vec > 1:
-            kind = "serial" if cell.reduced else "slot"
-            digits.append(_digit(kind, vec, cell, index_stride, stride))
-            ext, index_stride, stride = ext // vec, index_stride * vec, stride * vec
-        for kind in ("lane", "warp"):
-            if left[kind] <= 1 or ext <= 1 or not (cell.reduced or spatial_threads):
+    state = {id(c): [c.extent, c.index_stride, c.stride, []] for c in lane_order}
+    if vec_cell is not None and vec > 1:
+        st = state[id(vec_cell)]
+        st[3].append(_digit("serial" if vec_cell.reduced else "slot", vec, vec_cell, *st[1:3]))
+        st[0], st[1], st[2] = st[0] // vec, st[1] * vec, st[2] * vec
+    idle = []
+    for kind, count, order, step in (
+        ("lane", lanes, lane_order, 1),
+        ("warp", warps, warp_order, WARP_SIZE),
+    ):
+        for n, cell in enumerate(order):
+            st = state[id(cell)]
+            if count <= 1 or st[0] <= 1 or not (cell.reduced or spatial_threads):
                 continue
-            take = _take(left[kind], ext, kind)
-            d = _digit(kind, take, cell, index_stride, stride)
-            digits.append(Digit(**{**d.__dict__, "thread_stride": thread_stride[kind]}))
-            thread_stride[kind] *= take
-            left[kind] //= take
-            ext = -(-ext // take)
-            index_stride, stride = index_stride * take, stride * take
+            take = _take(count, st[0], kind)
+            if kind == "lane" and n == 0:
+                take = min(take, first_lanes)
+            d = _digit(kind, take, cell, st[1], st[2])
+            st[3].append(Digit(**{**d.__dict__, "thread_stride": step}))
+            step *= take
+            count //= take
+            st[0], st[1], st[2] = -(-st[0] // take), st[1] * take, st[2] * take
+        if count > 1:
+            idle.append(Digit("idle", count, False, thread_stride=step))
+    digits: list[Digit] = []
+    for cell in lane_order:
+        ext, index_stride, stride, placed = state[id(cell)]
+        digits += placed
         if ext > 1:
-            digits.append(
-                _digit("serial" if cell.reduced else "slot", ext, cell, index_stride, stride)
-            )
-    for kind in ("lane", "warp"):
-        if left[kind] > 1:
-            digits.append(Digit("idle", left[kind], False, thread_stride=thread_stride[kind]))
-    return digits
+            kind = "serial" if cell.reduced else "slot"
+            digits.append(_digit(kind, ext, cell, index_stride, stride))
+    return digits + idle
 
 
 def _take(left: int, ext: int, kind: str) -> int:
@@ -306,8 +315,15 @@ def _lanes_and_warps(call: TileCall, parts: Participants) -> tuple[int, int, int
     return lanes, warps, mask
 
 
-def _cost(s: Schedule, call: TileCall, lane_count: int, elem_bytes: int) -> tuple[float, int]:
-    """(est. SM clocks per warp, wavefronts of one warp's first load)."""
+def _cost(
+    s: Schedule, call: TileCall, lane_count: int, elem_bytes: int
+) -> tuple[float, int, float]:
+    """(est. SM clocks per warp, wavefronts of one warp's first load, instructions).
+
+    Shared-memory wavefronts and shuffles share one pipe (one warp request per clock per
+    SM), adds and every other instruction issue four per clock per SM; a warp's work takes
+    the longer of the two, plus a barrier and the workspace where warps combine. Of equal
+    estimates the one issuing fewer instructions (wider loads) wins."""
     lanes = np.arange(min(lane_count, WARP_SIZE))
     first = np.zeros_like(lanes)
     for d in s.digits:
@@ -318,10 +334,12 @@ def _cost(s: Schedule, call: TileCall, lane_count: int, elem_bytes: int) -> tupl
     )
     slots = max(s.slot_count, 1)
     vectors = slots * s.per_thread // s.vec
-    clocks = vectors * waves + slots * s.per_thread / 4 + slots * len(s.lane_masks)
+    shuffles = slots * len(s.lane_masks)
+    instructions = vectors + slots * s.per_thread + shuffles
+    clocks = max(vectors * waves + shuffles, instructions / 4)
     if s.warp_partials > 1:
         clocks += BARRIER_CLOCKS + slots * s.warp_partials
-    return clocks, int(waves)
+    return clocks, int(waves), instructions
 
 
 def plan(call: TileCall) -> SharedReducePlan:
@@ -347,19 +365,30 @@ def plan(call: TileCall) -> SharedReducePlan:
             )
             if misfit is not None or (cap is not None and vec > cap):
                 continue
-        spatial_first = sorted(cells, key=lambda c: (c.reduced, c.stride))
-        memory_order = sorted(cells, key=lambda c: c.stride)
-        for name, order in (("memory order", memory_order), ("spatial first", spatial_first)):
-            if vec_cell is not None and vec > 1:
-                order = [vec_cell, *(c for c in order if c is not vec_cell)]
-            placed = _place(order, lanes, warps, vec, vec_cell, dst.memory == "shared")
+        orders = {
+            "memory order": sorted(cells, key=lambda c: c.stride),
+            "spatial first": sorted(cells, key=lambda c: (c.reduced, c.stride)),
+        }
+        lane_orders = orders
+        if vec_cell is not None and vec > 1:  # the lanes continue the vector's run
+            lane_orders = {
+                k: [vec_cell, *(c for c in o if c is not vec_cell)] for k, o in orders.items()
+            }
+        caps = [1 << k for k in range(lanes.bit_length())]  # lanes on the first cell
+        for (lane_name, lane_order), (warp_name, warp_order), cap in itertools.product(
+            lane_orders.items(), orders.items(), caps
+        ):
+            placed = _place(
+                lane_order, warp_order, lanes, warps, vec, vec_cell, dst.memory == "shared", cap
+            )
             digits = _with_dst(placed, shape, dst)
             s = _schedule(call, shape, digits, vec, vec_cell, lanes * warps)
-            clocks, waves = _cost(s, call, lanes, src.elem_bits // 8)
-            candidates.append((clocks, len(candidates), s, waves, f"{name}, {bits}-bit loads"))
+            clocks, waves, instructions = _cost(s, call, lanes, src.elem_bits // 8)
+            name = f"lanes {lane_name} ({cap} on the first), warps {warp_name}, {bits}-bit loads"
+            candidates.append((clocks, instructions, len(candidates), s, waves, name))
     if not candidates:
         raise Decline(f"no access width fits src {src.name}'s layout")
-    clocks, _, s, waves, placement = min(candidates, key=lambda c: (c[0], c[1]))
+    clocks, _, _, s, waves, placement = min(candidates, key=lambda c: c[:3])
     sync = _sync(call, s, parts) if s.warp_partials > 1 else None
     group = f"{call.scope} {parts}"
     return SharedReducePlan(
