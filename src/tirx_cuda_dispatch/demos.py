@@ -691,3 +691,56 @@ def unpack_registers(regs: np.ndarray, layout: Any, shape: tuple[int, ...], scop
         held = np.flatnonzero(table[:, i] >= 0)
         rows += [(int(table[t, i]), regs[t, r]) for t in held]
     return rows
+
+
+def shared_to_registers(
+    op: str,
+    src_shape: tuple[int, ...],
+    axes: tuple[int, ...],
+    dst_shape: tuple[int, ...],
+    dst_layout: Any,
+    scope: str = "cta",
+    cta_threads: int = 128,
+    dtype: str = "float32",
+    dst_dtype: str | None = None,
+    accum: bool = False,
+    repeat: int = 1,
+) -> Any:
+    """A reduction of a shared tile into registers laid out by ``dst_layout``: A -> shared,
+    each thread's dst registers from row ``tid`` of B (their old value, or poison), the
+    call, and the registers back to B's row (``(threads, dst registers)``, as
+    :func:`register_reduction` stores them)."""
+    dst_dtype = dst_dtype or dtype
+    warps = cta_threads // 32
+    with_wg = warps % 4 == 0
+    n_dst = register_count(dst_layout)
+    all_src = tuple(slice(0, e) for e in src_shape)
+    namespace = getattr(Tx, "wg" if scope == "warpgroup" else scope)
+    reduce = getattr(namespace, op)
+
+    # fmt: off
+    @T.prim_func
+    def reduction(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, src_shape, dtype)
+        B = T.match_buffer(B_ptr, (cta_threads, n_dst), dst_dtype)
+        T.device_entry()
+        T.cta_id([1])
+        if with_wg:
+            T.warpgroup_id([warps // 4])
+            T.warp_id_in_wg([4])
+        T.warp_id([warps])
+        T.lane_id([32])
+        tid = T.thread_id([cta_threads])
+        A_s = T.alloc_buffer(src_shape, dtype, scope="shared", layout=TileLayout(S[src_shape]))
+        Tx.cta.copy(A_s[all_src], A[all_src])
+        T.cuda.cta_sync()
+        dst = T.alloc_buffer([n_dst], dst_dtype, scope="local")
+        for i in T.unroll(n_dst):
+            dst[i] = B[tid, i]
+        dst_view = dst.view(*dst_shape, layout=dst_layout)
+        for _ in range(repeat):
+            reduce(dst_view, A_s[all_src], axes=axes, accum=accum)
+        for i in T.unroll(n_dst):
+            B[tid, i] = dst[i]
+    # fmt: on
+    return reduction

@@ -170,15 +170,32 @@ def test_warp_reduction_sass_is_a_butterfly_without_local_memory():
     assert "LDL" not in sass and "STL" not in sass
 
 
-def test_dst_that_places_outputs_on_other_threads_is_declined():
-    """src computes row r in lane r; a dst that keeps all rows in every thread would need
-    other lanes' results."""
-    case = ("x", TileLayout(S[(32, 8) : (1 @ laneid, 1)]), (32, 8), TileLayout(S[32]), (32,),
-            (-1,), "warp", 32, None)  # fmt: skip
-    report = report_of(_kernel(case, "sum"))
-    why = next(c.reason for c in report.candidates if c.variant == "local")
-    assert "keeps in every thread outputs that src" in why
-    assert report.variant is None
+FILL_CASES = [
+    # each lane computes a row, every thread holds all 32 row sums
+    ("all_rows_everywhere", TileLayout(S[(32, 8) : (1 @ laneid, 1)]), (32, 8), TileLayout(S[32]),
+     (32,), (-1,), "warp", 32, None),
+    # row r = 8 a + b computed in lane r, held in lane a + 4 b
+    ("lanes_transposed", TileLayout(S[(32, 8) : (1 @ laneid, 1)]), (32, 8),
+     TileLayout(S[(4, 8) : (1 @ laneid, 4 @ laneid)]), (32,), (-1,), "warp", 32, None),
+    # CTA: warp w computes rows 4 w .. 4 w + 3 across its lanes; lane l of every warp holds
+    # row l % 32
+    ("cta_rows_to_lanes", TileLayout(S[(8, 4, 32) : (1 @ warpid, 1, 1 @ laneid)]), (32, 32),
+     TileLayout(S[32 : 1 @ laneid] + R[8 : 1 @ warpid]), (32,), (-1,), "cta", 256, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("accum", [False, True])
+@pytest.mark.parametrize("name", [c[0] for c in FILL_CASES])
+def test_dst_placed_apart_from_where_outputs_are_computed_is_filled(name, accum, where, gpu, rng):
+    """dst's layout gives outputs to other threads than compute them: the outputs go
+    through a shared workspace and every holder reads its registers (the plan says why)."""
+    case = next(c for c in FILL_CASES if c[0] == name)
+    report, x, old, got = _round_trip(case, "sum", "float32", where, gpu, rng, accum=accum)
+    assert "fill" in report.plan and any(
+        r.startswith("workspace outputs") for r in report.resources
+    )
+    check_against_numpy(report, got, x, old if accum else None)
 
 
 def test_reduced_axis_on_lanes_that_are_not_a_power_of_two_apart_is_declined():

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tvm.tirx.layout import S, TileLayout
+from tvm.tirx.layout import R, S, TileLayout, laneid, warpid, wg_local_layout
 
 import tirx_cuda_dispatch as tcd
 from executors import WHERE, execute
 from reduction_checks import check_against_numpy, region, report_of
 from tirx_cuda_dispatch import demos, toolchain
 from tirx_cuda_dispatch.reduction.schedule import emulate
-from tirx_cuda_dispatch.runtime import random_array
+from tirx_cuda_dispatch.runtime import bits, poison_like, random_array
 
 # TVM's test_reduction_shared shapes: (src, dst, axes, src region, dst region)
 TVM_SHAPES = [
@@ -178,3 +178,39 @@ def test_explain_of_tvm_0_27s_failing_program_names_our_plan():
     report = report_of(kernel)
     assert report.variant == "shared" and report.error is None
     assert tcd.explain(kernel) is not None
+
+
+# (src shape, axes, dst shape, dst layout, scope, threads)
+FILLS = [
+    ((32, 64), (-1,), (32,), TileLayout(S[32 : 1 @ laneid]), "warp", 32),
+    ((8, 256), (-1,), (8,), TileLayout(S[8 : 1 @ warpid] + R[32 : 1 @ laneid]), "cta", 256),
+    ((64, 16), (0,), (16, 1), TileLayout(S[(16, 1) : (2 @ laneid, 1)] + R[2 : 1 @ laneid]),
+     "warp", 32),
+    ((128, 8), (-1,), (128, 1), wg_local_layout(1), "warpgroup", 128),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("accum", [False, True])
+@pytest.mark.parametrize("case", range(len(FILLS)))
+def test_register_dst_placed_by_its_layout_is_filled_from_a_workspace(case, accum, where, gpu, rng):
+    """A register dst whose layout puts outputs on threads of its own (row r in lane r, a
+    row per warp replicated over its lanes, wg_local_layout): every output goes to a
+    shared workspace, then every holder reads its registers' outputs."""
+    src_shape, axes, dst_shape, layout, scope, threads = FILLS[case]
+    kernel = demos.shared_to_registers("sum", src_shape, axes, dst_shape, layout, scope, threads,
+                                       accum=accum)  # fmt: skip
+    report = report_of(kernel)
+    assert report.variant == "shared" and "fill" in report.plan
+    assert any(r.startswith("workspace outputs") for r in report.resources)
+    x = random_array(src_shape, "float32", rng)
+    old = random_array(dst_shape, "float32", rng)
+    b = (
+        demos.pack_registers(old, layout, scope, threads)
+        if accum
+        else poison_like(np.zeros((threads, demos.register_count(layout)), np.float32))
+    )
+    out = execute(kernel, [x, b], where, gpu)[1]
+    want = emulate(report.plan_object.schedule, x, old if accum else None).reshape(-1)
+    for element, value in demos.unpack_registers(out, layout, dst_shape, scope):
+        assert bits(np.array([value], np.float32)) == bits(np.array([want[element]], np.float32))

@@ -29,6 +29,9 @@ from tvm.script import tirx as T
 
 from ..build import Body, all_of, const
 from ..codegen import access_dtype, storage_words
+from ..layout.atoms import MemoryView, common_refinement
+from ..layout.partition import Dim, ScopePartition
+from ..layout.register import induced_partition, register_view
 from ..layout.swizzle import Swizzle
 from .ops import REDUCERS
 from .schedule import Digit, Schedule, digit_value
@@ -56,10 +59,10 @@ class Side:
 
 @dataclass(frozen=True)
 class Sync:
-    """How the warps of one instance meet at the workspace: ``cta`` (``bar.sync 0``, the
-    whole CTA runs the call) or ``named`` (``bar.sync id, threads``, one id per instance);
-    ``repeat``: the call may run again (in a loop), so a barrier comes before the
-    workspace is written too."""
+    """How the threads of one instance meet at a workspace: ``cta`` (``bar.sync 0``, the
+    whole CTA runs the call), ``named`` (``bar.sync id, threads``, one id per instance) or
+    ``warp`` (``__syncwarp``); ``repeat``: the call may run again (in a loop), so a barrier
+    comes before a workspace is written too."""
 
     kind: str
     threads: int
@@ -68,15 +71,51 @@ class Sync:
 
 
 @dataclass(frozen=True)
+class Fill:
+    """dst's registers filled from the ``outputs`` workspace (where the schedule's writers
+    put every output), as dst's layout places them: ``partition`` is the register-induced
+    partition of (dst's registers, the workspace)."""
+
+    partition: ScopePartition
+    dst: Side  # the registers
+
+
+@dataclass(frozen=True)
 class Emission:
     """Everything the emitted code needs besides the call's buffers."""
 
     schedule: Schedule
     src: Side
-    dst: Side
-    sync: Sync | None  # None: no cross-warp combine
+    dst: Side  # where the writers put the outputs: dst, or the outputs workspace (fill)
+    sync: Sync | None  # None: no cross-warp combine and no fill
     lane_mask: int = FULL_MASK  # the lanes that execute the shuffles
     outputs: int = 1  # outputs of one instance (the workspace's row length)
+    fill: Fill | None = None
+
+
+def row_major(extents) -> list[int]:
+    """Row-major strides of ``extents``."""
+    strides, inner = [], 1
+    for e in reversed(list(extents)):
+        strides.insert(0, inner)
+        inner *= e
+    return strides
+
+
+def fill_partition(dst: Any, scope: str, threads: int) -> ScopePartition:
+    """The register-induced partition of (dst's registers, a row-major workspace of every
+    output): where each thread reads its registers' outputs in a :class:`Fill`."""
+    atoms = tuple(
+        (e, st) for e, st in zip(dst.extents, row_major(dst.extents), strict=True) if e != 1
+    )
+    outputs = MemoryView("outputs", atoms, 0)
+    view = register_view(dst)
+    if view.thread_axes:
+        return induced_partition([view, outputs], 0, scope, threads, [(dst.elem_bits, 1)])
+    # every thread holds every output: each reads them all
+    rows = common_refinement(tuple((e, st) for e, st, _ in view.atoms), atoms)
+    outer = tuple(Dim(e, strides) for e, strides in rows) or (Dim(1, (0, 0)),)
+    return ScopePartition(outer, (), 1, dst.elem_bits, (view.base, 0), (None, None))
 
 
 # -- address arithmetic -----------------------------------------------------------------
@@ -130,9 +169,16 @@ def emit(e: Emission, tid: Any, instance: Any, resources: dict[str, Any]) -> Any
     with b.when(_zero(s, ("unnamed",), thread_values)):
         out = b.local("red_out", acc_t, max(s.slot_count, 1))
         _fold(b, e, tid, out)
-        if e.sync is not None and s.warp_partials > 1:
+        partials = e.sync is not None and s.warp_partials > 1
+        if partials:
             _across_warps(b, e, tid, instance, out, resources)
+        elif e.fill is not None and e.sync.repeat:
+            # the outputs a slow thread of the last run still reads
+            b.evaluate(barrier(e.sync, resources.get("sync"), instance))
         _write(b, e, tid, out)
+        if e.fill is not None:
+            b.evaluate(barrier(e.sync, resources.get("sync"), instance))
+            _fill(b, e, tid)
     return b.func()
 
 
@@ -247,6 +293,8 @@ def _reduced_warp_index(s: Schedule, values) -> Any:
 def barrier(sync: Sync, barrier_id: Any, instance: Any) -> Any:
     if sync.kind == "cta":
         return T.cuda.cta_sync()
+    if sync.kind == "warp":
+        return T.cuda.warp_sync()
     ident = barrier_id if sync.instances == 1 else barrier_id + instance
     return T.ptx.bar.sync(tirx.Cast("uint32", ident), tirx.const(sync.threads, "uint32"))
 
@@ -259,8 +307,7 @@ def _across_warps(b: Body, e: Emission, tid: Any, instance: Any, out: Any, res: 
     sync = e.sync
     bar_id = res.get("sync")
     row = s.warp_partials * e.outputs
-    vec_slot = s.vec if s.vec_on == "slot" else 1
-    if sync.repeat:
+    if sync.repeat and e.fill is None:  # with a fill, its barrier orders the next run
         b.evaluate(barrier(sync, bar_id, instance))
 
     def at(slot: int):
@@ -273,7 +320,6 @@ def _across_warps(b: Body, e: Emission, tid: Any, instance: Any, out: Any, res: 
             index = base + _reduced_warp_index(s, at(slot)) * e.outputs + _output_index(s, at(slot))
             b.store(ws, index, out[slot])
     b.evaluate(barrier(sync, bar_id, instance))
-    del vec_slot
     readers = True
     if e.dst.memory != "local":
         readers = all_of([leader, _zero(s, ("warp",), at(0), only_reduced=True)])
@@ -320,7 +366,7 @@ def _write(b: Body, e: Emission, tid: Any, out: Any) -> None:
                 dst, s.digits, lambda d: 0 if d.kind == "serial" else d.dst_stride, values
             )
             v = out[slot]
-            if s.accum:
+            if s.accum and e.fill is None:
                 old = view[off]
                 v = red.tir(old if str(old.ty) == acc_t else tirx.Cast(acc_t, old), v)
             if dst.dtype != acc_t:
@@ -328,6 +374,25 @@ def _write(b: Body, e: Emission, tid: Any, out: Any) -> None:
             guard = _spatial_guard(s, values)
             with b.when(guard):
                 b.store(view, off, v)
+
+
+def _fill(b: Body, e: Emission, tid: Any) -> None:
+    """dst's registers from the outputs workspace (accum: the old value first)."""
+    s, p, dst, ws = e.schedule, e.fill.partition, e.fill.dst, e.dst
+    red = REDUCERS[s.op]
+    acc_t = s.acc_dtype
+    regs = b.view(
+        "red_dst", dst.buffer, dst.dtype, storage_words(dst.buffer, dst.elem_bits, dst.elem_bits),
+        scope="local",
+    )  # fmt: skip
+    outputs = b.view("red_outputs", ws.buffer, acc_t, ws.buffer.shape[0])
+    with b.loop("r_fill", p.rounds, unroll=True) as rnd:
+        reg = p.offset(0, rnd, tid)
+        v = outputs[ws.base + p.offset(1, rnd, tid)]
+        if s.accum:
+            old = regs[reg]
+            v = red.tir(old if str(old.ty) == acc_t else tirx.Cast(acc_t, old), v)
+        b.store(regs, reg, v if dst.dtype == acc_t else tirx.Cast(dst.dtype, v))
 
 
 def _spatial_guard(s: Schedule, values) -> Any:
@@ -355,4 +420,15 @@ def instance_outputs(s: Schedule) -> int:
     )
 
 
-__all__ = ["Emission", "Side", "Sync", "barrier", "const", "emit", "instance_outputs"]
+__all__ = [
+    "Emission",
+    "Fill",
+    "Side",
+    "Sync",
+    "barrier",
+    "const",
+    "emit",
+    "fill_partition",
+    "instance_outputs",
+    "row_major",
+]

@@ -28,6 +28,7 @@ from ..call import Operand, TileCall
 from ..codegen import linear_thread_index, thread_index
 from ..errors import Decline
 from ..layout.atoms import memory_view
+from ..layout.partition import ScopePartition
 from ..layout.register import (
     MEMORY_AXIS,
     RegisterView,
@@ -96,6 +97,8 @@ class LocalReducePlan:
     sync: Sync | None
     outputs: int  # outputs per scope instance (the workspace row)
     lane_mask: int
+    fill: ScopePartition | None = None  # dst's registers from the outputs workspace
+    fill_because: str | None = None  # why dst's layout cannot take the outputs directly
 
     @property
     def est_clocks(self) -> float:
@@ -110,15 +113,27 @@ class LocalReducePlan:
         s = self.schedule
         if self.sync is None:
             return ()
-        out = [
-            Workspace(
-                "partials",
-                "shared",
-                s.acc_dtype,
-                (combine.workspace_length(s, self.outputs, self.sync.instances),),
-                f"{s.warp_partials} warps' partials of {self.outputs} outputs per instance",
+        out = []
+        if s.warp_partials > 1:
+            out.append(
+                Workspace(
+                    "partials",
+                    "shared",
+                    s.acc_dtype,
+                    (combine.workspace_length(s, self.outputs, self.sync.instances),),
+                    f"{s.warp_partials} warps' partials of {self.outputs} outputs per instance",
+                )
             )
-        ]
+        if self.fill is not None:
+            out.append(
+                Workspace(
+                    "outputs",
+                    "shared",
+                    s.acc_dtype,
+                    (math.prod(s.dst_extents) * self.sync.instances,),
+                    "every output, for the threads dst's layout gives it to",
+                )
+            )
         if self.sync.kind == "named":
             out.append(
                 NamedBarrier(
@@ -139,6 +154,11 @@ class LocalReducePlan:
             "accumulate": f"{s.src_dtype} -> {s.acc_dtype} -> {s.dst_dtype}",
             "dst": self.dst_memory,
         }
+        if self.fill is not None:
+            facts["fill"] = (
+                f"dst's registers from the outputs workspace, {self.fill.rounds} per thread "
+                f"({self.fill_because})"
+            )
         if self.sync is not None:
             facts["sync"] = (
                 "bar.sync 0"
@@ -198,7 +218,13 @@ def _dst_atoms(dst: Operand, call: TileCall) -> tuple[list[list[tuple[int, int, 
 
 
 def _spatial_digits(
-    i: int, src_atoms, dst_atoms, shape: ReduceShape, call: TileCall, names: tuple[str, str]
+    i: int,
+    src_atoms,
+    dst_atoms,
+    shape: ReduceShape,
+    call: TileCall,
+    names: tuple[str, str],
+    dst_registers: bool,
 ) -> list[Digit]:
     """Digits of spatial dimension ``i``: src's atoms refined against dst's on that dim."""
     j = shape.dst_dims[i]
@@ -223,7 +249,7 @@ def _spatial_digits(
                 f"{names[0]} computes them on {s_axis} (stride {s_stride}); the layouts must "
                 "agree on which thread holds each output"
             )
-        if d_axis == MEMORY_AXIS and call.operand("dst").memory == "local":
+        if d_axis == MEMORY_AXIS and dst_registers:
             raise Decline(
                 f"dst {names[1]} keeps in every thread outputs that src {names[0]} computes on "
                 f"{s_axis}; dst's layout must place each output on the threads that compute it"
@@ -360,6 +386,22 @@ def _accumulators(per_thread: int) -> int:
     return max(1, min(MAX_ACCUMULATORS, per_thread))
 
 
+def _digits(call, view, src_dims, dst_dims, shape, names, dst_registers: bool) -> list[Digit]:
+    """Every digit of the schedule, src's atoms matched against dst's dimension by
+    dimension (:func:`_reduced_digits`, :func:`_spatial_digits`)."""
+    digits: list[Digit] = []
+    for i, atoms in enumerate(src_dims):
+        j = shape.dst_dims[i]
+        d_atoms = dst_dims[j] if j is not None else []
+        if i in shape.axes:
+            digits += _reduced_digits(i, atoms, d_atoms, shape, call, names)
+        else:
+            digits += _spatial_digits(i, atoms, d_atoms, shape, call, names, dst_registers)
+    digits = _thread_coverage(digits, view, call)
+    _check_butterfly(digits, names[0])
+    return digits
+
+
 def plan(call: TileCall) -> LocalReducePlan:
     src, dst = call.operand("src"), call.operand("dst")
     shape = shape_of(call)  # the axes predicate accepted it
@@ -368,23 +410,27 @@ def plan(call: TileCall) -> LocalReducePlan:
         raise Decline(f"src {src.name}'s register offset moves with a loop")
     names = (src.name, dst.name)
     src_dims = atoms_by_dim(view.atoms, src.extents, src.name)
-    dst_dims, dst_base, dst_swizzle = _dst_atoms(dst, call)
-    digits: list[Digit] = []
-    for i, atoms in enumerate(src_dims):
-        j = shape.dst_dims[i]
-        d_atoms = dst_dims[j] if j is not None else []
-        if i in shape.axes:
-            digits += _reduced_digits(i, atoms, d_atoms, shape, call, names)
-        else:
-            digits += _spatial_digits(i, atoms, d_atoms, shape, call, names)
-    digits = _thread_coverage(digits, view, call)
-    _check_butterfly(digits, src.name)
-    if dst.memory == "local":
-        _check_holders_have_data(digits, dst, call, names)
+    dst_dims, _, _ = _dst_atoms(dst, call)
+    fill, why_fill = None, None
+    try:
+        digits = _digits(call, view, src_dims, dst_dims, shape, names, dst.memory == "local")
+        if dst.memory == "local":
+            _check_holders_have_data(digits, dst, call, names)
+    except Decline as why:
+        # dst's layout places outputs on other threads than compute them: the writers put
+        # every output in a workspace, and each holder reads its registers' outputs
+        if dst.memory != "local" or shape.kept or call.scope == "thread":
+            raise
+        fill, why_fill = combine.fill_partition(dst, call.scope, call.thread_count or 1), str(why)
+        rows = combine.row_major(dst.extents)
+        dst_dims = [
+            [(e, st, MEMORY_AXIS)] if e != 1 else []
+            for e, st in zip(dst.extents, rows, strict=True)
+        ]
+        digits = _digits(call, view, src_dims, dst_dims, shape, names, False)
     order = {"slot": 0, "serial": 1, "warp": 2, "lane": 3, "idle": 4, "unnamed": 5}
     digits.sort(key=lambda d: order[d.kind])  # stable: each kind keeps its outer -> inner
     per_thread = math.prod(d.extent for d in digits if d.kind == "serial")
-    acc_t = accumulate_dtype(src.dtype)
     schedule = Schedule(
         op=call.op,
         digits=tuple(digits),
@@ -393,17 +439,15 @@ def plan(call: TileCall) -> LocalReducePlan:
         threads=call.thread_count or 1,
         accumulators=_accumulators(per_thread),
         src_dtype=src.dtype,
-        acc_dtype=acc_t,
+        acc_dtype=accumulate_dtype(src.dtype),
         dst_dtype=dst.dtype,
         accum=accum_flag(call),
     )
-    sync = None
+    sync = _sync(call) if schedule.warp_partials > 1 or fill is not None else None
     outputs = combine.instance_outputs(schedule)
-    if schedule.warp_partials > 1:
-        sync = _sync(call)
-    mask = _lane_mask(schedule)
-    del dst_base, dst_swizzle
-    return LocalReducePlan(call.op, schedule, dst.memory, sync, outputs, mask)
+    return LocalReducePlan(
+        call.op, schedule, dst.memory, sync, outputs, _lane_mask(schedule), fill, why_fill
+    )
 
 
 def _sync(call: TileCall) -> Sync:
@@ -411,6 +455,8 @@ def _sync(call: TileCall) -> Sync:
     threads = call.thread_count or 1
     if call.scope == "cta":
         return Sync("cta", threads, 1, repeat)
+    if call.scope == "warp":
+        return Sync("warp", threads, 1, repeat)
     cta = call.launch_extents.get("threadIdx.x") or threads
     return Sync("named", threads, max(cta // threads, 1), repeat)
 
@@ -443,15 +489,24 @@ def _instance(call: TileCall, sync: Sync | None) -> Any:
 
 def emit(plan: LocalReducePlan, call: TileCall):
     """The schedule's fold, butterfly, workspace and dst write (:mod:`.combine`)."""
+    instance = _instance(call, plan.sync)
+    dst = _side(call.operand("dst"))
+    fill = None
+    if plan.fill is not None:  # the writers put the outputs in the workspace
+        fill = combine.Fill(plan.fill, dst)
+        n = math.prod(plan.schedule.dst_extents)
+        base = instance * n if plan.sync.instances > 1 else 0
+        dst = Side(call.resources["outputs"], "shared", plan.schedule.acc_dtype, base)
     e = Emission(
         plan.schedule,
         _side(call.operand("src")),
-        _side(call.operand("dst")),
+        dst,
         plan.sync,
         plan.lane_mask,
         plan.outputs,
+        fill,
     )
-    return combine.emit(e, thread_index(call), _instance(call, plan.sync), call.resources)
+    return combine.emit(e, thread_index(call), instance, call.resources)
 
 
 for _op in ("sum", "max", "min"):

@@ -32,15 +32,21 @@ from ..codegen import linear_thread_index, participant_index
 from ..errors import Decline
 from ..layout.atoms import MemoryView, memory_view
 from ..layout.banks import wavefront_costs
-from ..layout.register import MEMORY_AXIS, atoms_by_dim, register_view
+from ..layout.partition import ScopePartition
+from ..layout.register import (
+    MEMORY_AXIS,
+    atoms_by_dim,
+    register_view,
+    thread_axes_misfit,
+)
 from ..layout.vector import vector_candidates, vector_misfit
-from ..participation import Participants
+from ..participation import Participants, narrowing
 from ..predicates import requires_cuda, requires_known_participants, requires_scope
 from ..registry import variant
 from ..resources import NamedBarrier, Workspace
 from ..scopes import WARP_SIZE
 from . import combine
-from .combine import Emission, Side, Sync
+from .combine import Emission, Fill, Side, Sync
 from .ops import COMMON_PREDICATES, ReduceShape, accum_flag, accumulate_dtype, shape_of
 from .schedule import Digit, Schedule
 
@@ -55,8 +61,10 @@ def requires_shared_src(call: TileCall) -> tuple[bool, str | None]:
     return True, None
 
 
-def requires_dst_shared_or_whole_registers(call: TileCall) -> tuple[bool, str | None]:
-    """dst in shared memory, or registers every thread holds whole (no thread axes)."""
+def requires_dst_shared_or_registers(call: TileCall) -> tuple[bool, str | None]:
+    """dst in shared memory, or in registers: held whole by every thread (no thread axes),
+    or placed over the scope's threads by its layout (filled from a workspace, so every
+    thread of the scope must run the call)."""
     dst = call.operand("dst")
     if dst.memory == "shared":
         return True, None
@@ -66,11 +74,16 @@ def requires_dst_shared_or_whole_registers(call: TileCall) -> tuple[bool, str | 
         view = register_view(dst)
     except Decline as why:
         return False, str(why)
-    if view.thread_axes:
+    if not view.thread_axes:
+        return True, None
+    misfit = thread_axes_misfit(view, call.scope)
+    if misfit is not None:
+        return False, misfit
+    narrowed = narrowing(call, call.participation.participants)
+    if narrowed is not None:
         return False, (
-            f"dst {dst.name}'s layout spreads outputs over {'/'.join(view.thread_axes)}; from a "
-            "shared src this variant fills registers every thread holds whole (a layout "
-            "without thread axes), or a shared dst"
+            f"dst {dst.name}'s layout gives outputs to every thread of the {call.scope}, but "
+            f"the scope is narrowed ({narrowed}); reduce into shared memory there"
         )
     return True, None
 
@@ -100,20 +113,34 @@ class SharedReducePlan:
     wavefronts: int  # of one warp's first load: 1 per 128 bytes when conflict-free
     placement: str  # which thread placement won
     barrier_group: str = ""
+    fill: ScopePartition | None = None  # dst's registers from the outputs workspace
 
     def resources(self) -> tuple:
         s = self.schedule
         if self.sync is None:
             return ()
-        out = [
-            Workspace(
-                "partials",
-                "shared",
-                s.acc_dtype,
-                (combine.workspace_length(s, self.outputs, self.sync.instances),),
-                f"{s.warp_partials} warps' partials of {self.outputs} outputs per instance",
+        out = []
+        if s.warp_partials > 1:
+            out.append(
+                Workspace(
+                    "partials",
+                    "shared",
+                    s.acc_dtype,
+                    (combine.workspace_length(s, self.outputs, self.sync.instances),),
+                    f"{s.warp_partials} warps' partials of {self.outputs} outputs per instance",
+                )
             )
-        ]
+        if self.fill is not None:
+            n = math.prod(s.dst_extents)
+            out.append(
+                Workspace(
+                    "outputs",
+                    "shared",
+                    s.acc_dtype,
+                    (n * self.sync.instances,),
+                    "every output, for the threads dst's layout gives it to",
+                )
+            )
         if self.sync.kind == "named":
             out.append(
                 NamedBarrier(
@@ -139,6 +166,10 @@ class SharedReducePlan:
         }
         if s.masked:
             facts["masked"] = "odd extents: reads past them are skipped"
+        if self.fill is not None:
+            facts["fill"] = (
+                f"dst's registers from the outputs workspace, {self.fill.rounds} per thread"
+            )
         if self.sync is not None:
             facts["sync"] = (
                 "bar.sync 0"
@@ -248,10 +279,16 @@ def _digit(kind: str, extent: int, cell: _Cell, index_stride: int, stride: int) 
     )
 
 
-def _with_dst(digits: list[Digit], shape: ReduceShape, dst: Operand) -> list[Digit]:
-    """Spatial digits with dst's dimension and its stride there (memory offsets, or the
-    registers of a dst every thread holds whole)."""
-    strides = _dst_strides(dst)
+def _with_dst(
+    digits: list[Digit], shape: ReduceShape, dst: Operand, fill: bool = False
+) -> list[Digit]:
+    """Spatial digits with dst's dimension and its stride there (memory offsets, the
+    registers of a dst every thread holds whole, or with ``fill`` the row-major outputs
+    workspace)."""
+    if fill:
+        strides = combine.row_major(dst.extents)
+    else:
+        strides = _dst_strides(dst)
     out = []
     for d in digits:
         if d.reduced or d.dim is None:
@@ -348,6 +385,10 @@ def plan(call: TileCall) -> SharedReducePlan:
     view = memory_view(src)
     parts = call.participation.participants
     lanes, warps, lane_mask = _lanes_and_warps(call, parts)
+    fill = None
+    if dst.memory == "local" and register_view(dst).thread_axes:
+        fill = combine.fill_partition(dst, call.scope, call.thread_count or 1)
+    spread = dst.memory == "shared" or fill is not None  # threads may compute apart
     cells = _cells(src, view, shape)
     inner = [c for c in cells if c.stride == 1]
     candidates = []
@@ -378,10 +419,8 @@ def plan(call: TileCall) -> SharedReducePlan:
         for (lane_name, lane_order), (warp_name, warp_order), cap in itertools.product(
             lane_orders.items(), orders.items(), caps
         ):
-            placed = _place(
-                lane_order, warp_order, lanes, warps, vec, vec_cell, dst.memory == "shared", cap
-            )
-            digits = _with_dst(placed, shape, dst)
+            placed = _place(lane_order, warp_order, lanes, warps, vec, vec_cell, spread, cap)
+            digits = _with_dst(placed, shape, dst, fill is not None)
             s = _schedule(call, shape, digits, vec, vec_cell, lanes * warps)
             clocks, waves, instructions = _cost(s, call, lanes, src.elem_bits // 8)
             name = f"lanes {lane_name} ({cap} on the first), warps {warp_name}, {bits}-bit loads"
@@ -389,7 +428,7 @@ def plan(call: TileCall) -> SharedReducePlan:
     if not candidates:
         raise Decline(f"no access width fits src {src.name}'s layout")
     clocks, _, _, s, waves, placement = min(candidates, key=lambda c: c[:3])
-    sync = _sync(call, s, parts) if s.warp_partials > 1 else None
+    sync = _sync(call, s) if s.warp_partials > 1 or fill is not None else None
     group = f"{call.scope} {parts}"
     return SharedReducePlan(
         call.op,
@@ -402,6 +441,7 @@ def plan(call: TileCall) -> SharedReducePlan:
         waves,
         placement,
         group,
+        fill,
     )
 
 
@@ -434,12 +474,14 @@ def _schedule(call: TileCall, shape: ReduceShape, digits, vec, vec_cell, threads
     )
 
 
-def _sync(call: TileCall, s: Schedule, parts: Participants) -> Sync:
+def _sync(call: TileCall, s: Schedule) -> Sync:
     repeat = bool(call.enclosing is not None and call.enclosing.loops)
     threads = s.threads
     cta = call.launch_extents.get("threadIdx.x") or threads
     if call.scope == "cta" and threads == cta:
         return Sync("cta", threads, 1, repeat)
+    if call.scope == "warp":
+        return Sync("warp", threads, 1, repeat)
     if call.scope == "warpgroup":
         return Sync("named", threads, max(cta // 128, 1), repeat)
     return Sync("named", threads, 1, repeat)
@@ -454,17 +496,25 @@ def _side(opnd: Operand) -> Side:
 
 def emit(plan: SharedReducePlan, call: TileCall):
     """The synthesized schedule's fold, butterfly, workspace and dst write (:mod:`.combine`)."""
-    e = Emission(
-        plan.schedule,
-        _side(call.operand("src")),
-        _side(call.operand("dst")),
-        plan.sync,
-        plan.lane_mask,
-        plan.outputs,
-    )
     instance: Any = tirx.const(0, "int32")
     if plan.sync is not None and plan.sync.instances > 1:
         instance = tirx.floordiv(linear_thread_index(call), 128)
+    dst = _side(call.operand("dst"))
+    fill = None
+    if plan.fill is not None:  # the writers put the outputs in the workspace
+        fill = Fill(plan.fill, dst)
+        n = math.prod(plan.schedule.dst_extents)
+        base = instance * n if plan.sync.instances > 1 else 0
+        dst = Side(call.resources["outputs"], "shared", plan.schedule.acc_dtype, base)
+    e = Emission(
+        plan.schedule,
+        _side(call.operand("src")),
+        dst,
+        plan.sync,
+        plan.lane_mask,
+        plan.outputs,
+        fill,
+    )
     return combine.emit(e, participant_index(call), instance, call.resources)
 
 
@@ -480,7 +530,7 @@ for _op in ("sum", "max", "min"):
             requires_known_participants,
             *COMMON_PREDICATES,
             requires_shared_src,
-            requires_dst_shared_or_whole_registers,
+            requires_dst_shared_or_registers,
             requires_no_kept_axes,
         ],
         plan=plan,
