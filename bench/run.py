@@ -19,9 +19,16 @@ Parts:
 4. ``eltwise``: elementwise -> reg, time per element on a register-resident tile.
 5. ``sass`` and ``compile``: SASS instructions per element against hand-written CUDA
    (nvdisasm), and our LowerTIRx and NVRTC times against the built-in pipeline's.
+6. ``rmsnorm`` and ``softmax`` (``norms.py``): examples/rmsnorm.py and examples/softmax.py
+   in a few (rows, steps) shapes vs PyTorch eager, a plain Triton kernel and a device copy
+   of the same bytes (checked against a torch reference in higher precision first).
+7. ``cta_sum``, ``warp_sum`` and ``warp_sum_sass`` (``norms.py``): ``Tx.cta.sum`` over a
+   resident shared tile in a loop against 128 B/clk/SM; ``Tx.warp.sum`` of 8 float32 per
+   lane against hand-written CUDA, timed in a loop and (no GPU needed) its SASS.
 
 The table is printed last and written into docs/performance.md between the
-``bench/run.py`` markers, with the date, GPU, driver and clocks.
+``bench/run.py`` markers, with the date, GPU, driver and clocks (with ``--only``, only the
+sections of the parts run are replaced there; ``--only`` names unknown parts an error).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import loops  # noqa: E402
+import norms  # noqa: E402
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm.tirx.layout import Axis, S, TileLayout  # noqa: E402
@@ -671,32 +679,73 @@ TITLES = {
     "smem_eltwise": "4b. elementwise -> smem, 64x64 shared tile per warpgroup, op applied in a loop (SASS: the whole kernel applying the op once, over the 32 elements a thread handles)",
     "sass": "5a. SASS arithmetic instructions per element (nvdisasm, sm_90a)",
     "compile": "5b. Compile cost, ours vs built-in on the same program (best of N, this machine)",
+    "rmsnorm": "6a. RMSNorm, bfloat16 [8192, 4096], float32 statistics: ours (tile primitives, rows x steps per CTA) vs torch eager, Triton and a device copy (GB/s: x read + y written)",
+    "softmax": "6b. Row softmax, float16 [8192, 4096], float32 compute: ours (tile primitives, rows x steps per CTA) vs torch eager, Triton and a device copy (GB/s: x read + y written)",
+    "cta_sum": "7a. Tx.cta.sum over a resident float32 shared tile, in a loop with a barrier between (shared bytes read per clock per SM, peak 128)",
+    "warp_sum": "7b. Tx.warp.sum of 8 float32 per lane into a total in every lane, in a loop: ours vs hand-written CUDA (SASS of one reduction)",
+    "warp_sum_sass": "7c. Tx.warp.sum of 8 float32 per lane, SASS of one reduction: ours vs hand-written CUDA (nvdisasm, sm_90a)",
 }
+DEFAULT_PARTS = (
+    "stream,masked,paths,reg,reg_hand,ldst,eltwise,sass,compile,"
+    "rmsnorm,softmax,cta_sum,warp_sum,warp_sum_sass"
+)
+GPU_PARTS = {
+    "stream", "masked", "paths", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise",
+    "rmsnorm", "softmax", "cta_sum", "warp_sum",
+}  # fmt: skip
+
+
+def section(key: str, rows: list[dict], note: str | None = None) -> str:
+    return "\n\n".join([f"### {TITLES[key]}", *([note] if note else []), markdown_table(rows)])
 
 
 def report(results: dict, header: str) -> str:
-    out = [header]
-    for key, rows in results.items():
-        out += ["", f"### {TITLES[key]}", "", markdown_table(rows)]
-    return "\n".join(out)
+    return "\n\n".join([header, *(section(k, rows) for k, rows in results.items())])
 
 
-def write_docs(text: str, path: Path) -> None:
+def split_block(block: str) -> tuple[str, dict[str, str]]:
+    """The header of a docs block and its sections, by part (by heading where no part has
+    that title)."""
+    by_title = {f"### {t}": k for k, t in TITLES.items()}
+    header: list[str] = []
+    sections: dict[str, list[str]] = {}
+    key = None
+    for line in block.strip("\n").split("\n"):
+        if line.startswith("### "):
+            key = by_title.get(line.strip(), line.strip())
+            sections[key] = []
+        (header if key is None else sections[key]).append(line)
+    return "\n".join(header).strip(), {k: "\n".join(v).strip() for k, v in sections.items()}
+
+
+def docs_block(results: dict, header: str, old_block: str = "") -> str:
+    """The text between the markers. A run of every part the block has replaces it; a run
+    of some parts (``--only``) replaces only their sections, each marked with this run's
+    line, and keeps the others under the header of the run that measured them."""
+    old_header, old = split_block(old_block) if old_block.strip() else ("", {})
+    if set(old) <= set(results):
+        return report(results, header)
+    note = f"Measured separately from the run above. {header}"
+    sections = dict(old) | {k: section(k, rows, note) for k, rows in results.items()}
+    order = [k for k in TITLES if k in sections] + [k for k in sections if k not in TITLES]
+    return "\n\n".join([old_header, *(sections[k] for k in order)])
+
+
+def write_docs(results: dict, header: str, path: Path) -> None:
     doc = path.read_text() if path.exists() else "# Performance\n"
-    block = f"{MARK_BEGIN}\n{text}\n{MARK_END}"
     if MARK_BEGIN in doc and MARK_END in doc:
         head, rest = doc.split(MARK_BEGIN, 1)
-        doc = head + block + rest.split(MARK_END, 1)[1]
+        old, tail = rest.split(MARK_END, 1)
+        doc = f"{head}{MARK_BEGIN}\n{docs_block(results, header, old)}\n{MARK_END}{tail}"
     else:
+        block = f"{MARK_BEGIN}\n{report(results, header)}\n{MARK_END}"
         doc = doc.rstrip() + "\n\n## Latest run of bench/run.py\n\n" + block + "\n"
     path.write_text(doc)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--only", default="stream,masked,paths,reg,reg_hand,ldst,eltwise,sass,compile"
-    )
+    parser.add_argument("--only", default=DEFAULT_PARTS, help="comma-separated parts")
     parser.add_argument(
         "--iters", type=int, default=1000, help="loop iterations of the loop programs"
     )
@@ -708,13 +757,7 @@ def main() -> int:
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     parts = args.only.split(",")
-    gpu_parts = {"stream", "masked", "paths", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise"}
     gpu = None
-    if gpu_parts & set(parts):
-        if runtime.gpu_arch() is None:
-            print("no CUDA GPU: run with --only sass,compile here")
-            return 2
-        gpu = Gpu()
     runners = {
         "stream": lambda: part_stream(gpu, args),
         "masked": lambda: part_masked(gpu, args),
@@ -726,7 +769,20 @@ def main() -> int:
         "smem_eltwise": lambda: part_smem_eltwise(gpu, args),
         "sass": lambda: part_sass(args),
         "compile": lambda: part_compile(args),
+        "rmsnorm": lambda: norms.part_rmsnorm(gpu, args),
+        "softmax": lambda: norms.part_softmax(gpu, args),
+        "cta_sum": lambda: norms.part_cta_sum(gpu, args),
+        "warp_sum": lambda: norms.part_warp_sum(gpu, args),
+        "warp_sum_sass": lambda: norms.part_warp_sum_sass(args),
     }
+    unknown = [p for p in parts if p not in runners]
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(runners)}")
+    if GPU_PARTS & set(parts):
+        if runtime.gpu_arch() is None:
+            print("no CUDA GPU: run with --only sass,compile,warp_sum_sass here")
+            return 2
+        gpu = Gpu()
     results = {}
     for part in parts:
         t = time.perf_counter()
@@ -752,7 +808,7 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
     if not args.no_docs:
-        write_docs(text, args.docs)
+        write_docs(results, header, args.docs)
     print(text)
     return 0
 
