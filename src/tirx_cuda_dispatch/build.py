@@ -29,6 +29,16 @@ def const(value: Any, dtype: str) -> Any:
     return tirx.const(value, dtype)
 
 
+def index(value: Any) -> Any:
+    """``value`` as an int32 index expression (a Python int becomes a constant)."""
+    return const(value, "int32") if isinstance(value, int) else value
+
+
+def address_of(buffer: Any, at: Any) -> Any:
+    """``&buffer[at]``: the address of one element (a pointer a helper takes)."""
+    return tirx.address_of(tirx.BufferLoad(buffer, [index(at)]))
+
+
 class Body:
     """A statement sequence under construction (see the module docstring)."""
 

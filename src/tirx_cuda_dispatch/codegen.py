@@ -91,7 +91,7 @@ class HelperMeaning:
     The helper's C body is for the compiler; tools that read the TIR (the simulator,
     :mod:`..sim`) execute this instead, so no meaning lives only in a C string.
     ``kind`` "copy": ``*dst = *src``, ``bits`` wide. ``kind`` "pairwise": ``dst[i] =
-    op(a[i], b[i], c[i])`` for a pair, ``op`` one of add/sub/mul/max/fma/cvt, on
+    op(a[i], b[i], c[i])`` for a pair, ``op`` one of add/sub/mul/max/min/fma/cvt, on
     ``in_dtype`` inputs giving ``out_dtype``, each element rounded as the scalar op.
     """
 

@@ -7,8 +7,9 @@ script (``bench/differential.py``) draw from the same space: copies global <-> s
 (every scope, odd element counts, column offsets, swizzled tiles), copies through register
 layouts (rows, columns, fragments, warpgroup tiles), m8n8 fragments against row-major,
 column-major, padded and swizzled tiles, elementwise ops on registers and on shared
-memory, over every dtype the ops take; copies by the lanes and warps that enclosing ifs
-leave.
+memory (``minimum``, ``memset`` and ``select`` too, which TVM's built-in pipeline cannot
+lower on CUDA), over every dtype the ops take; copies by the lanes and warps that
+enclosing ifs leave.
 
 :func:`differential` lowers a case with ``"tirx_cuda_dispatch"`` (ours: calls our
 variants decline go to TVM's) and with ``"tirx"`` (TVM's built-in variants alone), runs
@@ -24,6 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
+from tvm import tirx
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import Axis, S, TileLayout
 
 from . import demos, runtime
@@ -33,11 +37,23 @@ OURS, BUILTIN = "tirx_cuda_dispatch", "tirx"
 COPY_DTYPES = ("float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "float64")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 SCOPE_THREADS = {"warp": 32, "warpgroup": 128, "cta": 128}
+MEMSET_VALUE = 1.5  # exact in every float dtype
+
+
+def select_mask(i: Any, j: Any) -> Any:
+    """select's predicate in generated programs: TIR over the LambdaExpr's variables, or
+    numpy over index arrays (rows and columns both take both branches)."""
+    return (i * 3 + j) % 5 < 2
+
+
 EXACT_OPS: dict[str, Callable[..., np.ndarray]] = {
     "add": lambda x, y: x + y,
     "sub": lambda x, y: x - y,
     "mul": lambda x, y: x * y,
     "maximum": np.maximum,
+    "minimum": np.minimum,
+    "memset": lambda x, y: np.full_like(x, MEMSET_VALUE),
+    "select": lambda x, y: np.where(select_mask(*np.indices(x.shape)), x, y),
 }
 lane = Axis.laneid
 
@@ -193,15 +209,67 @@ def fragment_case(c: Chooser, seed: int) -> Case:
     return Case("fragment", params, func, [a, runtime.poison_like(a), f], 1, a)
 
 
+def catalog_roundtrip(
+    op: str, shape: tuple[int, int], dtype: str, scope: str, layout: Any = None
+) -> Any:
+    """``B = op(A, C)`` (arguments A, C, B) for the ops demos' round trips do not build:
+    ``minimum(X, A, C)``, ``memset(X, 1.5)``, ``select(X, A, C, select_mask)`` on registers
+    of ``layout``, or on row-major shared tiles without one."""
+    threads = SCOPE_THREADS[scope]
+    warps = threads // 32
+    shared = layout is None
+    memory, layout = ("shared", TileLayout(S[shape])) if shared else ("local", layout)
+    ns = getattr(Tx, scope)
+    full = tuple(slice(0, e) for e in shape)
+    value = tirx.const(MEMSET_VALUE, dtype)
+
+    # fmt: off
+    @T.prim_func
+    def catalog(A_ptr: T.handle, C_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, shape, dtype)
+        C = T.match_buffer(C_ptr, shape, dtype)
+        B = T.match_buffer(B_ptr, shape, dtype)
+        T.device_entry()
+        T.cta_id([1])
+        if warps % 4 == 0:
+            T.warpgroup_id([warps // 4])
+            T.warp_id_in_wg([4])
+        T.warp_id([warps])
+        T.lane_id([32])
+        T.thread_id([threads])
+        XA = T.alloc_buffer(shape, dtype, scope=memory, layout=layout)
+        XC = T.alloc_buffer(shape, dtype, scope=memory, layout=layout)
+        XB = T.alloc_buffer(shape, dtype, scope=memory, layout=layout)
+        ns.copy(XA[full], A[full])
+        ns.copy(XC[full], C[full])
+        ns.copy(XB[full], B[full])  # poison: an op that writes nothing shows
+        if shared:
+            T.cuda.cta_sync()
+        if op == "memset":
+            ns.memset(XB[full], value)
+        elif op == "minimum":
+            ns.minimum(XB[full], XA[full], XC[full])
+        else:
+            ns.select(XB[full], XA[full], XC[full], select_mask)
+        if shared:
+            T.cuda.cta_sync()
+        ns.copy(B[full], XB[full])
+    # fmt: on
+    return catalog
+
+
 def elementwise_case(c: Chooser, seed: int) -> Case:
     op = c.pick(sorted(EXACT_OPS))
     dtype = c.pick(FLOAT_DTYPES)
     layout, shape, scope, what = register_layout(c)
     rng = np.random.default_rng(seed)
     a, cc, d = (runtime.random_array(shape, dtype, rng) for _ in range(3))
-    func = demos.elementwise_roundtrip(op, layout, shape, dtype, scope)
     expected = EXACT_OPS[op](a, cc).astype(a.dtype)
     params = dict(op=op, dtype=dtype, layout=what)
+    if op not in demos.ELEMENTWISE_FAMILIES:
+        func = catalog_roundtrip(op, shape, dtype, scope, layout)
+        return Case("elementwise", params, func, [a, cc, runtime.poison_like(a)], 2, expected)
+    func = demos.elementwise_roundtrip(op, layout, shape, dtype, scope)
     return Case("elementwise", params, func, [a, cc, d, runtime.poison_like(a)], 3, expected)
 
 
@@ -228,7 +296,10 @@ def smem_elementwise_case(c: Chooser, seed: int) -> Case:
     shape = (c.pick((1, 4, 5, 8, 16, 32)), c.pick((3, 6, 8, 16, 32, 64)))
     rng = np.random.default_rng(seed)
     a, cc = (runtime.random_array(shape, dtype, rng) for _ in range(2))
-    func = demos.smem_elementwise_roundtrip(op, shape, dtype, scope)
+    if op in demos.ELEMENTWISE_FAMILIES:
+        func = demos.smem_elementwise_roundtrip(op, shape, dtype, scope)
+    else:
+        func = catalog_roundtrip(op, shape, dtype, scope)
     expected = EXACT_OPS[op](a, cc).astype(a.dtype)
     params = dict(op=op, dtype=dtype, scope=scope, shape=shape)
     return Case("smem_elementwise", params, func, [a, cc, runtime.poison_like(a)], 2, expected)

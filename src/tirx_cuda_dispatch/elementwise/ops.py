@@ -1,11 +1,18 @@
 """The elementwise ops TVM 0.27 defines for CUDA, as data: operands, dtype rules, math.
 
 Each :class:`ElementwiseOp` says how to read a call's arguments (which are tensor regions,
-which scalars), which dtype combinations it accepts, the scalar TIR expression of one
-element, and the packed two-element forms (PTX ISA "Half Precision Floating-Point
-Instructions": ``add/sub/mul/fma/max .f16x2 .bf16x2``; "cvt ... .f16x2.f32"; and on
-sm_100 ``add/sub/mul/fma .f32x2``) whose results equal the scalar form bit for bit.
-A variant picks from this table; the table knows nothing about partitions.
+which scalars, which a predicate over dst's indices), which dtype combinations it accepts,
+the scalar TIR expression of one element, and the packed two-element forms (PTX ISA "Half
+Precision Floating-Point Instructions": ``add/sub/mul/fma/max/min .f16x2 .bf16x2``; "cvt
+... .f16x2.f32"; and on sm_100 ``add/sub/mul/fma .f32x2``) whose results equal the scalar
+form bit for bit. A variant picks from this table; the table knows nothing about
+partitions.
+
+TVM 0.27 defines ``minimum``, ``memset`` and ``select`` but has no CUDA variant of them;
+ours are their only CUDA lowering. ``select(dst, true_value, false_value, pred)`` takes
+``pred``, a ``LambdaExpr`` over dst's indices: ``pred.apply([i0, i1, ...])`` is the
+condition of the element at those coordinates of dst's region (counted from the region's
+first element, as TVM's Trainium lowering applies it).
 
 Mixed dtypes (:data:`MIXED_COMPUTE`, :class:`Arithmetic`): a math op whose tensor inputs
 share one float dtype and whose dst has another is evaluated in float32, the inputs widened
@@ -24,6 +31,7 @@ from typing import Any
 from tvm import tirx
 from tvm.ir import TensorRegion, is_prim_expr
 from tvm.script import tirx as T
+from tvm.tirx import LambdaExpr
 
 from ..codegen import HelperMeaning
 from ..errors import Decline
@@ -48,11 +56,14 @@ class Input:
 @dataclass(frozen=True)
 class ElementwiseOp:
     name: str
-    family: str  # unary / binary / fma / cast / fill / zero
+    family: str  # unary / binary / fma / cast / fill / zero / select
     roles: tuple[str, ...]  # the inputs after dst, in argument order
     float_only: bool
     compute: Callable[[dict[str, Any], str], Any]  # (value per role, dst dtype) -> value
     packed: tuple[str, ...] = ()  # keys of PACKED_FORMS
+    # The argument that is a LambdaExpr over dst's indices (select's "pred"); compute
+    # receives its body applied to the element's coordinates under that name.
+    predicate: str | None = None
 
     def inputs(self, args: Sequence[Any]) -> list[Input]:
         """The call's inputs (tensor regions or scalars) in the op's roles."""
@@ -77,7 +88,9 @@ class ElementwiseOp:
         ``rounded=False`` the compute-dtype value (a pair conversion rounds it)."""
         if arith.inputs != arith.compute:
             values = {
-                role: v if str(v.ty) == arith.compute else T.Cast(arith.compute, v)
+                role: v
+                if role not in self.roles or str(v.ty) == arith.compute
+                else T.Cast(arith.compute, v)
                 for role, v in values.items()
             }
         out = self.compute(values, arith.compute)
@@ -147,6 +160,10 @@ def _fma(v: dict[str, Any], dtype: str) -> Any:
     return v["src"] * v["scale"] + v["bias"]  # CUDA contracts this to one rounding (fma)
 
 
+def _select(v: dict[str, Any], dtype: str) -> Any:
+    return tirx.Select(v["pred"], v["true_value"], v["false_value"])
+
+
 @dataclass(frozen=True)
 class PackedForm:
     """A pair of elements in one instruction, rounding exactly as the scalar form does."""
@@ -201,8 +218,11 @@ PACKED_FORMS = {
             for t, dt, sm in (("f16x2", "float16", 53), ("bf16x2", "bfloat16", 90))
             for op in ("add", "sub", "mul")
         ),
-        _packed("max_f16x2", "float16", "float16", 80, "*d = __hmax2(*a, *b);"),
-        _packed("max_bf16x2", "bfloat16", "bfloat16", 90, "*d = __hmax2(*a, *b);"),
+        *(
+            _packed(f"{op}_{t}", dt, dt, sm, f"*d = __h{op}2(*a, *b);")
+            for t, dt, sm in (("f16x2", "float16", 80), ("bf16x2", "bfloat16", 90))
+            for op in ("max", "min")
+        ),
         _packed("fma_f16x2", "float16", "float16", 53, "*d = __hfma2(*a, *b, *c);"),
         _packed("fma_bf16x2", "bfloat16", "bfloat16", 90, "*d = __hfma2(*a, *b, *c);"),
         _packed("cvt_f16x2_f32", "float16", "float32", 53, "*d = __float22half2_rn(*a);"),
@@ -226,6 +246,7 @@ OPS = {
     for op in [
         ElementwiseOp("zero", "zero", (), False, lambda v, dt: _const(dt, 0)),
         ElementwiseOp("fill", "fill", ("value",), False, lambda v, dt: v["value"]),
+        ElementwiseOp("memset", "fill", ("value",), False, lambda v, dt: v["value"]),
         *(
             ElementwiseOp(name, "unary", UNARY_ROLES, True, _unary(fn))
             for name, fn in (
@@ -271,6 +292,14 @@ OPS = {
             _pairs("max", "float16", "bfloat16"),
         ),
         ElementwiseOp(
+            "minimum",
+            "binary",
+            ("src", "src2"),
+            False,
+            _binary(T.min),
+            _pairs("min", "float16", "bfloat16"),
+        ),
+        ElementwiseOp(
             "fma",
             "fma",
             ("src", "scale", "bias"),
@@ -279,6 +308,9 @@ OPS = {
             _pairs("fma", "float16", "bfloat16", "float32"),
         ),
         ElementwiseOp("cast", "cast", ("src",), False, _cast, ("cvt_f16x2_f32", "cvt_bf16x2_f32")),
+        ElementwiseOp(
+            "select", "select", ("true_value", "false_value"), False, _select, predicate="pred"
+        ),
     ]
 }
 
@@ -438,3 +470,29 @@ def requires_dtype_rule(op: ElementwiseOp, mixed: bool = False) -> Predicate:
         return why is None, why
 
     return predicate(dtype_rule, "dtype_rule")
+
+
+def requires_lambda_predicate(op: ElementwiseOp) -> Predicate:
+    """The predicate ``lambda_predicate``: ``op``'s predicate argument (select's ``pred``)
+    is a LambdaExpr with one index per dst dimension and a bool body."""
+
+    def lambda_predicate(call: Any) -> tuple[bool, str | None]:
+        pred, dst = call.arg(op.predicate), call.operand("dst")
+        if dst is None:
+            return False, f"{op.name} dst is not a tensor region"
+        dims = len(dst.region)
+        if not isinstance(pred, LambdaExpr):
+            return False, (
+                f"{op.name} {op.predicate} is a {type(pred).__name__}, needs a LambdaExpr over "
+                f"dst's {dims} indices (lambda {', '.join('ijklmn'[:dims])}: ...)"
+            )
+        if len(pred.vars) != dims:
+            return False, (
+                f"{op.name} {op.predicate} takes {len(pred.vars)} indices, dst "
+                f"{dst.describe} has {dims} dimensions"
+            )
+        if str(pred.pred.ty) != "bool":
+            return False, f"{op.name} {op.predicate} gives a {pred.pred.ty}, needs a bool"
+        return True, None
+
+    return predicate(lambda_predicate, "lambda_predicate")

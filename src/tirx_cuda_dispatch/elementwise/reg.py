@@ -4,17 +4,20 @@ Accepts: a CUDA target; scope thread / warp / warpgroup / cta with every thread 
 active; every tensor operand in registers (``local``) with a layout; the dtype combination
 the op's rule allows (:mod:`.ops`); a dst register layout whose thread axes name the
 scope's threads, each once; inputs that keep each element in the thread that owns it in
-dst (or hold a copy in every thread); inputs may broadcast (extent-1 dimensions, scalars).
+dst (or hold a copy in every thread); inputs may broadcast (extent-1 dimensions, scalars);
+select's ``pred`` a LambdaExpr over dst's indices.
 
 Emits: the dst layout induces the partition (:mod:`..layout.register`), so each thread
 applies the op to its own registers: a serial loop over the bundle, one packed pair per
 iteration where the target has an exact pair form for the op and dtypes
-(``__hadd2``/``__hmax2``/``__hfma2`` on half and bfloat16 pairs, ``cvt.rn.f16x2.f32``,
-``add/sub/mul/fma.rn.f32x2`` on sm_100) and the pairs are contiguous and aligned, else
-one element per iteration in the op's scalar form. Mixed dtypes (float32 inputs, a
-float16 dst: :data:`.ops.MIXED_COMPUTE`) evaluate each element in float32 and round it
-once into dst, two at a time with ``cvt.rn.f16x2.f32``/``cvt.rn.bf16x2.f32`` where the
-pairs allow.
+(``__hadd2``/``__hmax2``/``__hmin2``/``__hfma2`` on half and bfloat16 pairs,
+``cvt.rn.f16x2.f32``, ``add/sub/mul/fma.rn.f32x2`` on sm_100) and the pairs are contiguous
+and aligned, else one element per iteration in the op's scalar form. Mixed dtypes (float32
+inputs, a float16 dst: :data:`.ops.MIXED_COMPUTE`) evaluate each element in float32 and
+round it once into dst, two at a time with ``cvt.rn.f16x2.f32``/``cvt.rn.bf16x2.f32``
+where the pairs allow. A predicate's coordinates come from one more partition operand,
+the row-major index of dst's region (:mod:`.element`). The statements are built node by
+node (:class:`..build.Body`): one register view per tensor operand, however many.
 """
 
 from __future__ import annotations
@@ -22,10 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tvm.script import tirx as T
-
+from ..build import Body, address_of
 from ..call import Operand, TileCall
-from ..codegen import helper_call, impl_prim_func, storage_words, thread_index
+from ..codegen import helper_call, storage_words, thread_index
 from ..errors import Decline
 from ..layout.partition import ScopePartition
 from ..layout.register import (
@@ -37,6 +39,7 @@ from ..layout.register import (
 )
 from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
 from ..registry import predicate, variant
+from .element import Elements, index_view
 from .ops import (
     OPS,
     Arithmetic,
@@ -48,6 +51,7 @@ from .ops import (
     input_dtypes,
     packed_form,
     requires_dtype_rule,
+    requires_lambda_predicate,
 )
 
 
@@ -94,6 +98,9 @@ class ElementwisePlan:
     packed: PackedForm | None
     arith: Arithmetic  # inputs -> compute -> dst dtypes
     convert: PackedForm | None = None  # the pair conversion compute -> dst, if paired
+    # The partition operand whose offset is an element's row-major index in dst's region
+    # (:func:`.element.index_view`), for a predicate over dst's indices; None without one.
+    index: int | None = None
 
     @property
     def vec(self) -> int:
@@ -114,6 +121,8 @@ class ElementwisePlan:
         if self.arith.mixed:
             facts["dtypes"] = str(self.arith)
             facts["convert"] = self.convert.key if self.convert else None
+        if self.index is not None:
+            facts["index_operand"] = self.index
         return facts
 
     def __str__(self) -> str:
@@ -132,6 +141,10 @@ def make_plan(op: ElementwiseOp):
         dst = _dst(call)
         tensors = _tensor_inputs(op, call)
         views = [register_view(dst)] + [_lifted(o, dst) for _, o in tensors]
+        index = None
+        if op.predicate is not None:
+            index = len(views)
+            views.append(index_view(dst.extents))
         src_dtype = tensors[0][1].dtype if tensors else dst.dtype
         arith = arithmetic(op, dst.dtype, *input_dtypes(op, call))
         convert = convert_form(arith, call.sm)
@@ -152,6 +165,7 @@ def make_plan(op: ElementwiseOp):
             form if paired else None,
             arith,
             convert if paired else None,
+            index,
         )
 
     return plan
@@ -160,180 +174,70 @@ def make_plan(op: ElementwiseOp):
 def make_emit(op: ElementwiseOp):
     def emit(plan: ElementwisePlan, call: TileCall):
         """Serial loop over each thread's bundle: one pair or one element per step."""
-        dst = _dst(call)
-        inputs = op.inputs(call.args)
-        tensors = [call.operand(i.role) for i in inputs if not i.is_scalar]
-        p, form = plan.partition, plan.packed
-
-        def flat(o: Operand, lanes: int) -> Any:
-            """A flat view of ``o``'s registers, ``lanes`` elements per item."""
-            dtype = o.dtype if lanes == 1 else f"{o.dtype}x{lanes}"
-            words = storage_words(o.buffer, o.elem_bits, o.elem_bits * lanes)
-            return T.decl_buffer((words,), dtype, data=o.buffer.data, scope="local")
-
-        def value_of(views: list[Any], rnd: Any, tid: Any) -> Any:
-            vals, k = {}, 0
-            for inp in inputs:
-                if inp.is_scalar:
-                    vals[inp.role] = inp.scalar
-                else:
-                    k += 1
-                    vals[inp.role] = views[k][p.slot(k, rnd, tid)]
-            return op.evaluate(vals, plan.arith)
-
-        if plan.convert is not None:
-            return _emit_converted(plan, call, op)
-        packed = form is not None
-        if packed and any(i.is_scalar for i in inputs):
-            return _emit_packed_with_scalars(plan, call, op)
-        lanes = 2 if packed else 1
-        source = form.source(len(tensors)) if form else None
-        operands = [dst] + tensors
-        if len(operands) > 4:
-            raise Decline(f"{op.name} has {len(operands)} tensor operands; at most 4 are supported")
-        # Pad to four so the body below declares a fixed set of views.
-        padded = operands + [dst] * (4 - len(operands))
-
-        # fmt: off
-        @impl_prim_func
-        def impl():
-            tid = T.meta_var(thread_index(call))
-            v0 = flat(padded[0], lanes)
-            v1 = flat(padded[1], lanes)
-            v2 = flat(padded[2], lanes)
-            v3 = flat(padded[3], lanes)
-            views = T.meta_var([v0, v1, v2, v3][: len(operands)])
-            for rnd in range(p.rounds):
-                if packed:
-                    T.evaluate(helper_call(
-                        form.helper,
-                        form.meaning,
-                        source,
-                        *[T.address_of(views[k][p.slot(k, rnd, tid)])
-                          for k in range(len(views))],
-                    ))
-                else:
-                    views[0][p.slot(0, rnd, tid)] = value_of(views, rnd, tid)
-        # fmt: on
-        return impl
+        b = Body()
+        elements = Elements.of(op, call)
+        # A pair form reads every operand as pairs; a pair conversion writes dst's pairs only.
+        views = [
+            _registers(b, f"v{k}", o, 2 if plan.packed or (plan.convert and k == 0) else 1)
+            for k, o in enumerate(elements.operands(call))
+        ]
+        steps = (
+            _packed_steps if plan.packed else _converted_steps if plan.convert else _scalar_steps
+        )
+        steps(b, plan, elements, views, thread_index(call))
+        return b.func()
 
     return emit
 
 
-def _emit_converted(plan: ElementwisePlan, call: TileCall, op: ElementwiseOp):
+def _registers(b: Body, name: str, o: Operand, lanes: int) -> Any:
+    """A flat view of ``o``'s registers, ``lanes`` elements per item."""
+    dtype = o.dtype if lanes == 1 else f"{o.dtype}x{lanes}"
+    words = storage_words(o.buffer, o.elem_bits, o.elem_bits * lanes)
+    return b.view(name, o.buffer, dtype, words, scope="local")
+
+
+def _scalar_steps(
+    b: Body, plan: ElementwisePlan, elements: Elements, views: list, tid: Any
+) -> None:
+    """One element a step, in the op's scalar form."""
+    p = plan.partition
+    with b.loop("rnd", p.rounds) as rnd:
+        values = elements.values(
+            lambda k: views[k][p.slot(k, rnd, tid)],
+            None if plan.index is None else p.offset(plan.index, rnd, tid),
+        )
+        b.store(views[0], p.slot(0, rnd, tid), elements.op.evaluate(values, plan.arith))
+
+
+def _packed_steps(b: Body, plan: ElementwisePlan, elements: Elements, views: list, tid: Any):
+    """One pair a step through the pair form's helper; each scalar input is broadcast once
+    into a register pair, whose address the helper reads every step."""
+    p, form = plan.partition, plan.packed
+    pairs = elements.pairs(b, form.in_dtype)
+    with b.loop("rnd", p.rounds) as rnd:
+        b.evaluate(
+            elements.pair_call(form, lambda k: address_of(views[k], p.slot(k, rnd, tid)), pairs)
+        )
+
+
+def _converted_steps(b: Body, plan: ElementwisePlan, elements: Elements, views: list, tid: Any):
     """The pair loop of a mixed call: both elements of a pair evaluated in the compute
     dtype into a register pair, which one conversion rounds into dst's pair (each element
     as the scalar conversion would: ``cvt.rn.f16x2.f32``, PTX ISA "cvt")."""
-    dst = _dst(call)
-    inputs = op.inputs(call.args)
-    tensors = [call.operand(i.role) for i in inputs if not i.is_scalar]
     p, form, arith = plan.partition, plan.convert, plan.arith
-    operands = [dst] + tensors
-    if len(operands) > 4:
-        raise Decline(f"{op.name} has {len(operands)} tensor operands; at most 4 are supported")
-    padded = operands + [dst] * (4 - len(operands))
-    source = form.source(1)
-
-    def flat(o: Operand, lanes: int) -> Any:
-        dtype = o.dtype if lanes == 1 else f"{o.dtype}x{lanes}"
-        words = storage_words(o.buffer, o.elem_bits, o.elem_bits * lanes)
-        return T.decl_buffer((words,), dtype, data=o.buffer.data, scope="local")
-
-    def value_of(views: list[Any], rnd: Any, tid: Any, j: Any) -> Any:
-        vals, k = {}, 0
-        for inp in inputs:
-            if inp.is_scalar:
-                vals[inp.role] = inp.scalar
-            else:
-                k += 1
-                vals[inp.role] = views[k][p.offset(k, rnd, tid) + j]
-        return op.evaluate(vals, arith, rounded=False)
-
-    # fmt: off
-    @impl_prim_func
-    def impl():
-        tid = T.meta_var(thread_index(call))
-        d2 = flat(padded[0], 2)
-        v1 = flat(padded[1], 1)
-        v2 = flat(padded[2], 1)
-        v3 = flat(padded[3], 1)
-        views = T.meta_var([d2, v1, v2, v3][: len(operands)])
-        # a vector-typed pair keeps the alignment the pair conversion reads with
-        pair = T.alloc_local((1,), f"{arith.compute}x2")
-        wide = T.decl_buffer((2,), arith.compute, data=pair.data, scope="local")
-        for rnd in range(p.rounds):
-            for j in T.unroll(2):
-                wide[j] = value_of(views, rnd, tid, j)
-            T.evaluate(helper_call(
-                form.helper, form.meaning, source,
-                T.address_of(d2[p.slot(0, rnd, tid)]), T.address_of(pair[0]),
-            ))
-    # fmt: on
-    return impl
-
-
-def _emit_packed_with_scalars(plan: ElementwisePlan, call: TileCall, op: ElementwiseOp):
-    """The pair loop where some inputs are scalars: each scalar is broadcast once into a
-    two-element register pair, whose address the pair helper reads every step."""
-    dst = _dst(call)
-    inputs = op.inputs(call.args)
-    tensors = [call.operand(i.role) for i in inputs if not i.is_scalar]
-    scalars = [i.scalar for i in inputs if i.is_scalar]
-    p, form = plan.partition, plan.packed
-    in_dtype = form.in_dtype
-    operands = [dst] + tensors
-    padded = operands + [dst] * (3 - len(operands))
-    scalar_pad = scalars + [scalars[0]] * (2 - len(scalars))
-    # helper argument k after d: ("view", index into views) or ("pair", index into pairs)
-    order, t = [], 0
-    for i in inputs:
-        if i.is_scalar:
-            order.append(("pair", len([o for o in order if o[0] == "pair"])))
-        else:
-            t += 1
-            order.append(("view", t))
-
-    def flat(o: Operand) -> Any:
-        words = storage_words(o.buffer, o.elem_bits, o.elem_bits * 2)
-        return T.decl_buffer((words,), f"{o.dtype}x2", data=o.buffer.data, scope="local")
-
-    def argument(views, pairs, kind, k, rnd, tid):
-        if kind == "pair":
-            return T.address_of(pairs[k][0])
-        return T.address_of(views[k][p.slot(k, rnd, tid)])
-
-    source = form.source(len(inputs))
-
-    # fmt: off
-    @impl_prim_func
-    def impl():
-        tid = T.meta_var(thread_index(call))
-        v0 = flat(padded[0])
-        v1 = flat(padded[1])
-        v2 = flat(padded[2])
-        views = T.meta_var([v0, v1, v2][: len(operands)])
-        s0 = T.alloc_local((2,), in_dtype)
-        s0[0] = scalar_pad[0]
-        s0[1] = scalar_pad[0]
-        if len(scalars) > 1:
-            s1 = T.alloc_local((2,), in_dtype)
-            s1[0] = scalar_pad[1]
-            s1[1] = scalar_pad[1]
-            for rnd in range(p.rounds):
-                T.evaluate(helper_call(
-                    form.helper, form.meaning, source,
-                    T.address_of(views[0][p.slot(0, rnd, tid)]),
-                    *[argument(views, [s0, s1], kind, k, rnd, tid) for kind, k in order],
-                ))
-        else:
-            for rnd in range(p.rounds):
-                T.evaluate(helper_call(
-                    form.helper, form.meaning, source,
-                    T.address_of(views[0][p.slot(0, rnd, tid)]),
-                    *[argument(views, [s0], kind, k, rnd, tid) for kind, k in order],
-                ))
-    # fmt: on
-    return impl
+    # a vector-typed pair keeps the alignment the pair conversion reads with
+    pair = b.local("pair", f"{arith.compute}x2", 1)
+    wide = b.view("wide", pair, arith.compute, 2, scope="local")
+    with b.loop("rnd", p.rounds) as rnd:
+        with b.loop("j", 2, unroll=True) as j:
+            values = elements.values(
+                lambda k: views[k][p.offset(k, rnd, tid) + j],
+                None if plan.index is None else p.offset(plan.index, rnd, tid) + j,
+            )
+            b.store(wide, j, elements.op.evaluate(values, arith, rounded=False))
+        dst = address_of(views[0], p.slot(0, rnd, tid))
+        b.evaluate(helper_call(form.helper, form.meaning, form.source(1), dst, address_of(pair, 0)))
 
 
 def _register(op: ElementwiseOp) -> None:
@@ -348,6 +252,7 @@ def _register(op: ElementwiseOp) -> None:
             requires_register_operands(op),
             requires_dtype_rule(op, mixed=True),
             requires_anchor_layout,
+            *([requires_lambda_predicate(op)] if op.predicate else []),
         ],
         plan=make_plan(op),
     )(make_emit(op))

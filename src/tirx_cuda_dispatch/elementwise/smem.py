@@ -4,7 +4,8 @@ Accepts: a CUDA target; scope thread / warp / warpgroup / cta with every thread 
 active; dst and every tensor input in shared memory with a layout and constant extents;
 the dtype combination the op's rule allows (:mod:`.ops`, the same rule as ``reg``: float32
 inputs into a float16/bfloat16 dst, and back, are evaluated in float32 and rounded once);
-inputs that broadcast to dst (extent-1 dimensions, numpy's rules; scalars).
+inputs that broadcast to dst (extent-1 dimensions, numpy's rules; scalars); select's
+``pred`` a LambdaExpr over dst's indices.
 
 Emits: no operand says which thread owns which element, so the partition is synthesized
 from the scope as for a global <-> shared copy (:func:`..layout.partition.scope_partition`:
@@ -15,7 +16,10 @@ memory into registers (one ``ld.shared.v*`` each, PTX ISA "ld"), applies the op 
 elements per instruction where the op has an exact pair form (:data:`.ops.PACKED_FORMS`;
 a scalar input broadcast into a register pair), one element at a time otherwise, and
 stores the vector of results with one ``st.shared.v*``. An input that broadcasts along
-the innermost dimension is read one element at a time (the vector is 1).
+the innermost dimension is read one element at a time (the vector is 1). A predicate's
+coordinates come from one more partition operand, the row-major index of dst's region
+(:mod:`.element`). The statements are built node by node (:class:`..build.Body`): a shared
+view, a vector of registers and its access-wide word per tensor operand, however many.
 """
 
 from __future__ import annotations
@@ -24,17 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tvm import tirx
-from tvm.script import tirx as T
 
+from ..build import Body, address_of
 from ..call import Operand, TileCall
-from ..codegen import (
-    access_dtype,
-    access_view,
-    helper_call,
-    impl_prim_func,
-    participant_index,
-    sequence,
-)
+from ..codegen import access_dtype, participant_index, storage_words
 from ..errors import Decline
 from ..layout.atoms import MemoryView, memory_view
 from ..layout.partition import (
@@ -46,6 +43,7 @@ from ..layout.partition import (
 from ..layout.register import lift_to
 from ..predicates import requires_cuda, requires_known_participants, requires_scope
 from ..registry import predicate, variant
+from .element import Elements, index_view
 from .ops import (
     OPS,
     Arithmetic,
@@ -56,9 +54,8 @@ from .ops import (
     input_dtypes,
     packed_form,
     requires_dtype_rule,
+    requires_lambda_predicate,
 )
-
-MAX_TENSORS = 4  # dst and at most three tensor inputs (fma)
 
 
 def _tensor_inputs(op: ElementwiseOp, call: TileCall) -> list[tuple[Input, Operand | None]]:
@@ -83,8 +80,6 @@ def requires_shared_operands(op: ElementwiseOp):
                 return False, f"{o.role} {o.name} has no layout"
             if any(e is None for e in o.extents):
                 return False, f"{o.role} {o.name} region extents {list(o.extents)} are not constant"
-        if 1 + len(inputs) > MAX_TENSORS:
-            return False, f"{op.name} has {1 + len(inputs)} tensor operands; at most 4"
         return True, None
 
     return predicate(shared_operands, "shared_operands")
@@ -100,6 +95,9 @@ class SmemElementwisePlan:
     partition: ScopePartition | PiecewisePartition  # operands in the same order
     packed: PackedForm | None
     arith: Arithmetic  # the dtypes inputs are read in, computed in, stored in
+    # The partition operand whose offset is an element's row-major index in dst's region
+    # (:func:`.element.index_view`), for a predicate over dst's indices; None without one.
+    index: int | None = None
 
     @property
     def masked(self) -> bool:
@@ -132,6 +130,8 @@ class SmemElementwisePlan:
             facts["narrower_because"] = p.narrower_because
         if self.arith.mixed:
             facts["dtypes"] = str(self.arith)
+        if self.index is not None:
+            facts["index_operand"] = self.index
         return facts
 
     def __str__(self) -> str:
@@ -152,6 +152,10 @@ def make_plan(op: ElementwiseOp):
         dst = call.operand("dst")
         tensors = [o for _, o in _tensor_inputs(op, call)]
         views = [memory_view(dst)] + [_lifted(o, dst) for o in tensors]
+        index = None
+        if op.predicate is not None:
+            index = len(views)
+            views.append(index_view(dst.extents))
         bits = tuple(o.elem_bits for o in [dst, *tensors])
         if min(bits) < 8:
             raise Decline("elements narrower than a byte; needs 8 bits or more")
@@ -166,7 +170,7 @@ def make_plan(op: ElementwiseOp):
         if form is not None and any(p.vec % 2 for p in pieces):
             form = None  # an odd vector has no whole pairs
         dtypes = tuple(o.dtype for o in [dst, *tensors])
-        return SmemElementwisePlan(op.name, dtypes, bits, partition, form, arith)
+        return SmemElementwisePlan(op.name, dtypes, bits, partition, form, arith, index)
 
     return plan
 
@@ -174,139 +178,78 @@ def make_plan(op: ElementwiseOp):
 @dataclass(frozen=True)
 class _Steps:
     """One loop of the emitted code: ``full`` rounds for every thread, then (``tail``)
-    one round for threads ``tid < tail``; ``slot(k, rnd, tid)`` indexes operand k's view."""
+    one round for threads ``tid < tail``; ``offset(k, rnd, tid)`` is the element offset
+    of the thread's vector on operand k."""
 
     vec: int
     full: int
     tail: int
-    slot: Any
+    offset: Any
+
+    def slot(self, k: int, rnd: Any, tid: Any) -> Any:
+        """The vector's index in a view of operand k whose element is one vector."""
+        return self.offset(k, rnd, tid) // self.vec
+
+    def active(self, rnd: Any, tid: Any) -> Any:
+        """Every thread in the full rounds; in the last, partial one, ``tid < tail``."""
+        return tirx.Or(rnd < self.full, tid < self.tail) if self.tail else True
 
 
 def _steps(plan: SmemElementwisePlan) -> list[_Steps]:
     p = plan.partition
     if not plan.masked:
-        return [_Steps(p.vec, p.rounds, 0, lambda k, rnd, tid: p.slot(k, rnd, tid))]
+        return [_Steps(p.vec, p.rounds, 0, p.offset)]
     out = []
     for i, piece in enumerate(p.pieces):
 
-        def slot(k, rnd, tid, i=i, piece=piece):
-            return p.offset(i, k, rnd * piece.threads + tid) // piece.vec
+        def offset(k, rnd, tid, i=i, piece=piece):
+            return p.offset(i, k, rnd * piece.threads + tid)
 
-        out.append(_Steps(piece.vec, piece.full_rounds, piece.tail, slot))
+        out.append(_Steps(piece.vec, piece.full_rounds, piece.tail, offset))
     return out
 
 
 def make_emit(op: ElementwiseOp):
     def emit(plan: SmemElementwisePlan, call: TileCall):
         """Load each input's vector into registers, compute, store dst's vector."""
-        return sequence([_emit_steps(op, plan, call, s) for s in _steps(plan)])
+        b = Body()
+        elements = Elements.of(op, call)
+        tid = participant_index(call)
+        for steps in _steps(plan):
+            _emit_steps(b, plan, elements, elements.operands(call), steps, tid)
+        return b.func()
 
     return emit
 
 
-def _emit_steps(op: ElementwiseOp, plan: SmemElementwisePlan, call: TileCall, steps: _Steps):
-    dst = call.operand("dst")
-    inputs = op.inputs(call.args)
-    tensors = [call.operand(i.role) for i in inputs if not i.is_scalar]
-    operands = [dst, *tensors]
-    n = len(operands)
-    padded = operands + [dst] * (MAX_TENSORS - n)
-    bits = list(plan.bits) + [plan.bits[0]] * (MAX_TENSORS - n)
-    vec, full, tail, slot = steps.vec, steps.full, steps.tail, steps.slot
-    form = plan.packed
-    packed = form is not None
-    scalars = [i.scalar for i in inputs if i.is_scalar]
-    pair_dtype = form.in_dtype if packed else plan.dtypes[0]
-    scalar_pad = scalars + [scalars[0] if scalars else 0] * (2 - len(scalars))
-    source = form.source(len(inputs)) if packed else None
-
-    rounds = full + (1 if tail else 0)
-
-    def active(rnd: Any, tid: Any) -> Any:
-        """Every thread in the full rounds; in the last, partial one, ``tid < tail``."""
-        if not tail:
-            return tirx.const(True, "bool")
-        return tirx.Or(rnd < full, tid < tail)
-
-    def word(buf: Any, k: int) -> Any:
-        """The registers of operand k's vector, as one access-wide word."""
-        return T.decl_buffer((1,), access_dtype(vec * bits[k]), data=buf.data, scope="local")
-
-    def compute(regs: list[Any], j: int) -> Any:
-        vals, k = {}, 0
-        for inp in inputs:
-            if inp.is_scalar:
-                vals[inp.role] = inp.scalar
-            else:
-                k += 1
-                vals[inp.role] = regs[k][j]
-        if plan.arith.mixed:  # widened exactly, computed in float32, rounded once into dst
-            return op.evaluate(vals, plan.arith)
-        return op.compute(vals, plan.dtypes[0])
-
-    def pair_args(regs: list[Any], pairs: list[Any], j: int) -> list[Any]:
-        args, k, s = [T.address_of(regs[0][2 * j])], 0, 0
-        for inp in inputs:
-            if inp.is_scalar:
-                args.append(T.address_of(pairs[s][0]))
-                s += 1
-            else:
-                k += 1
-                args.append(T.address_of(regs[k][2 * j]))
-        return args
-
-    # fmt: off
-    @impl_prim_func
-    def impl():
-        tid = T.meta_var(participant_index(call))
-        # views of the shared tiles, registers of one vector and its access-wide word,
-        # per operand (dst first); only the operands the call has are declared
-        s0 = access_view(padded[0].buffer, vec * bits[0], bits[0])
-        r0 = T.alloc_local((vec,), padded[0].dtype)
-        w0 = word(r0, 0)
-        if n > 1:
-            s1 = access_view(padded[1].buffer, vec * bits[1], bits[1])
-            r1 = T.alloc_local((vec,), padded[1].dtype)
-            w1 = word(r1, 1)
-        if n > 2:
-            s2 = access_view(padded[2].buffer, vec * bits[2], bits[2])
-            r2 = T.alloc_local((vec,), padded[2].dtype)
-            w2 = word(r2, 2)
-        if n > 3:
-            s3 = access_view(padded[3].buffer, vec * bits[3], bits[3])
-            r3 = T.alloc_local((vec,), padded[3].dtype)
-            w3 = word(r3, 3)
-        regs = T.meta_var(
-            [r0] if n == 1 else [r0, r1] if n == 2 else [r0, r1, r2] if n == 3 else [r0, r1, r2, r3]
-        )
-        if packed and len(scalars) > 0:
-            p0 = T.alloc_local((2,), pair_dtype)
-            p0[0] = scalar_pad[0]
-            p0[1] = scalar_pad[0]
-        if packed and len(scalars) > 1:
-            p1 = T.alloc_local((2,), pair_dtype)
-            p1[0] = scalar_pad[1]
-            p1[1] = scalar_pad[1]
-        pairs = T.meta_var([] if not (packed and scalars) else [p0] if len(scalars) == 1 else [p0, p1])
-        for rnd in range(rounds):
-            if active(rnd, tid):
-                if n > 1:
-                    w1[0] = s1[slot(1, rnd, tid)]
-                if n > 2:
-                    w2[0] = s2[slot(2, rnd, tid)]
-                if n > 3:
-                    w3[0] = s3[slot(3, rnd, tid)]
-                if packed:
-                    for j in T.unroll(vec // 2):
-                        T.evaluate(helper_call(
-                            form.helper, form.meaning, source, *pair_args(regs, pairs, j)
-                        ))
-                else:
-                    for j in T.unroll(vec):
-                        r0[j] = compute(regs, j)
-                s0[slot(0, rnd, tid)] = w0[0]
-    # fmt: on
-    return impl
+def _emit_steps(
+    b: Body, plan: SmemElementwisePlan, elements: Elements, operands: list, s: _Steps, tid: Any
+) -> None:
+    """One loop of ``s``: each step loads the thread's vector of every tensor input into
+    registers, computes dst's vector there (pairs through the pair form's helper, else
+    element by element) and stores it."""
+    vec, form = s.vec, plan.packed
+    # per operand (dst first): its shared tile as vectors, one vector's registers, and
+    # those registers as one access-wide word
+    tiles, regs, words = [], [], []
+    for k, (o, bits) in enumerate(zip(operands, plan.bits, strict=True)):
+        wide = access_dtype(vec * bits)
+        tiles.append(b.view(f"s{k}", o.buffer, wide, storage_words(o.buffer, bits, vec * bits)))
+        regs.append(b.local(f"r{k}", o.dtype, vec))
+        words.append(b.view(f"w{k}", regs[k], wide, 1, scope="local"))
+    pairs = elements.pairs(b, form.in_dtype) if form else {}
+    with b.loop("rnd", s.full + (1 if s.tail else 0)) as rnd, b.when(s.active(rnd, tid)):
+        for k in range(1, len(operands)):
+            b.store(words[k], 0, tiles[k][s.slot(k, rnd, tid)])
+        if form:
+            with b.loop("j", vec // 2, unroll=True) as j:
+                b.evaluate(elements.pair_call(form, lambda k: address_of(regs[k], 2 * j), pairs))
+        else:
+            first = None if plan.index is None else s.offset(plan.index, rnd, tid)
+            with b.loop("j", vec, unroll=True) as j:
+                values = elements.values(lambda k: regs[k][j], None if first is None else first + j)
+                b.store(regs[0], j, elements.op.evaluate(values, plan.arith))
+        b.store(tiles[0], s.slot(0, rnd, tid), words[0][0])
 
 
 def _register(op: ElementwiseOp) -> None:
@@ -321,6 +264,7 @@ def _register(op: ElementwiseOp) -> None:
             requires_known_participants,
             requires_shared_operands(op),
             requires_dtype_rule(op, mixed=True),
+            *([requires_lambda_predicate(op)] if op.predicate else []),
         ],
         plan=make_plan(op),
     )(make_emit(op))

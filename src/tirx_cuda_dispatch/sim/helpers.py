@@ -153,6 +153,8 @@ def _pairwise(op: str, dtype: np.dtype, inputs: list[np.ndarray]) -> np.ndarray:
         return np.multiply(*inputs)
     if op == "max":
         return np.fmax(*inputs)
+    if op == "min":  # __hmin2 (PTX min.f16x2 / min.bf16x2): a NaN operand is ignored
+        return np.fmin(*inputs)
     if op == "fma":
         return fma(inputs[0], inputs[1], inputs[2], dtype)
     if op == "cvt":
