@@ -27,8 +27,8 @@ import time
 import warnings
 
 
-def _worker(args: tuple[list[int], float]) -> list[dict]:
-    seeds, deadline = args
+def _worker(args: tuple[list[int], float, list[str] | None]) -> list[dict]:
+    seeds, deadline, kinds = args
     warnings.simplefilter("ignore")
     import numpy as np
 
@@ -56,7 +56,8 @@ def _worker(args: tuple[list[int], float]) -> list[dict]:
         if time.time() > deadline:
             break
         t0 = time.time()
-        case = fuzz.random_case(fuzz.RandomChooser(seed))
+        chooser = fuzz.RandomChooser(seed)
+        case = fuzz.random_case(chooser, chooser.pick(kinds) if kinds else None)
         try:
             verdict = fuzz.differential(case, execute=gpu_and_sim)
             problems, ours, builtin = verdict.problems, verdict.ours, verdict.builtin
@@ -83,11 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--budget-s", type=float, default=500.0, help="stop drawing after this")
     parser.add_argument("--log", help="write one JSON line per case here")
+    parser.add_argument("--kinds", help="comma-separated generator kinds (default: all)")
     args = parser.parse_args(argv)
 
     deadline = time.time() + args.budget_s
     seeds = list(range(args.first, args.first + args.programs))
-    chunks = [(seeds[i :: args.workers * 4], deadline) for i in range(args.workers * 4)]
+    kinds = args.kinds.split(",") if args.kinds else None
+    chunks = [(seeds[i :: args.workers * 4], deadline, kinds) for i in range(args.workers * 4)]
     rows: list[dict] = []
     start = time.time()
     with mp.get_context("spawn").Pool(args.workers) as pool:

@@ -8,7 +8,17 @@ from typing import Any
 import numpy as np
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
-from tvm.tirx.layout import S, TCol, TileLayout, TLane, tid_in_wg
+from tvm.tirx.layout import (
+    R,
+    S,
+    TCol,
+    TileLayout,
+    TLane,
+    laneid,
+    tid_in_wg,
+    warpid,
+    wg_local_layout,
+)
 
 SCOPE_THREADS = {"warp": 32, "warpgroup": 128}
 
@@ -744,3 +754,86 @@ def shared_to_registers(
             B[tid, i] = dst[i]
     # fmt: on
     return reduction
+
+
+def mma_accumulator_layout(cols: int = 128) -> Any:
+    """The m16n8 accumulator fragment of a warp, 16 x ``cols``: row r in lane
+    4 * (r % 8) + c, two values per lane and 8 columns (TVM's
+    test_reduction_local_view_complex)."""
+    atom = TileLayout(S[(1, 2) : (2, 1)])
+    warp_layout = TileLayout(S[(8, 4) : (4 @ laneid, 1 @ laneid)])
+    warp_atom = atom.tile(warp_layout, (8, 4), (1, 2))
+    tile = TileLayout(S[(2, cols // 8) : (1, 2)])
+    return warp_atom.tile(tile, (2, cols // 8), (8, 8))
+
+
+def mma_rows_layout() -> Any:
+    """Row statistics of that fragment: 16 x 4, column c in the lanes with lane % 4 == c."""
+    red_atom = TileLayout(S[(1, 1) : (1, 1)])
+    warp_layout = TileLayout(S[(8, 4) : (4 @ laneid, 1 @ laneid)])
+    red_warp_atom = red_atom.tile(warp_layout, (8, 4), (1, 1))
+    return red_warp_atom.tile(TileLayout(S[(2, 1) : (1, 1)]), (2, 1), (8, 4))
+
+
+@dataclass(frozen=True)
+class RegisterReduction:
+    """A register reduction as TVM's layouts place it: src and dst layouts and shapes, the
+    axes, the scope and its threads, TVM's ``thread_reduce``."""
+
+    name: str
+    src_layout: Any
+    src_shape: tuple[int, ...]
+    dst_layout: Any
+    dst_shape: tuple[int, ...]
+    axes: tuple[int, ...] | None
+    scope: str
+    threads: int
+    thread_reduce: bool | None = None
+
+    def kernel(self, op: str, dtype: str = "float32", dst_dtype: str | None = None,
+               accum: bool = False, dst_memory: str = "local") -> Any:  # fmt: skip
+        return register_reduction(
+            op, self.src_layout, self.src_shape, self.dst_layout, self.dst_shape, self.axes,
+            self.scope, self.threads, dtype, dst_dtype, accum, self.thread_reduce, dst_memory,
+        )  # fmt: skip
+
+
+def register_reductions() -> dict[str, RegisterReduction]:
+    """The register reductions the tests and the fuzzer draw from: TVM's (thread-wise,
+    the warp shuffle, several elements per lane, wg_local_layout rows, the mma
+    accumulator's rows both ways), CTA-wide ones across warps, and dst layouts that put
+    the outputs on other threads than compute them (filled from a workspace)."""
+    rows = TileLayout(S[(32, 8) : (1 @ laneid, 1)])
+    cases = [
+        RegisterReduction("thread_3d", TileLayout(S[(3, 4, 5)]), (3, 4, 5), TileLayout(S[4]),
+                          (4,), (0, 2), "thread", 1),
+        RegisterReduction("warp_shuffle", TileLayout(S[32 : 1 @ laneid]), (32,),
+                          TileLayout(S[1:1] + R[32 : 1 @ laneid]), (1,), None, "warp", 32),
+        RegisterReduction("warp_multi_elem", TileLayout(S[(32, 4) : (1 @ laneid, 1)]), (128,),
+                          TileLayout(S[4:1] + R[32 : 1 @ laneid]), (4,), None, "warp", 32),
+        RegisterReduction("lane_rows", TileLayout(S[(32, 64) : (1 @ laneid, 1)]), (32, 64),
+                          TileLayout(S[(32, 1) : (1 @ laneid, 1)]), (32, 1), (-1,), "warp", 32),
+        RegisterReduction("wg_local", wg_local_layout(16), (128, 16), wg_local_layout(1),
+                          (128, 1), (-1,), "warpgroup", 128),
+        RegisterReduction("mma_rows_shuffle", mma_accumulator_layout(), (16, 128),
+                          mma_rows_layout(), (16, 4), (-1,), "warp", 32, True),
+        RegisterReduction("mma_rows_partial", mma_accumulator_layout(), (16, 128),
+                          mma_rows_layout(), (16, 4), (-1,), "warp", 32, False),
+        RegisterReduction("cta_all", TileLayout(S[(8, 32) : (1 @ warpid, 1 @ laneid)]), (256,),
+                          TileLayout(S[1]), (1,), None, "cta", 256),
+        RegisterReduction("cta_rows_over_warps",
+                          TileLayout(S[(4, 4, 32) : (1, 1 @ warpid, 1 @ laneid)]), (4, 128),
+                          TileLayout(S[4:1]), (4,), (-1,), "cta", 128),
+        RegisterReduction("wg_columns", TileLayout(S[(128, 8) : (1 @ tid_in_wg, 1)]), (128, 8),
+                          TileLayout(S[8:1]), (8,), (0,), "warpgroup", 128),
+        RegisterReduction("all_rows_everywhere", rows, (32, 8), TileLayout(S[32]), (32,),
+                          (-1,), "warp", 32),
+        RegisterReduction("lanes_transposed", rows, (32, 8),
+                          TileLayout(S[(4, 8) : (1 @ laneid, 4 @ laneid)]), (32,), (-1,), "warp",
+                          32),
+        RegisterReduction("cta_rows_to_lanes",
+                          TileLayout(S[(8, 4, 32) : (1 @ warpid, 1, 1 @ laneid)]), (32, 32),
+                          TileLayout(S[32 : 1 @ laneid] + R[8 : 1 @ warpid]), (32,), (-1,),
+                          "cta", 256),
+    ]  # fmt: skip
+    return {c.name: c for c in cases}

@@ -81,14 +81,22 @@ class RandomChooser:
 
 @dataclass
 class Case:
-    """One random program with its inputs (outputs poisoned) and numpy's answer."""
+    """One random program with its inputs (outputs poisoned) and numpy's answer.
+
+    ``expected`` is compared bit for bit (where ``compared`` is true: the elements the
+    program defines). A float reduction's bits depend on its summation order: there
+    ``expected`` is our plan's order emulated in numpy (None where no plan of ours takes
+    the call) and ``close`` says whether an output lies within the error bound of the
+    exact result (``None`` if so, else what is off): how another order is judged."""
 
     kind: str
     params: dict[str, Any]
     func: Any
     args: list[np.ndarray]
     output: int  # the argument compared
-    expected: np.ndarray
+    expected: np.ndarray | None
+    close: Callable[[np.ndarray], str | None] | None = None
+    compared: np.ndarray | None = None  # bool mask over the output
 
     def __str__(self) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in self.params.items())
@@ -326,7 +334,161 @@ def narrowed_case(c: Chooser, seed: int) -> Case:
     return Case("narrowed", params, func, [a, runtime.poison_like(a)], 1, a.copy())
 
 
+# -- reductions -----------------------------------------------------------------------------
+REDUCE_OPS = ("sum", "max", "min")
+REDUCE_DTYPES = ("float32", "float16", "bfloat16", "int32")
+REDUCE_EXTENTS = (1, 2, 3, 4, 5, 7, 8, 16, 32, 33, 64, 100, 128, 256)
+# (scope, CTA threads, the if that narrows the call: demos.shared_reduction's names)
+REDUCE_SCOPES = (
+    ("warp", 32, None), ("warp", 256, "warp5"), ("warpgroup", 128, None),
+    ("warpgroup", 256, "wg0"), ("cta", 32, None), ("cta", 128, None), ("cta", 256, None),
+    ("cta", 256, "warps0-3"), ("thread", 128, "tid65"),
+)  # fmt: skip
+
+
+def _np_type(dtype: str) -> np.dtype:
+    return runtime.random_array((1,), dtype, np.random.default_rng(0)).dtype
+
+
+def _reduced(op: str, src: np.ndarray, axes: tuple[int, ...], old, dst_shape) -> np.ndarray:
+    """The exact reduction in float64 (int32: wrapping), old value first, in dst's shape."""
+    if np.issubdtype(src.dtype, np.integer):
+        fn = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op]
+        with np.errstate(over="ignore"):
+            out = fn.reduce(src, axis=axes, dtype=src.dtype).reshape(dst_shape)
+            return out if old is None else fn(old, out)
+    x = src.astype(np.float64)
+    fn = {"sum": np.add, "max": np.fmax, "min": np.fmin}[op]
+    out = fn.reduce(x, axis=axes).reshape(dst_shape)
+    return out if old is None else fn(old.astype(np.float64), out)
+
+
+def _reduction_bound(op, src, axes, old, dst_shape, dst_dtype, at=None) -> Callable:
+    """``close(out)`` for a reduction: max/min and int32 exact; a float sum within
+    ``(n + 1) u |x|_1`` (float32 accumulation) plus one rounding into dst's dtype
+    (docs/reduction.md). ``at(out)`` picks the outputs from the program's output array."""
+    exact = _reduced(op, src, axes, old, dst_shape)
+    units = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+    n = int(np.prod([src.shape[a] for a in axes])) + (old is not None)
+    mag = np.abs(src.astype(np.float64)).sum(axis=axes).reshape(dst_shape)
+    if old is not None:
+        mag = mag + np.abs(old.astype(np.float64))
+    bound = (n + 1) * units["float32"] * mag + units.get(dst_dtype, 0.0) * np.abs(exact)
+
+    def close(out: np.ndarray) -> str | None:
+        got = (at(out) if at else out).astype(np.float64)
+        if op != "sum" or np.issubdtype(src.dtype, np.integer):
+            want = exact.astype(_np_type(dst_dtype)).astype(np.float64)
+            bad = int(np.count_nonzero(~((got == want) | (np.isnan(got) & np.isnan(want)))))
+            return f"differs from the exact {op} in {bad} of {got.size}" if bad else None
+        err = np.abs(got - exact)
+        bad = int(np.count_nonzero(~(err <= bound)))
+        return f"{bad} of {got.size} outputs outside the error bound" if bad else None
+
+    return close
+
+
+def _our_order(func: Any, src: np.ndarray, old: np.ndarray | None) -> np.ndarray | None:
+    """dst as our plan sums it (its order, emulated in numpy), or None when no plan of
+    ours takes the call."""
+    from . import explain
+    from .reduction.schedule import emulate
+
+    report = next((r for r in explain(func) if r.op in REDUCE_OPS), None)
+    if report is None or report.plan_object is None:
+        return None
+    return emulate(report.plan_object.schedule, src, old)
+
+
+def shared_reduction_case(c: Chooser, seed: int) -> Case:
+    """A reduction of a shared tile into a shared dst: any op, dtype (16-bit data into
+    float32 statistics too), rank, axes (negative or not), dst dropping or keeping the
+    reduced axes, every scope (narrowed ones too), odd extents, accum."""
+    rng = np.random.default_rng(seed)
+    op, dtype = c.pick(REDUCE_OPS), c.pick(REDUCE_DTYPES)
+    dst_dtype = c.pick((dtype, "float32")) if dtype in ("float16", "bfloat16") else dtype
+    shape = tuple(c.pick(REDUCE_EXTENTS) for _ in range(c.integer(1, 3)))
+    while int(np.prod(shape)) > 4096:
+        shape = shape[1:]
+    ndim = len(shape)
+    axes = tuple(i for i in range(ndim) if c.integer(0, 1)) or (ndim - 1,)
+    spelled = tuple(a - ndim if c.integer(0, 1) else a for a in axes)
+    if c.integer(0, 1):
+        dst_shape = tuple(1 if i in axes else e for i, e in enumerate(shape))
+    else:
+        dst_shape = tuple(e for i, e in enumerate(shape) if i not in axes) or (1,)
+    scope, threads, narrow = c.pick(REDUCE_SCOPES)
+    accum = bool(c.integer(0, 1))
+    func = demos.shared_reduction(op, shape, spelled, dst_shape, dtype, dst_dtype, scope,
+                                  threads, accum, narrow=narrow)  # fmt: skip
+    src = runtime.random_array(shape, dtype, rng)
+    if accum:
+        old = runtime.random_array(dst_shape, dst_dtype, rng)
+    else:
+        old = runtime.poison_like(np.zeros(dst_shape, _np_type(dst_dtype)))
+    params = dict(op=op, dtype=dtype, dst_dtype=dst_dtype, shape=shape, axes=spelled,
+                  dst_shape=dst_shape, scope=scope, cta_threads=threads, narrow=narrow,
+                  accum=accum)  # fmt: skip
+    prior = old if accum else None
+    return Case(
+        "shared_reduction", params, func, [src, old], 1, _our_order(func, src, prior),
+        close=_reduction_bound(op, src, axes, prior, dst_shape, dst_dtype),
+    )  # fmt: skip
+
+
+def register_reduction_case(c: Chooser, seed: int) -> Case:
+    """A reduction of register tiles as TVM's layouts place them (demos.register_reductions:
+    thread-wise, the warp shuffle, wg_local, the mma accumulator's rows both ways, across
+    warps, dst filled from a workspace), any op and dtype, accum; every holder of every
+    output is compared."""
+    rng = np.random.default_rng(seed)
+    catalog = demos.register_reductions()
+    case = catalog[c.pick(sorted(catalog))]
+    op = c.pick(REDUCE_OPS)
+    dtype = c.pick(REDUCE_DTYPES)
+    dst_dtype = c.pick((dtype, "float32")) if dtype in ("float16", "bfloat16") else dtype
+    accum = bool(c.integer(0, 1))
+    func = case.kernel(op, dtype, dst_dtype, accum)
+    threads = max(case.threads, 1)
+    x = runtime.random_array(case.src_shape, dtype, rng)
+    old = runtime.random_array(case.dst_shape, dst_dtype, rng)
+    a = demos.pack_registers(x, case.src_layout, case.scope, threads, fill=0)
+    b = demos.pack_registers(old, case.dst_layout, case.scope, threads)
+    if not accum:
+        b = runtime.poison_like(b)
+    registers, table = demos.register_holders(case.dst_layout, case.dst_shape, case.scope, threads)
+    compared = np.zeros(b.shape, dtype=bool)
+    for i, r in enumerate(registers):
+        compared[:, r] = table[:, i] >= 0
+
+    prior = old if accum else None
+    ours = _our_order(func, x, prior)
+    expected = None
+    if ours is not None:  # every holder of an output has its value; the rest stays as it was
+        expected = b.copy()
+        for i, r in enumerate(registers):
+            held = table[:, i] >= 0
+            expected[held, r] = ours.reshape(-1)[table[held, i]]
+    kept = bool(case.thread_reduce is not None or case.name == "warp_multi_elem")
+    params = dict(layouts=case.name, op=op, dtype=dtype, dst_dtype=dst_dtype, accum=accum)
+    close = None
+    if not kept:  # TVM's kept forms reduce what the layout says: judged bit for bit only
+        axes = tuple(a % len(case.src_shape) for a in (case.axes or (-1,)))
+
+        def held_outputs(out_b):
+            got = np.zeros(int(np.prod(case.dst_shape)), dtype=out_b.dtype)
+            for i, r in enumerate(registers):
+                held = table[:, i] >= 0
+                got[table[held, i]] = out_b[held, r]
+            return got.reshape(case.dst_shape)
+
+        close = _reduction_bound(op, x, axes, prior, case.dst_shape, dst_dtype, held_outputs)
+    return Case("register_reduction", params, func, [a, b], 1, expected, close, compared)
+
+
 GENERATORS: dict[str, Callable[[Chooser, int], Case]] = {
+    "shared_reduction": shared_reduction_case,
+    "register_reduction": register_reduction_case,
     "gmem_smem": gmem_smem_case,
     "copy_reg": copy_reg_case,
     "fragment": fragment_case,
@@ -402,7 +564,6 @@ def differential(case: Case, execute: Execute = simulate) -> Verdict:
     from .sim.errors import SimError
 
     verdict = Verdict(case, ours=our_coverage(case.func))
-    want = runtime.bits(case.expected)
     outputs: dict[str, Any] = {}
     for name, pipeline in (("ours", OURS), ("builtin", BUILTIN)):
         try:
@@ -417,9 +578,8 @@ def differential(case: Case, execute: Execute = simulate) -> Verdict:
         verdict.ours = "cannot lower: " + reason_kind(str(ours).splitlines()[0])
     elif isinstance(ours, Exception):
         verdict.problems.append(f"ours: {_summary(ours)}")
-    elif not np.array_equal(runtime.bits(ours), want):
-        bad = int(np.count_nonzero(runtime.bits(ours) != want))
-        verdict.problems.append(f"ours differs from numpy in {bad} of {want.size} elements")
+    elif (off := _off(case, ours, exact=case.expected is not None)) is not None:
+        verdict.problems.append(f"ours {off}")
     if isinstance(builtin, SimError) and "unknown" in str(builtin).lower():
         verdict.problems.append(
             f"the simulator cannot run the built-in's kernel: {_summary(builtin)}"
@@ -428,12 +588,22 @@ def differential(case: Case, execute: Execute = simulate) -> Verdict:
         verdict.builtin = f"faults: {_summary(builtin)}"
     elif isinstance(builtin, Exception):
         verdict.builtin = f"cannot lower: {_summary(builtin)}"
-    elif not np.array_equal(runtime.bits(builtin), want):
-        bad = int(np.count_nonzero(runtime.bits(builtin) != want))
-        verdict.builtin = f"WRONG: differs from numpy in {bad} of {want.size} elements"
+    elif (off := _off(case, builtin, exact=case.close is None)) is not None:
+        verdict.builtin = f"WRONG: {off}"
     elif isinstance(ours, DispatchError) and not rejected:
         verdict.problems.append("ours cannot lower a program TVM's built-in lowers correctly")
     return verdict
+
+
+def _off(case: Case, out: np.ndarray, exact: bool) -> str | None:
+    """How ``out`` differs from the case's answer (bit for bit, or within its bound), or
+    None where it does not; only the elements the program defines count."""
+    mask = case.compared if case.compared is not None else np.ones(out.shape, dtype=bool)
+    if not exact:
+        return case.close(out)
+    got, want = runtime.bits(out)[mask], runtime.bits(case.expected)[mask]
+    bad = int(np.count_nonzero(got != want))
+    return f"differs from numpy in {bad} of {want.size} elements" if bad else None
 
 
 def _summary(err: BaseException) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tvm.tirx.layout import R, S, TileLayout, laneid, tid_in_wg, warpid, wg_local_layout
+from tvm.tirx.layout import R, S, TileLayout, laneid
 
 from executors import WHERE, execute
 from reduction_checks import check_against_numpy, report_of
@@ -14,63 +14,22 @@ from tirx_cuda_dispatch import demos, toolchain
 from tirx_cuda_dispatch.reduction.schedule import emulate
 from tirx_cuda_dispatch.runtime import bits, poison_like, random_array
 
-
-def _mma_accumulator(cols: int = 128):
-    """The m16n8 accumulator fragment TVM's test_reduction_local_view_complex reduces:
-    16 x cols per warp, row r in lane 4 * (r % 8) + c, two values per lane and 8 columns."""
-    atom = TileLayout(S[(1, 2) : (2, 1)])
-    warp_layout = TileLayout(S[(8, 4) : (4 @ laneid, 1 @ laneid)])
-    warp_atom = atom.tile(warp_layout, (8, 4), (1, 2))
-    tile = TileLayout(S[(2, cols // 8) : (1, 2)])
-    return warp_atom.tile(tile, (2, cols // 8), (8, 8))
-
-
-def _mma_rows():
-    """Its row statistics: 16 x 4, column c in the lanes with lane % 4 == c."""
-    red_atom = TileLayout(S[(1, 1) : (1, 1)])
-    warp_layout = TileLayout(S[(8, 4) : (4 @ laneid, 1 @ laneid)])
-    red_warp_atom = red_atom.tile(warp_layout, (8, 4), (1, 1))
-    return red_warp_atom.tile(TileLayout(S[(2, 1) : (1, 1)]), (2, 1), (8, 4))
-
-
-# (name, src layout, src shape, dst layout, dst shape, axes, scope, threads, thread_reduce)
-CASES = [
-    ("thread_3d", TileLayout(S[(3, 4, 5)]), (3, 4, 5), TileLayout(S[4]), (4,), (0, 2),
-     "thread", 1, None),
-    ("warp_shuffle", TileLayout(S[32 : 1 @ laneid]), (32,), TileLayout(S[1:1] + R[32 : 1 @ laneid]),
-     (1,), None, "warp", 32, None),
-    ("warp_multi_elem", TileLayout(S[(32, 4) : (1 @ laneid, 1)]), (128,),
-     TileLayout(S[4:1] + R[32 : 1 @ laneid]), (4,), None, "warp", 32, None),
-    ("lane_rows", TileLayout(S[(32, 64) : (1 @ laneid, 1)]), (32, 64),
-     TileLayout(S[(32, 1) : (1 @ laneid, 1)]), (32, 1), (-1,), "warp", 32, None),
-    ("wg_local", wg_local_layout(16), (128, 16), wg_local_layout(1), (128, 1), (-1,),
-     "warpgroup", 128, None),
-    ("mma_rows_shuffle", _mma_accumulator(), (16, 128), _mma_rows(), (16, 4), (-1,), "warp",
-     32, True),
-    ("mma_rows_partial", _mma_accumulator(), (16, 128), _mma_rows(), (16, 4), (-1,), "warp",
-     32, False),
-    ("cta_all", TileLayout(S[(8, 32) : (1 @ warpid, 1 @ laneid)]), (256,), TileLayout(S[1]),
-     (1,), None, "cta", 256, None),
-    ("cta_rows_over_warps", TileLayout(S[(4, 4, 32) : (1, 1 @ warpid, 1 @ laneid)]), (4, 128),
-     TileLayout(S[4:1]), (4,), (-1,), "cta", 128, None),
-    ("wg_columns", TileLayout(S[(128, 8) : (1 @ tid_in_wg, 1)]), (128, 8),
-     TileLayout(S[8:1]), (8,), (0,), "warpgroup", 128, None),
-]  # fmt: skip
+CATALOG = demos.register_reductions()
+FILLED = ("all_rows_everywhere", "lanes_transposed", "cta_rows_to_lanes")
+PLAIN = [name for name in CATALOG if name not in FILLED]
 
 
 def _case(name):
-    return next(c for c in CASES if c[0] == name)
+    return CATALOG[name]
 
 
 def _kernel(case, op, dtype="float32", dst_dtype=None, accum=False, dst_memory="local"):
-    _, sl, ss, dl, ds, axes, scope, threads, tr = case
-    return demos.register_reduction(
-        op, sl, ss, dl, ds, axes, scope, threads, dtype, dst_dtype, accum, tr, dst_memory
-    )
+    return case.kernel(op, dtype, dst_dtype, accum, dst_memory)
 
 
 def _round_trip(case, op, dtype, where, gpu, rng, dst_dtype=None, accum=False):
-    _, sl, ss, dl, ds, axes, scope, threads, tr = case
+    sl, ss, dl, ds = case.src_layout, case.src_shape, case.dst_layout, case.dst_shape
+    scope, threads = case.scope, case.threads
     dst_dtype = dst_dtype or dtype
     kernel = _kernel(case, op, dtype, dst_dtype, accum)
     x = random_array(ss, dtype, rng)
@@ -97,7 +56,7 @@ def _round_trip(case, op, dtype, where, gpu, rng, dst_dtype=None, accum=False):
 
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
-@pytest.mark.parametrize("name", [c[0] for c in CASES if c[0] != "mma_rows_partial"])
+@pytest.mark.parametrize("name", [n for n in PLAIN if n != "mma_rows_partial"])
 def test_round_trip_matches_the_plans_order_and_numpy(name, op, where, gpu, rng):
     report, x, _, got = _round_trip(_case(name), op, "float32", where, gpu, rng)
     if name == "warp_multi_elem":  # dst keeps register j of every lane: the lanes reduced
@@ -170,47 +129,46 @@ def test_warp_reduction_sass_is_a_butterfly_without_local_memory():
     assert "LDL" not in sass and "STL" not in sass
 
 
-FILL_CASES = [
-    # each lane computes a row, every thread holds all 32 row sums
-    ("all_rows_everywhere", TileLayout(S[(32, 8) : (1 @ laneid, 1)]), (32, 8), TileLayout(S[32]),
-     (32,), (-1,), "warp", 32, None),
-    # row r = 8 a + b computed in lane r, held in lane a + 4 b
-    ("lanes_transposed", TileLayout(S[(32, 8) : (1 @ laneid, 1)]), (32, 8),
-     TileLayout(S[(4, 8) : (1 @ laneid, 4 @ laneid)]), (32,), (-1,), "warp", 32, None),
-    # CTA: warp w computes rows 4 w .. 4 w + 3 across its lanes; lane l of every warp holds
-    # row l % 32
-    ("cta_rows_to_lanes", TileLayout(S[(8, 4, 32) : (1 @ warpid, 1, 1 @ laneid)]), (32, 32),
-     TileLayout(S[32 : 1 @ laneid] + R[8 : 1 @ warpid]), (32,), (-1,), "cta", 256, None),
-]  # fmt: skip
-
-
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("accum", [False, True])
-@pytest.mark.parametrize("name", [c[0] for c in FILL_CASES])
+@pytest.mark.parametrize("name", FILLED)
 def test_dst_placed_apart_from_where_outputs_are_computed_is_filled(name, accum, where, gpu, rng):
     """dst's layout gives outputs to other threads than compute them: the outputs go
     through a shared workspace and every holder reads its registers (the plan says why)."""
-    case = next(c for c in FILL_CASES if c[0] == name)
-    report, x, old, got = _round_trip(case, "sum", "float32", where, gpu, rng, accum=accum)
+    report, x, old, got = _round_trip(_case(name), "sum", "float32", where, gpu, rng, accum=accum)
     assert "fill" in report.plan and any(
         r.startswith("workspace outputs") for r in report.resources
     )
     check_against_numpy(report, got, x, old if accum else None)
 
 
-def test_reduced_axis_on_lanes_that_are_not_a_power_of_two_apart_is_declined():
-    case = ("x", TileLayout(S[(8, 4) : (1, 8 @ laneid)]), (8, 4), TileLayout(S[8:1] + R[4: 8 @ laneid]),
-            (8,), (-1,), "warp", 32, None)  # fmt: skip
+def test_lanes_a_power_of_two_apart_reduce_by_a_butterfly_over_those_bits():
+    """4 lanes 8 apart (the others hold nothing: they skip, out of the shuffle mask)."""
+    case = demos.RegisterReduction(
+        "x", TileLayout(S[(8, 4) : (1, 8 @ laneid)]), (8, 4),
+        TileLayout(S[8:1] + R[4 : 8 @ laneid]), (8,), (-1,), "warp", 32,
+    )  # fmt: skip
     report = report_of(_kernel(case, "sum"))
-    assert report.variant == "local"  # 4 lanes 8 apart: a butterfly with masks 8, 16
+    assert report.variant == "local"
     assert report.plan_object.schedule.lane_masks == (8, 16)
+    assert report.plan_object.lane_mask == 0x01010101
+
+
+def test_reduced_lanes_that_are_not_a_power_of_two_are_declined():
+    case = demos.RegisterReduction(
+        "x", TileLayout(S[(8, 3) : (1, 1 @ laneid)]), (8, 3),
+        TileLayout(S[8:1] + R[3 : 1 @ laneid]), (8,), (-1,), "warp", 32,
+    )  # fmt: skip
+    report = report_of(_kernel(case, "sum"))
+    why = next(c.reason for c in report.candidates if c.variant == "local")
+    assert "an shfl.xor butterfly needs a power of two of lanes" in why
 
 
 def test_shared_dst_from_registers(rng):
     """Each lane holds a row; dst is a shared vector written by one lane per row."""
     case = _case("lane_rows")
-    _, sl, ss, _, _, axes, scope, threads, _ = case
-    kernel = demos.register_reduction("max", sl, ss, TileLayout(S[(32, 1)]), (32, 1), axes,
+    sl, ss, scope, threads = case.src_layout, case.src_shape, case.scope, case.threads
+    kernel = demos.register_reduction("max", sl, ss, TileLayout(S[(32, 1)]), (32, 1), case.axes,
                                       scope, threads, dst_memory="shared")  # fmt: skip
     x = random_array(ss, "float32", rng)
     a = demos.pack_registers(x, sl, scope, threads, fill=0)

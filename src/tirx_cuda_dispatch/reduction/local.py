@@ -59,6 +59,11 @@ from .schedule import Digit, Schedule
 MAX_ACCUMULATORS = 4  # independent chains per output: enough to cover FADD latency
 
 
+class Apart(Decline):
+    """dst's layout places outputs on other threads (or registers) than src computes them
+    in: the plan then fills dst from a workspace instead."""
+
+
 def requires_register_src(call: TileCall) -> tuple[bool, str | None]:
     """src is a register tile whose layout names the scope's threads."""
     src = call.operand("src")
@@ -228,13 +233,16 @@ def _spatial_digits(
 ) -> list[Digit]:
     """Digits of spatial dimension ``i``: src's atoms refined against dst's on that dim."""
     j = shape.dst_dims[i]
-    rows = refine_tagged_pairs(src_atoms, dst_atoms if j is not None else [], names)
+    try:
+        rows = refine_tagged_pairs(src_atoms, dst_atoms if j is not None else [], names)
+    except Decline as why:
+        raise Apart(str(why)) from None
     digits = []
     for ext, index_stride, (s_stride, s_axis), (d_stride, d_axis) in rows:
         common = dict(dim=i, index_stride=index_stride, dst_dim=j, dst_index_stride=index_stride)
         if s_axis == MEMORY_AXIS:
             if d_axis != MEMORY_AXIS:
-                raise Decline(
+                raise Apart(
                     f"dst {names[1]} spreads over {d_axis} outputs that src {names[0]} keeps in "
                     "each thread's registers; dst's layout must place each output on the "
                     "threads that compute it"
@@ -244,13 +252,13 @@ def _spatial_digits(
             )
             continue
         if d_axis != MEMORY_AXIS and (d_axis, d_stride) != (s_axis, s_stride):
-            raise Decline(
+            raise Apart(
                 f"dst {names[1]} places outputs on {d_axis} (stride {d_stride}) where src "
                 f"{names[0]} computes them on {s_axis} (stride {s_stride}); the layouts must "
                 "agree on which thread holds each output"
             )
         if d_axis == MEMORY_AXIS and dst_registers:
-            raise Decline(
+            raise Apart(
                 f"dst {names[1]} keeps in every thread outputs that src {names[0]} computes on "
                 f"{s_axis}; dst's layout must place each output on the threads that compute it"
             )
@@ -363,7 +371,7 @@ def _check_holders_have_data(digits: list[Digit], dst: Operand, call: TileCall, 
     for d in unnamed:
         empty = holders[(holders // d.thread_stride) % d.extent != 0]
         if empty.size:
-            raise Decline(
+            raise Apart(
                 f"dst {names[1]} holds outputs in thread {int(empty[0])}, to which src "
                 f"{names[0]}'s layout gives no data; dst's threads must be src's"
             )
@@ -416,12 +424,16 @@ def plan(call: TileCall) -> LocalReducePlan:
         digits = _digits(call, view, src_dims, dst_dims, shape, names, dst.memory == "local")
         if dst.memory == "local":
             _check_holders_have_data(digits, dst, call, names)
-    except Decline as why:
+    except Apart as apart:
         # dst's layout places outputs on other threads than compute them: the writers put
         # every output in a workspace, and each holder reads its registers' outputs
         if dst.memory != "local" or shape.kept or call.scope == "thread":
             raise
-        fill, why_fill = combine.fill_partition(dst, call.scope, call.thread_count or 1), str(why)
+        try:
+            fill = combine.fill_partition(dst, call.scope, call.thread_count or 1)
+        except Decline as why:
+            raise Decline(f"{apart}; and dst cannot be filled from a workspace: {why}") from None
+        why_fill = str(apart)
         rows = combine.row_major(dst.extents)
         dst_dims = [
             [(e, st, MEMORY_AXIS)] if e != 1 else []
