@@ -27,8 +27,10 @@ import time
 import warnings
 
 
-def _worker(args: tuple[list[int], float, list[str] | None]) -> list[dict]:
-    seeds, deadline, kinds = args
+def _worker(args: tuple) -> list[dict]:
+    """(seeds, deadline[, kinds]) -> one row per case."""
+    seeds, deadline, *rest = args
+    kinds = rest[0] if rest else None
     warnings.simplefilter("ignore")
     import numpy as np
 
