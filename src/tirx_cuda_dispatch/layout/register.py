@@ -443,7 +443,12 @@ class RegisterTable:
 
 
 def register_table(view: RegisterView, scope: str, threads: int) -> RegisterTable:
-    """Every (thread, register) -> element of ``view`` at ``scope`` (``threads`` threads)."""
+    """Every (thread, register) -> element of ``view`` at ``scope`` (``threads`` threads).
+    A layout that names no thread axis gives every thread of the scope the whole tile (each
+    its own copy, as at thread scope)."""
+    if not view.thread_axes and threads > 1:
+        whole = register_table(view, "thread", 1)
+        return RegisterTable(whole.registers, np.repeat(whole.elements, threads, axis=0))
     digits = mixed_radix_digits([ext for ext, _, _ in view.atoms])
     thread = np.zeros(view.size, dtype=np.int64)
     register = np.full(view.size, view.base, dtype=np.int64)

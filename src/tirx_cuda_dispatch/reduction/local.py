@@ -363,11 +363,8 @@ def _check_holders_have_data(digits: list[Digit], dst: Operand, call: TileCall, 
     if not unnamed:
         return
     threads = call.thread_count or 1
-    view = register_view(dst)
-    holders = np.arange(threads)
-    if view.thread_axes:
-        held = register_table(view, call.scope, threads).elements
-        holders = np.flatnonzero((held >= 0).any(axis=1))
+    held = register_table(register_view(dst), call.scope, threads).elements
+    holders = np.flatnonzero((held >= 0).any(axis=1))
     for d in unnamed:
         empty = holders[(holders // d.thread_stride) % d.extent != 0]
         if empty.size:
