@@ -50,7 +50,9 @@ EPS = 1e-6
 BF16_REL = 2.0**-7  # one bfloat16 ulp, relative
 FP16_REL, FP16_ABS = 2.0**-9, 2.0**-24  # two float16 ulps, relative; the subnormal step
 SPIN_CYCLES = 4_000_000  # ~2 ms at 2 GHz: enough to queue a batch of launches behind
-OURS_SHAPES = [(1, 1), (2, 1), (4, 1), (2, 4)]  # (rows per step, steps) per CTA
+# (rows per step, steps, threads) per CTA
+OURS_SHAPES = [(1, 1, 256), (2, 1, 256), (4, 1, 256), (2, 4, 256), (1, 1, 128), (2, 1, 128),
+               (1, 1, 512), (2, 1, 512)]  # fmt: skip
 
 
 @functools.cache
@@ -216,10 +218,10 @@ def part_rmsnorm(gpu, args) -> list[dict]:
     w = (1 + 0.1 * torch.randn(D, device="cuda")).to(torch.bfloat16)
     ref = rmsnorm_reference(torch, x, w)
     fns, errors = {}, {}
-    for rows, steps in OURS_SHAPES:
-        name = f"ours rows={rows} steps={steps}"
+    for rows, steps, threads in OURS_SHAPES:
+        name = f"ours rows={rows} steps={steps} threads={threads}"
         print(f"  build {name}", file=sys.stderr, flush=True)
-        kernel = example("rmsnorm").rmsnorm_kernel(N_ROWS, rows, steps)
+        kernel = example("rmsnorm").rmsnorm_kernel(N_ROWS, rows, steps, threads=threads)
         fns[name], y = ours_launch(torch, kernel, [x, w], x)
         errors[name] = max_error(torch, y, ref, BF16_REL, 1e-6)
         require(errors[name], 1.0, name)
@@ -246,10 +248,10 @@ def part_softmax(gpu, args) -> list[dict]:
     x = (3 * torch.randn(N_ROWS, D, device="cuda")).to(torch.float16)
     ref = torch.softmax(x.double(), dim=-1)
     fns, errors = {}, {}
-    for rows, steps in OURS_SHAPES:
-        name = f"ours rows={rows} steps={steps}"
+    for rows, steps, threads in OURS_SHAPES:
+        name = f"ours rows={rows} steps={steps} threads={threads}"
         print(f"  build {name}", file=sys.stderr, flush=True)
-        kernel = example("softmax").softmax_kernel(N_ROWS, rows, steps)
+        kernel = example("softmax").softmax_kernel(N_ROWS, rows, steps, threads=threads)
         fns[name], y = ours_launch(torch, kernel, [x], x)
         errors[name] = max_error(torch, y, ref, FP16_REL, FP16_ABS)
         require(errors[name], 1.0, name)

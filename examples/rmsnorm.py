@@ -31,16 +31,22 @@ THREADS = 256
 EPS = 1e-6
 
 
-def column_layout(rows: int | None = None) -> TileLayout:
-    """Column c = 2048 j + 256 w + 8 l + v of a row: warp w, lane l, register 8 j + v. Each
-    thread holds two 16-byte chunks of a row; a warp's 32 lanes read 512 contiguous bytes."""
+def column_layout(rows: int | None = None, threads: int = THREADS) -> TileLayout:
+    """Column c = 8 threads j + 256 w + 8 l + v of a row (256 threads: c = 2048 j + 256 w +
+    8 l + v): warp w, lane l, register 8 j + v. Each thread holds 16-byte chunks of a row;
+    a warp's 32 lanes read 512 contiguous bytes."""
+    warps, chunks = threads // 32, D // (threads * 8)
+    per_row = chunks * 8
+    cols = (chunks, warps, 32, 8)
+    strides = (8, 1 @ warpid, 1 @ laneid, 1)
     if rows is None:
-        return TileLayout(S[(2, 8, 32, 8) : (8, 1 @ warpid, 1 @ laneid, 1)])
-    return TileLayout(S[(rows, 2, 8, 32, 8) : (16, 8, 1 @ warpid, 1 @ laneid, 1)])
+        return TileLayout(S[cols:strides])
+    return TileLayout(S[(rows, *cols) : (per_row, *strides)])
 
 
-def rmsnorm_kernel(n: int, rows: int = 2, steps: int = 1, eps: float = EPS):
-    """RMSNorm of ``n`` rows: ``n / (rows * steps)`` CTAs, each ``steps`` times ``rows`` rows."""
+def rmsnorm_kernel(n: int, rows: int = 2, steps: int = 1, eps: float = EPS, threads: int = THREADS):
+    """RMSNorm of ``n`` rows: ``n / (rows * steps)`` CTAs of ``threads`` threads (128, 256
+    or 512), each ``steps`` times ``rows`` rows."""
     if n % (rows * steps):
         raise ValueError(f"{n} rows do not divide into steps of {rows} x {steps}")
     ctas = n // (rows * steps)
@@ -54,14 +60,14 @@ def rmsnorm_kernel(n: int, rows: int = 2, steps: int = 1, eps: float = EPS):
         Y = T.match_buffer(Y_ptr, (n, D), "bfloat16")
         T.device_entry()
         bx = T.cta_id([ctas])
-        T.warp_id([THREADS // 32])
+        T.warp_id([threads // 32])
         T.lane_id([32])
-        T.thread_id([THREADS])
-        w16 = T.alloc_buffer((D,), "bfloat16", scope="local", layout=column_layout())
-        w = T.alloc_buffer((D,), "float32", scope="local", layout=column_layout())
-        x16 = T.alloc_buffer((rows, D), "bfloat16", scope="local", layout=column_layout(rows))
-        x = T.alloc_buffer((rows, D), "float32", scope="local", layout=column_layout(rows))
-        sq = T.alloc_buffer((rows, D), "float32", scope="local", layout=column_layout(rows))
+        T.thread_id([threads])
+        w16 = T.alloc_buffer((D,), "bfloat16", scope="local", layout=column_layout(None, threads))
+        w = T.alloc_buffer((D,), "float32", scope="local", layout=column_layout(None, threads))
+        x16 = T.alloc_buffer((rows, D), "bfloat16", scope="local", layout=column_layout(rows, threads))
+        x = T.alloc_buffer((rows, D), "float32", scope="local", layout=column_layout(rows, threads))
+        sq = T.alloc_buffer((rows, D), "float32", scope="local", layout=column_layout(rows, threads))
         ss = T.alloc_buffer((rows, 1), "float32", scope="local", layout=TileLayout(S[(rows, 1)]))
         Tx.cta.copy(w16[:], W[:])
         Tx.cta.cast(w[:], w16[:])

@@ -29,13 +29,15 @@ THREADS = 256
 LOG2E = 1.4426950408889634
 
 
-def row_layout(rows: int) -> TileLayout:
-    """Column c = 2048 j + 256 w + 8 l + v of a row: warp w, lane l, register 8 j + v."""
-    return TileLayout(S[(rows, 2, 8, 32, 8) : (16, 8, 1 @ warpid, 1 @ laneid, 1)])
+def row_layout(rows: int, threads: int = THREADS) -> TileLayout:
+    """Column c = 8 threads j + 256 w + 8 l + v of a row: warp w, lane l, register 8 j + v."""
+    warps, chunks = threads // 32, D // (threads * 8)
+    return TileLayout(S[(rows, chunks, warps, 32, 8) : (chunks * 8, 8, 1 @ warpid, 1 @ laneid, 1)])
 
 
-def softmax_kernel(n: int, rows: int = 2, steps: int = 1):
-    """Softmax of ``n`` rows: ``n / (rows * steps)`` CTAs, each ``steps`` times ``rows`` rows."""
+def softmax_kernel(n: int, rows: int = 2, steps: int = 1, threads: int = THREADS):
+    """Softmax of ``n`` rows: ``n / (rows * steps)`` CTAs of ``threads`` threads (128, 256
+    or 512), each ``steps`` times ``rows`` rows."""
     if n % (rows * steps):
         raise ValueError(f"{n} rows do not divide into steps of {rows} x {steps}")
     ctas = n // (rows * steps)
@@ -47,11 +49,11 @@ def softmax_kernel(n: int, rows: int = 2, steps: int = 1):
         Y = T.match_buffer(Y_ptr, (n, D), "float16")
         T.device_entry()
         bx = T.cta_id([ctas])
-        T.warp_id([THREADS // 32])
+        T.warp_id([threads // 32])
         T.lane_id([32])
-        T.thread_id([THREADS])
-        x16 = T.alloc_buffer((rows, D), "float16", scope="local", layout=row_layout(rows))
-        x = T.alloc_buffer((rows, D), "float32", scope="local", layout=row_layout(rows))
+        T.thread_id([threads])
+        x16 = T.alloc_buffer((rows, D), "float16", scope="local", layout=row_layout(rows, threads))
+        x = T.alloc_buffer((rows, D), "float32", scope="local", layout=row_layout(rows, threads))
         m = T.alloc_buffer((rows, 1), "float32", scope="local", layout=TileLayout(S[(rows, 1)]))
         s = T.alloc_buffer((rows, 1), "float32", scope="local", layout=TileLayout(S[(rows, 1)]))
         for step in range(steps):
