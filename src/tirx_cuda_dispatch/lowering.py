@@ -58,19 +58,31 @@ class Session:
     pools: dict[int, BarrierPool] = field(default_factory=dict)  # per kernel (id of func)
 
     # -- the resource provider (dispatch.Provider) ---------------------------------------
-    def _pool(self, call: TileCall) -> BarrierPool:
+    def _pool(self, call: TileCall) -> BarrierPool | None:
+        """The kernel's barrier ids, None when the call's kernel is unknown."""
         func = getattr(call.enclosing, "function", None)
-        key = id(func)
-        if key not in self.pools:
-            self.pools[key] = BarrierPool(barrier_ids_in(func) if func is not None else set())
-        return self.pools[key]
+        if func is None:
+            return None
+        if id(func) not in self.pools:
+            self.pools[id(func)] = BarrierPool(barrier_ids_in(func))
+        return self.pools[id(func)]
+
+    @staticmethod
+    def _key(r: NamedBarrier, call: TileCall) -> Any:
+        return r.group or (id(call.prim), r.name)
 
     def check(self, plan: Any, call: TileCall) -> str | None:
         for r in resources_of(plan):
-            if isinstance(r, NamedBarrier):
-                missing = self._pool(call).missing(r.instances)
-                if missing is not None:
-                    return f"named barrier {r.name} {missing}"
+            if not isinstance(r, NamedBarrier):
+                continue
+            pool = self._pool(call)
+            if pool is None:
+                return f"named barrier {r.name}: the kernel's own barrier ids are unknown"
+            if (self._key(r, call), r.instances) in pool.given:
+                continue  # the same threads' calls share their ids
+            missing = pool.missing(r.instances)
+            if missing is not None:
+                return f"named barrier {r.name} {missing}"
         return None
 
     def provide(self, plan: Any, call: TileCall) -> None:
@@ -81,8 +93,7 @@ class Session:
                     r.shape, r.dtype, name=f"{call.op}_{r.name}", scope=r.scope
                 )
             elif isinstance(r, NamedBarrier):
-                key = r.group or (id(call.prim), r.name)
-                given[r.name] = self._pool(call).take(key, r.instances)
+                given[r.name] = self._pool(call).take(self._key(r, call), r.instances)
         call.resources = given
 
     def commit(self, plan: Any, call: TileCall) -> None:

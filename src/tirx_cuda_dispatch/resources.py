@@ -144,7 +144,7 @@ class BarrierPool:
     nor given to an earlier call."""
 
     used: set[int] = field(default_factory=set)
-    given: dict[Any, int] = field(default_factory=dict)  # key (a call) -> first id
+    given: dict[Any, int] = field(default_factory=dict)  # (group key, count) -> first id
 
     def free(self) -> list[int]:
         taken = self.used | RESERVED_BARRIERS | set(self._given_ids())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tvm.tirx.layout import R, S, TileLayout, laneid
+from tvm.tirx.layout import R, S, TileLayout, laneid, warpid
 
 from executors import WHERE, execute
 from reduction_checks import check_against_numpy, report_of
@@ -117,7 +117,7 @@ def test_cross_warp_reduction_declares_its_workspace_and_barrier():
     assert report.resources == [
         "workspace partials: shared float32[8] (8 warps' partials of 1 outputs per instance)"
     ]
-    assert report.plan["sync"] == "bar.sync 0"
+    assert report.plan["sync"] == "bar.sync 0, 1 per call"
     wg = report_of(_kernel(_case("wg_columns"), "sum"))
     assert wg.plan_object.schedule.warp_partials == 4
     assert any(r.startswith("named barrier sync: 1 id, 128 threads") for r in wg.resources)
@@ -161,7 +161,9 @@ def test_reduced_lanes_that_are_not_a_power_of_two_are_declined():
     )  # fmt: skip
     report = report_of(_kernel(case, "sum"))
     why = next(c.reason for c in report.candidates if c.variant == "local")
-    assert "an shfl.xor butterfly needs a power of two of lanes" in why
+    # 3 lanes leave 29 that no whole number of 3-lane groups covers (nor can a butterfly
+    # pair 3 lanes): declined, naming the layout's steps
+    assert report.variant is None and "steps over 32 threads after naming 3" in why
 
 
 def test_shared_dst_from_registers(rng):
@@ -174,3 +176,62 @@ def test_shared_dst_from_registers(rng):
     a = demos.pack_registers(x, sl, scope, threads, fill=0)
     out = execute(kernel, [a, np.full((32, 1), np.nan, np.float32)], "sim", None)[1]
     np.testing.assert_array_equal(out[:, 0], x.max(axis=1))
+
+
+def test_threads_src_names_nothing_in_still_meet_at_the_barrier(rng):
+    """A 128-thread CTA whose src names warps 0-1 only: warps 2-3 skip the fold but arrive
+    at the CTA barrier the partials need (skipping it would hang the GPU: the simulator
+    reports a divergent barrier)."""
+    case = demos.RegisterReduction(
+        "x", TileLayout(S[(2, 32) : (1 @ warpid, 1 @ laneid)]), (64,), TileLayout(S[1]), (1,),
+        None, "cta", 128,
+    )  # fmt: skip
+    _round_trip(case, "sum", "float32", "sim", None, rng)
+
+
+def test_a_warp_reduction_filled_per_warp_in_a_two_warp_cta(rng):
+    """Two warps each reduce their own rows into a lane-placed dst: each warp has its own
+    outputs workspace (one shared by both would race)."""
+    case = demos.RegisterReduction(
+        "x", TileLayout(S[(32, 8) : (1 @ laneid, 1)]), (32, 8),
+        TileLayout(S[(4, 8) : (1 @ laneid, 4 @ laneid)]), (32,), (-1,), "warp", 64,
+    )  # fmt: skip
+    report, *_ = _round_trip(case, "sum", "float32", "sim", None, rng)
+    assert report.plan_object.sync.instances == 2
+
+
+def test_a_layout_whose_gaps_alias_named_threads_is_declined():
+    """Lanes 0-2 named, the rest not a whole number of 3-lane groups: a digit over them
+    would wrap onto named lanes."""
+    case = demos.RegisterReduction(
+        "x", TileLayout(S[(3, 2) : (1 @ laneid, 1)]), (3, 2), TileLayout(S[3 : 1 @ laneid]),
+        (3,), (-1,), "warp", 32,
+    )  # fmt: skip
+    report = report_of(_kernel(case, "sum"))
+    why = next(c.reason for c in report.candidates if c.variant == "local")
+    assert "a whole number of such groups" in why and report.variant is None
+
+
+def test_a_runtime_accum_is_declined():
+    from tvm.script import tirx as T
+    from tvm.script.tirx import tile as Tx
+
+    layout = TileLayout(S[32 : 1 @ laneid])
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, n: T.int32):
+        A = T.match_buffer(A_ptr, (32,), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        lane = T.lane_id([32])
+        T.thread_id([32])
+        x = T.alloc_buffer([1], "float32", scope="local")
+        y = T.alloc_buffer([1], "float32", scope="local")
+        x[0] = A[lane]
+        Tx.warp.sum(y.view(1, layout=TileLayout(S[1])), x.view(32, layout=layout), accum=n > 0)
+        A[lane] = y[0]
+
+    report = report_of(kernel)
+    why = next(c.reason for c in report.candidates if c.variant == "local")
+    assert "accum=" in why and "runtime value" in why

@@ -101,7 +101,7 @@ def test_call_in_a_loop_waits_before_reusing_its_workspace(where, gpu, rng):
     kernel = demos.shared_reduction("sum", (2, 512), (-1,), (2,), cta_threads=256, repeat=3,
                                     accum=True)  # fmt: skip
     report = report_of(kernel)
-    assert report.plan["sync"] == "bar.sync 0 (twice: the call repeats)"
+    assert report.plan["sync"] == "bar.sync 0, 2 per call (it repeats)"
     src = random_array((2, 512), "float32", rng)
     old = random_array((2,), "float32", rng)
     out = _run(kernel, src, old, where, gpu)

@@ -28,11 +28,13 @@ from tvm import tirx
 from tvm.script import tirx as T
 
 from ..build import Body, all_of, const
-from ..codegen import access_dtype, storage_words
-from ..layout.atoms import MemoryView, common_refinement
+from ..codegen import access_dtype, linear_thread_index, storage_words
+from ..layout.atoms import MemoryView, common_refinement, memory_view
 from ..layout.partition import Dim, ScopePartition
 from ..layout.register import induced_partition, register_view
 from ..layout.swizzle import Swizzle
+from ..resources import NamedBarrier, Workspace
+from ..scopes import SCOPES, WARP_SIZE
 from .ops import REDUCERS
 from .schedule import Digit, Schedule, digit_value
 
@@ -118,6 +120,127 @@ def fill_partition(dst: Any, scope: str, threads: int) -> ScopePartition:
     return ScopePartition(outer, (), 1, dst.elem_bits, (view.base, 0), (None, None))
 
 
+# -- what both variants' plans share ------------------------------------------------------
+MAX_ACCUMULATORS = 4  # independent chains per output: enough to cover an add's latency
+
+
+def side(opnd: Any) -> Side:
+    """Where an operand's elements are (its registers, or its shared memory view)."""
+    if opnd.memory == "local":
+        return Side(opnd.buffer, "local", opnd.dtype, register_view(opnd).base)
+    mem = memory_view(opnd)
+    return Side(opnd.buffer, "shared", opnd.dtype, mem.base, mem.swizzle)
+
+
+def make_sync(call: Any, threads: int) -> Sync:
+    """How ``threads`` threads of one instance of the call's scope meet: the whole CTA at
+    ``bar.sync 0``, a warp at ``__syncwarp``, otherwise at a named barrier, one id per
+    instance the CTA holds (each warp or warpgroup may run its own call). A call whose
+    surroundings are unknown counts as repeating (the safe side)."""
+    enclosing = call.enclosing
+    repeat = enclosing is None or bool(enclosing.loops)
+    cta = call.launch_extents.get("threadIdx.x") or threads
+    per_instance = SCOPES[call.scope].threads
+    instances = max(cta // per_instance, 1) if per_instance else 1
+    if call.scope == "cta" and threads == cta:
+        return Sync("cta", threads, 1, repeat)
+    if call.scope == "warp":
+        return Sync("warp", threads, instances, repeat)
+    return Sync("named", threads, instances, repeat)
+
+
+def instance_index(call: Any, sync: Sync | None) -> Any:
+    """Which instance of the scope the thread is in (its slice of the workspaces)."""
+    if sync is None or sync.instances == 1:
+        return tirx.const(0, "int32")
+    return tirx.floordiv(linear_thread_index(call), SCOPES[call.scope].threads)
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """What both reduction variants' plans hold: the schedule, how dst is reached, and
+    what the warps need to meet (the resources follow from it)."""
+
+    schedule: Schedule
+    dst_memory: str
+    sync: Sync | None
+    lane_mask: int
+    fill: ScopePartition | None = None  # dst's registers from the outputs workspace
+    fill_because: str | None = None  # why dst's layout cannot take the outputs directly
+    barrier_group: str = ""  # the threads that meet: calls of the same threads share ids
+
+    @property
+    def op(self) -> str:
+        return self.schedule.op
+
+    @property
+    def outputs(self) -> int:
+        return instance_outputs(self.schedule)
+
+    def resources(self) -> tuple:
+        s, sync = self.schedule, self.sync
+        if sync is None:
+            return ()
+        out = []
+        if s.warp_partials > 1:
+            length = workspace_length(s, self.outputs, sync.instances)
+            why = f"{s.warp_partials} warps' partials of {self.outputs} outputs per instance"
+            out.append(Workspace("partials", "shared", s.acc_dtype, (length,), why))
+        if self.fill is not None:
+            length = math.prod(s.dst_extents) * sync.instances
+            why = "every output, for the threads dst's layout gives it to"
+            out.append(Workspace("outputs", "shared", s.acc_dtype, (length,), why))
+        if sync.kind == "named":
+            why = "the warps of one instance meet at the workspace"
+            out.append(NamedBarrier("sync", sync.threads, sync.instances, why, self.barrier_group))
+        return tuple(out)
+
+    def common_facts(self) -> dict:
+        s = self.schedule
+        facts = {
+            "schedule": s.describe(),
+            "order": s.order(),
+            "accumulate": f"{s.src_dtype} -> {s.acc_dtype} -> {s.dst_dtype}",
+            "dst": self.dst_memory,
+        }
+        if self.fill is not None:
+            facts["fill"] = (
+                f"dst's registers from the outputs workspace, {self.fill.rounds} per thread"
+                + (f" ({self.fill_because})" if self.fill_because else "")
+            )
+        if self.sync is not None:
+            facts["sync"] = _sync_fact(self.sync, s.warp_partials > 1, self.fill is not None)
+        return facts
+
+
+def _sync_fact(sync: Sync, partials: bool, fill: bool) -> str:
+    what = {"cta": "bar.sync 0", "warp": "__syncwarp"}.get(
+        sync.kind, f"named barrier, {sync.threads} threads"
+    )
+    meets = int(partials) + int(fill)
+    if sync.repeat and not (partials and fill):
+        meets += 1  # before the workspace is written again
+    return f"{what}, {meets} per call" + (" (it repeats)" if sync.repeat else "")
+
+
+def emit_plan(plan: Reduction, call: Any, tid: Any) -> Any:
+    """The PrimFunc of a reduction plan: its sides, and with a fill the outputs workspace
+    as the writers' destination."""
+    instance = instance_index(call, plan.sync)
+    dst = side(call.operand("dst"))
+    fill = None
+    if plan.fill is not None:
+        fill = Fill(plan.fill, dst)
+        n = math.prod(plan.schedule.dst_extents)
+        base = instance * n if plan.sync.instances > 1 else 0
+        dst = Side(call.resources["outputs"], "shared", plan.schedule.acc_dtype, base)
+    e = Emission(
+        plan.schedule, side(call.operand("src")), dst, plan.sync, plan.lane_mask,
+        plan.outputs, fill,
+    )  # fmt: skip
+    return emit(e, tid, instance, call.resources)
+
+
 # -- address arithmetic -----------------------------------------------------------------
 def _offset(side: Side, digits: tuple[Digit, ...], stride_of, values) -> Any:
     off: Any = side.base
@@ -128,8 +251,8 @@ def _offset(side: Side, digits: tuple[Digit, ...], stride_of, values) -> Any:
     return side.swizzle.apply(off) if side.swizzle is not None else off
 
 
-def _coordinate_guard(s: Schedule, values, kinds: tuple[str, ...]) -> Any:
-    """``coordinate < extent`` on every src dimension the digits of ``kinds`` may run past."""
+def _coordinate_guard(s: Schedule, values) -> Any:
+    """``coordinate < extent`` on every src dimension the digits may run past."""
     conds = []
     for dim, extent in enumerate(s.src_extents):
         ds = [d for d in s.digits if d.dim == dim and d.kind not in ("idle", "unnamed")]
@@ -137,10 +260,8 @@ def _coordinate_guard(s: Schedule, values, kinds: tuple[str, ...]) -> Any:
             continue
         coord: Any = 0
         for d in ds:
-            if d.kind in kinds:
-                coord = coord + values(d) * d.index_stride
-        if not isinstance(coord, int):
-            conds.append(coord < extent)
+            coord = coord + values(d) * d.index_stride
+        conds.append(coord < extent)
     return all_of(conds)
 
 
@@ -157,33 +278,31 @@ def _zero(s: Schedule, kinds: tuple[str, ...], values, only_reduced: bool = Fals
 # -- the emitter ----------------------------------------------------------------------------
 def emit(e: Emission, tid: Any, instance: Any, resources: dict[str, Any]) -> Any:
     """The PrimFunc of the reduction ``e`` describes (see the module docstring); ``tid`` is
-    the thread's index in its instance, ``instance`` the instance's index."""
+    the thread's index in its instance, ``instance`` the instance's index. Threads src's
+    layout names nothing in skip the fold and every write, never a barrier (all the
+    instance's threads arrive at it) nor the fill (dst may give them outputs)."""
     s = e.schedule
-    acc_t = s.acc_dtype
     b = Body()
-
-    def thread_values(d: Digit, slot: Any = 0, serial: Any = 0) -> Any:
-        return digit_value(d, tid, slot, serial, s)
-
-    # threads the src layout names nothing in: skip the call
-    with b.when(_zero(s, ("unnamed",), thread_values)):
-        out = b.local("red_out", acc_t, max(s.slot_count, 1))
+    named = _zero(s, ("unnamed",), lambda d: digit_value(d, tid, 0, 0, s))
+    out = b.local("red_out", s.acc_dtype, max(s.slot_count, 1))
+    with b.when(named):
         _fold(b, e, tid, out)
-        partials = e.sync is not None and s.warp_partials > 1
-        if partials:
-            _across_warps(b, e, tid, instance, out, resources)
-        elif e.fill is not None and e.sync.repeat:
-            # the outputs a slow thread of the last run still reads
-            b.evaluate(barrier(e.sync, resources.get("sync"), instance))
+    if e.sync is not None and s.warp_partials > 1:
+        _across_warps(b, e, tid, instance, out, resources, named)
+    elif e.fill is not None and e.sync.repeat:
+        # the outputs a slow thread of the last run still reads
+        b.evaluate(barrier(e.sync, resources.get("sync"), instance))
+    with b.when(named):
         _write(b, e, tid, out)
-        if e.fill is not None:
-            b.evaluate(barrier(e.sync, resources.get("sync"), instance))
-            _fill(b, e, tid)
+    if e.fill is not None:
+        b.evaluate(barrier(e.sync, resources.get("sync"), instance))
+        _fill(b, e, tid)
     return b.func()
 
 
 def _fold(b: Body, e: Emission, tid: Any, out: Any) -> None:
-    """Steps 1-2: every slot's value, after the lanes' butterfly, into ``out``."""
+    """Every slot's value into ``out``: the thread's elements into its accumulators, the
+    accumulators folded, the reduced lanes' butterfly."""
     s = e.schedule
     red = REDUCERS[s.op]
     acc_t = s.acc_dtype
@@ -210,7 +329,7 @@ def _fold(b: Body, e: Emission, tid: Any, out: Any) -> None:
                 def values(d: Digit, slot0=slot0, first=first) -> Any:
                     return digit_value(d, tid, slot0, first, s)
 
-                guard = _coordinate_guard(s, values, ("serial", "slot", "lane", "warp"))
+                guard = _coordinate_guard(s, values)
                 with b.when(guard):
                     xs = load(values)
                     for j in range(vec_slot * vec_ser):
@@ -232,7 +351,7 @@ def _fold(b: Body, e: Emission, tid: Any, out: Any) -> None:
             for m in s.lane_masks:
                 mine = out[so * vec_slot + j]
                 other = getattr(T.cuda, "__shfl_xor_sync")(
-                    tirx.const(e.lane_mask, "uint32"), mine, m, 32
+                    tirx.const(e.lane_mask, "uint32"), mine, m, WARP_SIZE
                 )
                 b.store(out, so * vec_slot + j, red.tir(mine, other))
 
@@ -299,8 +418,11 @@ def barrier(sync: Sync, barrier_id: Any, instance: Any) -> Any:
     return T.ptx.bar.sync(tirx.Cast("uint32", ident), tirx.const(sync.threads, "uint32"))
 
 
-def _across_warps(b: Body, e: Emission, tid: Any, instance: Any, out: Any, res: dict) -> None:
-    """Step 3: the reduced warps' partials through the workspace, folded in warp order."""
+def _across_warps(
+    b: Body, e: Emission, tid: Any, instance: Any, out: Any, res: dict, named: Any
+) -> None:
+    """The reduced warps' partials through the workspace, folded in warp order (leaders:
+    the reduced lanes' lane 0, of threads src names)."""
     s = e.schedule
     red = REDUCERS[s.op]
     ws = res["partials"]
@@ -313,7 +435,9 @@ def _across_warps(b: Body, e: Emission, tid: Any, instance: Any, out: Any, res: 
     def at(slot: int):
         return lambda d: digit_value(d, tid, slot, 0, s)
 
-    leader = all_of([_zero(s, ("lane",), at(0), only_reduced=True), _zero(s, ("idle",), at(0))])
+    leader = all_of(
+        [named, _zero(s, ("lane",), at(0), only_reduced=True), _zero(s, ("idle",), at(0))]
+    )
     base = instance * row if sync.instances > 1 else 0
     with b.when(leader):
         for slot in range(max(s.slot_count, 1)):
@@ -333,7 +457,8 @@ def _across_warps(b: Body, e: Emission, tid: Any, instance: Any, out: Any, res: 
 
 
 def _write(b: Body, e: Emission, tid: Any, out: Any) -> None:
-    """Step 4: dst (accum: the old value first), rounded once into dst's dtype."""
+    """dst (or the outputs workspace of a fill): accum's old value first, one rounding into
+    dst's dtype."""
     s, dst = e.schedule, e.dst
     red = REDUCERS[s.op]
     acc_t = s.acc_dtype

@@ -22,13 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tvm import tirx
 
 from ..call import Operand, TileCall
-from ..codegen import linear_thread_index, thread_index
+from ..codegen import thread_index
 from ..errors import Decline
 from ..layout.atoms import memory_view
-from ..layout.partition import ScopePartition
 from ..layout.register import (
     MEMORY_AXIS,
     RegisterView,
@@ -42,10 +40,9 @@ from ..layout.register import (
 )
 from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
 from ..registry import variant
-from ..resources import NamedBarrier, Workspace
 from ..scopes import WARP_SIZE
 from . import combine
-from .combine import Emission, Side, Sync
+from .combine import Reduction
 from .ops import (
     COMMON_PREDICATES,
     ReduceShape,
@@ -55,8 +52,6 @@ from .ops import (
     thread_reduce,
 )
 from .schedule import Digit, Schedule
-
-MAX_ACCUMULATORS = 4  # independent chains per output: enough to cover FADD latency
 
 
 class Apart(Decline):
@@ -93,84 +88,21 @@ def requires_dst_registers_or_shared(call: TileCall) -> tuple[bool, str | None]:
 
 
 @dataclass(frozen=True)
-class LocalReducePlan:
-    """Facts of one register reduction: the schedule, and what it needs across warps."""
-
-    op: str
-    schedule: Schedule
-    dst_memory: str
-    sync: Sync | None
-    outputs: int  # outputs per scope instance (the workspace row)
-    lane_mask: int
-    fill: ScopePartition | None = None  # dst's registers from the outputs workspace
-    fill_because: str | None = None  # why dst's layout cannot take the outputs directly
+class LocalReducePlan(Reduction):
+    """Facts of one register reduction: the schedule the layouts imply, and what its warps
+    need to meet (:class:`.combine.Reduction`)."""
 
     @property
     def est_clocks(self) -> float:
-        """Per warp: one FADD-class op per element (4 warp instructions per clock per SM),
-        one shfl per butterfly step and slot (1 per clock), a few for the workspace."""
+        """Per warp: adds issue four per clock per SM, a shuffle takes the shared-memory
+        pipe's clock, the workspace one read per partial."""
         s = self.schedule
         slots = max(s.slot_count, 1)
         ops = slots * s.per_thread / 4 + slots * len(s.lane_masks)
         return ops + (slots * s.warp_partials if s.warp_partials > 1 else 0)
 
-    def resources(self) -> tuple:
-        s = self.schedule
-        if self.sync is None:
-            return ()
-        out = []
-        if s.warp_partials > 1:
-            out.append(
-                Workspace(
-                    "partials",
-                    "shared",
-                    s.acc_dtype,
-                    (combine.workspace_length(s, self.outputs, self.sync.instances),),
-                    f"{s.warp_partials} warps' partials of {self.outputs} outputs per instance",
-                )
-            )
-        if self.fill is not None:
-            out.append(
-                Workspace(
-                    "outputs",
-                    "shared",
-                    s.acc_dtype,
-                    (math.prod(s.dst_extents) * self.sync.instances,),
-                    "every output, for the threads dst's layout gives it to",
-                )
-            )
-        if self.sync.kind == "named":
-            out.append(
-                NamedBarrier(
-                    "sync",
-                    self.sync.threads,
-                    self.sync.instances,
-                    "the warps of one instance meet at the workspace",
-                    f"{self.sync.instances} x {self.sync.threads} threads",
-                )
-            )
-        return tuple(out)
-
     def facts(self) -> dict:
-        s = self.schedule
-        facts = {
-            "schedule": s.describe(),
-            "order": s.order(),
-            "accumulate": f"{s.src_dtype} -> {s.acc_dtype} -> {s.dst_dtype}",
-            "dst": self.dst_memory,
-        }
-        if self.fill is not None:
-            facts["fill"] = (
-                f"dst's registers from the outputs workspace, {self.fill.rounds} per thread "
-                f"({self.fill_because})"
-            )
-        if self.sync is not None:
-            facts["sync"] = (
-                "bar.sync 0"
-                if self.sync.kind == "cta"
-                else f"named barrier, {self.sync.threads} threads"
-            ) + (" (twice: the call repeats)" if self.sync.repeat else "")
-        return facts
+        return self.common_facts()
 
     def __str__(self) -> str:
         return f"local {self.op}: {self.schedule.describe()}"
@@ -344,14 +276,20 @@ def _thread_coverage(digits: list[Digit], view: RegisterView, call: TileCall) ->
         out.append(Digit("idle", ext, False, thread_stride=t))
     covered = sorted((d.thread_stride, d.extent) for d in out if d.kind in ("lane", "warp", "idle"))
     step, gaps = 1, []
-    for t, ext in covered:
+    for t, ext in [*covered, (threads, 1)]:
         if t < step:
-            raise Decline(f"src {view.operand}'s layout names some threads twice")
+            raise Decline(
+                f"src {view.operand}'s layout names thread-index steps {covered} (step, "
+                f"count): the one of {t} falls inside the threads {step} already tell apart"
+            )
+        if t % step:  # the threads between would alias named ones: a digit wraps
+            raise Decline(
+                f"src {view.operand}'s layout steps over {t} threads after naming {step}; "
+                "the threads it leaves out must be a whole number of such groups"
+            )
         if t > step:
             gaps.append((step, t // step))
         step = t * ext
-    if step < threads:
-        gaps.append((step, threads // step))
     for t, ext in gaps:
         out.append(Digit("unnamed", ext, False, thread_stride=t))
     return out
@@ -388,7 +326,7 @@ def _check_butterfly(digits: list[Digit], name: str) -> None:
 
 def _accumulators(per_thread: int) -> int:
     """Registers are unrolled whole, so any count works: as many as there are elements."""
-    return max(1, min(MAX_ACCUMULATORS, per_thread))
+    return max(1, min(combine.MAX_ACCUMULATORS, per_thread))
 
 
 def _digits(call, view, src_dims, dst_dims, shape, names, dst_registers: bool) -> list[Digit]:
@@ -452,22 +390,12 @@ def plan(call: TileCall) -> LocalReducePlan:
         dst_dtype=dst.dtype,
         accum=accum_flag(call),
     )
-    sync = _sync(call) if schedule.warp_partials > 1 or fill is not None else None
-    outputs = combine.instance_outputs(schedule)
-    return LocalReducePlan(
-        call.op, schedule, dst.memory, sync, outputs, _lane_mask(schedule), fill, why_fill
-    )
-
-
-def _sync(call: TileCall) -> Sync:
-    repeat = bool(call.enclosing is not None and call.enclosing.loops)
     threads = call.thread_count or 1
-    if call.scope == "cta":
-        return Sync("cta", threads, 1, repeat)
-    if call.scope == "warp":
-        return Sync("warp", threads, 1, repeat)
-    cta = call.launch_extents.get("threadIdx.x") or threads
-    return Sync("named", threads, max(cta // threads, 1), repeat)
+    sync = None
+    if schedule.warp_partials > 1 or fill is not None:
+        sync = combine.make_sync(call, threads)
+    group = f"{call.scope} x {threads} threads"
+    return LocalReducePlan(schedule, dst.memory, sync, _lane_mask(schedule), fill, why_fill, group)
 
 
 def _lane_mask(s: Schedule) -> int:
@@ -483,39 +411,9 @@ def _lane_mask(s: Schedule) -> int:
     return mask
 
 
-def _side(opnd: Operand) -> Side:
-    if opnd.memory == "local":
-        return Side(opnd.buffer, "local", opnd.dtype, register_view(opnd).base)
-    mem = memory_view(opnd)
-    return Side(opnd.buffer, "shared", opnd.dtype, mem.base, mem.swizzle)
-
-
-def _instance(call: TileCall, sync: Sync | None) -> Any:
-    if sync is None or sync.instances == 1:
-        return tirx.const(0, "int32")
-    return tirx.floordiv(linear_thread_index(call), sync.threads)
-
-
 def emit(plan: LocalReducePlan, call: TileCall):
     """The schedule's fold, butterfly, workspace and dst write (:mod:`.combine`)."""
-    instance = _instance(call, plan.sync)
-    dst = _side(call.operand("dst"))
-    fill = None
-    if plan.fill is not None:  # the writers put the outputs in the workspace
-        fill = combine.Fill(plan.fill, dst)
-        n = math.prod(plan.schedule.dst_extents)
-        base = instance * n if plan.sync.instances > 1 else 0
-        dst = Side(call.resources["outputs"], "shared", plan.schedule.acc_dtype, base)
-    e = Emission(
-        plan.schedule,
-        _side(call.operand("src")),
-        dst,
-        plan.sync,
-        plan.lane_mask,
-        plan.outputs,
-        fill,
-    )
-    return combine.emit(e, thread_index(call), instance, call.resources)
+    return combine.emit_plan(plan, call, thread_index(call))
 
 
 for _op in ("sum", "max", "min"):

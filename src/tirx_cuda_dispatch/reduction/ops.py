@@ -237,6 +237,20 @@ def requires_dtypes(call: TileCall) -> tuple[bool, str | None]:
     return True, None
 
 
+def requires_constant_flags(call: TileCall) -> tuple[bool, str | None]:
+    """``accum`` and ``thread_reduce`` are constants: they decide what code is emitted."""
+    for name, value in (
+        ("accum", call.arg("accum")),
+        ("thread_reduce", call.config.get("thread_reduce")),
+    ):
+        if value is not None and not isinstance(value, bool | int) and as_int(value) is None:
+            return False, (
+                f"{name}={value} is a runtime value; a reduction needs it a constant (it "
+                "decides what code is emitted): branch on it around two calls"
+            )
+    return True, None
+
+
 def requires_no_unknown_config(call: TileCall) -> tuple[bool, str | None]:
     """Config keys: ``thread_reduce`` only."""
     unknown = sorted(str(k) for k in call.config if str(k) != "thread_reduce")
@@ -251,6 +265,7 @@ def requires_no_unknown_config(call: TileCall) -> tuple[bool, str | None]:
 COMMON_PREDICATES = [
     predicate(requires_regions),
     predicate(requires_axes),
+    predicate(requires_constant_flags),
     predicate(requires_dtypes),
     predicate(requires_no_unknown_config),
 ]

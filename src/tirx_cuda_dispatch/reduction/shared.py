@@ -22,17 +22,14 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-from tvm import tirx
 
 from ..call import Operand, TileCall
-from ..codegen import linear_thread_index, participant_index
+from ..codegen import participant_index
 from ..errors import Decline
 from ..layout.atoms import MemoryView, memory_view
 from ..layout.banks import wavefront_costs
-from ..layout.partition import ScopePartition
 from ..layout.register import (
     MEMORY_AXIS,
     atoms_by_dim,
@@ -43,14 +40,12 @@ from ..layout.vector import vector_candidates, vector_misfit
 from ..participation import Participants, narrowing
 from ..predicates import requires_cuda, requires_known_participants, requires_scope
 from ..registry import variant
-from ..resources import NamedBarrier, Workspace
 from ..scopes import WARP_SIZE
 from . import combine
-from .combine import Emission, Fill, Side, Sync
+from .combine import Reduction
 from .ops import COMMON_PREDICATES, ReduceShape, accum_flag, accumulate_dtype, shape_of
 from .schedule import Digit, Schedule
 
-MAX_ACCUMULATORS = 4
 BARRIER_CLOCKS = 20  # a bar.sync's cost in the cost rule (it waits for the slowest warp)
 
 
@@ -100,82 +95,21 @@ def requires_no_kept_axes(call: TileCall) -> tuple[bool, str | None]:
 
 
 @dataclass(frozen=True)
-class SharedReducePlan:
-    """Facts of one shared-memory reduction: the chosen schedule and its cost."""
+class SharedReducePlan(Reduction):
+    """Facts of one shared-memory reduction: the chosen schedule, its cost, and what its
+    warps need to meet (:class:`.combine.Reduction`)."""
 
-    op: str
-    schedule: Schedule
-    dst_memory: str
-    sync: Sync | None
-    outputs: int
-    lane_mask: int
-    est_clocks: float
-    wavefronts: int  # of one warp's first load: 1 per 128 bytes when conflict-free
-    placement: str  # which thread placement won
-    barrier_group: str = ""
-    fill: ScopePartition | None = None  # dst's registers from the outputs workspace
-
-    def resources(self) -> tuple:
-        s = self.schedule
-        if self.sync is None:
-            return ()
-        out = []
-        if s.warp_partials > 1:
-            out.append(
-                Workspace(
-                    "partials",
-                    "shared",
-                    s.acc_dtype,
-                    (combine.workspace_length(s, self.outputs, self.sync.instances),),
-                    f"{s.warp_partials} warps' partials of {self.outputs} outputs per instance",
-                )
-            )
-        if self.fill is not None:
-            n = math.prod(s.dst_extents)
-            out.append(
-                Workspace(
-                    "outputs",
-                    "shared",
-                    s.acc_dtype,
-                    (n * self.sync.instances,),
-                    "every output, for the threads dst's layout gives it to",
-                )
-            )
-        if self.sync.kind == "named":
-            out.append(
-                NamedBarrier(
-                    "sync",
-                    self.sync.threads,
-                    self.sync.instances,
-                    "the warps of one instance meet at the workspace",
-                    self.barrier_group,
-                )
-            )
-        return tuple(out)
+    est_clocks: float = 0.0
+    wavefronts: int = 0  # of one warp's first load: 1 per 128 bytes when conflict-free
+    placement: str = ""  # which thread placement won
 
     def facts(self) -> dict:
-        s = self.schedule
-        facts = {
-            "schedule": s.describe(),
-            "order": s.order(),
-            "placement": self.placement,
-            "accumulate": f"{s.src_dtype} -> {s.acc_dtype} -> {s.dst_dtype}",
-            "wavefronts_per_load": self.wavefronts,
-            "est_clocks": round(self.est_clocks, 1),
-            "dst": self.dst_memory,
-        }
-        if s.masked:
+        facts = self.common_facts()
+        facts["placement"] = self.placement
+        facts["wavefronts_per_load"] = self.wavefronts
+        facts["est_clocks"] = round(self.est_clocks, 1)
+        if self.schedule.masked:
             facts["masked"] = "odd extents: reads past them are skipped"
-        if self.fill is not None:
-            facts["fill"] = (
-                f"dst's registers from the outputs workspace, {self.fill.rounds} per thread"
-            )
-        if self.sync is not None:
-            facts["sync"] = (
-                "bar.sync 0"
-                if self.sync.kind == "cta"
-                else f"named barrier, {self.sync.threads} threads"
-            ) + (" (twice: the call repeats)" if self.sync.repeat else "")
         return facts
 
     def __str__(self) -> str:
@@ -428,20 +362,12 @@ def plan(call: TileCall) -> SharedReducePlan:
     if not candidates:
         raise Decline(f"no access width fits src {src.name}'s layout")
     clocks, _, _, s, waves, placement = min(candidates, key=lambda c: c[:3])
-    sync = _sync(call, s) if s.warp_partials > 1 or fill is not None else None
+    sync = None
+    if s.warp_partials > 1 or fill is not None:
+        sync = combine.make_sync(call, s.threads)
     group = f"{call.scope} {parts}"
     return SharedReducePlan(
-        call.op,
-        s,
-        dst.memory,
-        sync,
-        combine.instance_outputs(s),
-        lane_mask,
-        clocks,
-        waves,
-        placement,
-        group,
-        fill,
+        s, dst.memory, sync, lane_mask, fill, None, group, clocks, waves, placement
     )
 
 
@@ -457,7 +383,7 @@ def _schedule(call: TileCall, shape: ReduceShape, digits, vec, vec_cell, threads
     elif vec_on == "slot":
         k = 1
     else:
-        k = next(k for k in (MAX_ACCUMULATORS, 2, 1) if per_thread % k == 0)
+        k = next(k for k in (combine.MAX_ACCUMULATORS, 2, 1) if per_thread % k == 0)
     return Schedule(
         op=call.op,
         digits=tuple(digits),
@@ -474,48 +400,9 @@ def _schedule(call: TileCall, shape: ReduceShape, digits, vec, vec_cell, threads
     )
 
 
-def _sync(call: TileCall, s: Schedule) -> Sync:
-    repeat = bool(call.enclosing is not None and call.enclosing.loops)
-    threads = s.threads
-    cta = call.launch_extents.get("threadIdx.x") or threads
-    if call.scope == "cta" and threads == cta:
-        return Sync("cta", threads, 1, repeat)
-    if call.scope == "warp":
-        return Sync("warp", threads, 1, repeat)
-    if call.scope == "warpgroup":
-        return Sync("named", threads, max(cta // 128, 1), repeat)
-    return Sync("named", threads, 1, repeat)
-
-
-def _side(opnd: Operand) -> Side:
-    if opnd.memory == "local":
-        return Side(opnd.buffer, "local", opnd.dtype, register_view(opnd).base)
-    mem = memory_view(opnd)
-    return Side(opnd.buffer, "shared", opnd.dtype, mem.base, mem.swizzle)
-
-
 def emit(plan: SharedReducePlan, call: TileCall):
     """The synthesized schedule's fold, butterfly, workspace and dst write (:mod:`.combine`)."""
-    instance: Any = tirx.const(0, "int32")
-    if plan.sync is not None and plan.sync.instances > 1:
-        instance = tirx.floordiv(linear_thread_index(call), 128)
-    dst = _side(call.operand("dst"))
-    fill = None
-    if plan.fill is not None:  # the writers put the outputs in the workspace
-        fill = Fill(plan.fill, dst)
-        n = math.prod(plan.schedule.dst_extents)
-        base = instance * n if plan.sync.instances > 1 else 0
-        dst = Side(call.resources["outputs"], "shared", plan.schedule.acc_dtype, base)
-    e = Emission(
-        plan.schedule,
-        _side(call.operand("src")),
-        dst,
-        plan.sync,
-        plan.lane_mask,
-        plan.outputs,
-        fill,
-    )
-    return combine.emit(e, participant_index(call), instance, call.resources)
+    return combine.emit_plan(plan, call, participant_index(call))
 
 
 for _op in ("sum", "max", "min"):
