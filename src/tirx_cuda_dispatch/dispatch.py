@@ -17,9 +17,6 @@ from tvm.tirx import PrimFunc
 from .call import TileCall
 from .errors import Decline, VariantError
 from .registry import Variant, variants_for
-from .resources import resources_of
-
-plan_resources = resources_of
 
 
 class Provider(Protocol):

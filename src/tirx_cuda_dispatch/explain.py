@@ -13,8 +13,9 @@ from typing import Any
 import tvm
 
 from .call import Operand, tensor_region
-from .dispatch import Candidate, Outcome, plan_facts, plan_resources
+from .dispatch import Candidate, Outcome, plan_facts
 from .lowering import run_lower
+from .resources import resources_of
 from .signatures import AXES, FLAG, OP, PREDICATE, SCALAR, TENSOR, TENSOR_OR_SCALAR
 from .targets import as_target
 
@@ -76,7 +77,7 @@ class CallReport:
             error=None if out.error is None else str(out.error),
             bounds_undecided=[str(o) for o in out.bounds.undecided] if out.bounds else [],
             arguments=_argument_values(call),
-            resources=[_resource_text(r, call) for r in plan_resources(out.plan)],
+            resources=[_resource_text(r, call) for r in resources_of(out.plan)],
             plan_object=out.plan,
             call_object=call,
         )

@@ -54,14 +54,6 @@ SCOPES: dict[str, Scope] = {
 }
 
 
-def scope(name: str) -> Scope:
-    """The :class:`Scope` named ``name``; a ValueError naming the known ones otherwise."""
-    found = SCOPES.get(name)
-    if found is None:
-        raise ValueError(f"unknown execution scope {name!r}; known: {', '.join(SCOPES)}")
-    return found
-
-
 @dataclass(frozen=True)
 class ThreadAxis:
     """One thread axis as a digit of a scope's thread index: ``(t // divisor) % extent``."""
@@ -79,12 +71,3 @@ THREAD_AXES: dict[str, ThreadAxis] = {
     "wgid": ThreadAxis(WARP_SIZE * WARPGROUP_WARPS, None),
     "tx": ThreadAxis(1, None),
 }
-
-
-def axis_extent(axis: str, cta_threads: int | None = None) -> int | None:
-    """How many values thread axis ``axis`` takes: its own extent, or for the axes that
-    run over the whole CTA, the CTA's thread count divided by the axis's step."""
-    spec = THREAD_AXES[axis]
-    if spec.extent is not None:
-        return spec.extent
-    return None if cta_threads is None else cta_threads // spec.divisor

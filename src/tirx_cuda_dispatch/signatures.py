@@ -28,7 +28,6 @@ AXES = "axes"  # reduction axes: a tuple of ints
 FLAG = "flag"  # a bool
 OP = "op"  # another tile op (binary_reduce's binary_op)
 PREDICATE = "predicate"  # a LambdaExpr over the dst indices (select)
-KINDS = (TENSOR, TENSOR_OR_SCALAR, SCALAR, AXES, FLAG, OP, PREDICATE)
 
 # Accesses.
 READ, WRITE, READ_WRITE, NONE = "read", "write", "read-write", "-"
@@ -65,16 +64,6 @@ class Signature:
                 return form
         return self.params
 
-    def param(self, name: str) -> Param:
-        for p in (*self.params, *(p for f in self.forms for p in f)):
-            if p.name == name:
-                return p
-        raise KeyError(f"op {self.op} has no argument {name!r}; it has {self.names}")
-
-    @property
-    def names(self) -> list[str]:
-        return [p.name for p in self.params]
-
     def index(self, name: str, nargs: int | None = None) -> int:
         params = self.params if nargs is None else self.params_for(nargs)
         names = [p.name for p in params]
@@ -90,10 +79,6 @@ class Signature:
             if i < len(args) and _truthy(args[i]):
                 return READ_WRITE
         return param.access
-
-    @property
-    def outputs(self) -> list[str]:
-        return [p.name for p in self.params if p.access in (WRITE, READ_WRITE)]
 
 
 def _truthy(value: Any) -> bool:

@@ -68,10 +68,6 @@ REDUCERS = {
 }
 
 
-def reducer(call: TileCall) -> Reducer:
-    return REDUCERS[call.op]
-
-
 def accumulate_dtype(src_dtype: str) -> str:
     return ACCUMULATE[src_dtype]
 
@@ -127,25 +123,6 @@ class ReduceShape:
     axes: tuple[int, ...]
     dst_dims: tuple[int | None, ...]
     kept: tuple[tuple[int, int], ...] = ()
-
-    @property
-    def spatial(self) -> tuple[int, ...]:
-        return tuple(i for i in range(len(self.src_extents)) if i not in self.axes)
-
-    @property
-    def outputs(self) -> int:
-        n = 1
-        for i in self.spatial:
-            n *= self.src_extents[i]
-        return n
-
-    @property
-    def length(self) -> int:
-        """Elements reduced into each output."""
-        n = 1
-        for i in self.axes:
-            n *= self.src_extents[i]
-        return n
 
 
 def reduce_shape(src: tuple[int, ...], dst: tuple[int, ...], axes: tuple[int, ...]):

@@ -33,7 +33,7 @@ The summation order is part of the schedule and :func:`emulate` reproduces it in
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes
@@ -41,7 +41,6 @@ import numpy as np
 
 from .ops import REDUCERS
 
-KINDS = ("serial", "slot", "lane", "warp", "idle", "unnamed")
 THREAD_KINDS = ("lane", "warp", "idle", "unnamed")
 
 
@@ -100,10 +99,6 @@ class Schedule:
     @property
     def slots(self) -> tuple[Digit, ...]:
         return self.of("slot")
-
-    @property
-    def threads_digits(self) -> tuple[Digit, ...]:
-        return self.of(*THREAD_KINDS)
 
     @property
     def per_thread(self) -> int:
@@ -174,9 +169,6 @@ class Schedule:
         if self.accum:
             steps.append("old dst first")
         return "; ".join(steps)
-
-    def with_digits(self, digits: tuple[Digit, ...]) -> Schedule:
-        return replace(self, digits=digits)
 
 
 # -- digit values, for emitters and the emulation ------------------------------------------
