@@ -111,11 +111,7 @@ class LocalReducePlan(Reduction):
 # -- from layouts to digits -----------------------------------------------------------------
 def _index_strides(atoms: list[tuple[int, int, Any]]) -> list[int]:
     """Each atom's step along its dimension's logical index (outer atoms step further)."""
-    strides, inner = [], 1
-    for ext, _, _ in reversed(atoms):
-        strides.insert(0, inner)
-        inner *= ext
-    return strides
+    return combine.row_major(ext for ext, _, _ in atoms)
 
 
 def _thread_digit(
