@@ -14,7 +14,9 @@ from __future__ import annotations
 from . import copy as _copy  # noqa: F401  (registers the copy variants)
 from . import copy_async as _copy_async  # noqa: F401  (registers the copy_async variants)
 from . import elementwise as _elementwise  # noqa: F401  (registers the elementwise variants)
+from . import gemm as _gemm  # noqa: F401  (registers the gemm variants)
 from . import pipeline as _pipeline
+from . import tvm_guards as _tvm_guards
 from . import reduction as _reduction  # noqa: F401  (registers the reduction variants)
 from .call import Operand, TileCall
 from .errors import Decline, DispatchError, VariantError, check
@@ -24,6 +26,7 @@ from .registry import Predicate, list_variants, predicate, unregister, variant, 
 
 __version__ = "0.1.0"
 
+_tvm_guards.install()
 _pipeline.register()
 
 PIPELINE = _pipeline.PIPELINE_NAME

@@ -110,9 +110,10 @@ class CallReport:
         else:
             chosen = "none"
         lines = [f"[{self.index}] Tx.{self.scope}.{self.op} at {self.location}"]
+        width = max([4, *(len(o["role"]) for o in self.operands)])
         for o in self.operands:
             lines.append(
-                f"    {o['role']:<4} {_ACCESS_MARK.get(o['access'], ' '):<2} {o['region']:<28} "
+                f"    {o['role']:<{width}} {_ACCESS_MARK.get(o['access'], ' '):<2} {o['region']:<28} "
                 f"{o['scope']:<7} {o['dtype']:<9} {o['layout']}"
             )
         if self.arguments:

@@ -1,10 +1,11 @@
 """Warp-level MMA register fragments and the instructions that move them, as data.
 
 PTX ISA 9.2 numbering, section 9.7.14.5 ("Matrix multiply-accumulate operation using mma
-instruction"). Recorded so far: the ``.m8n8`` matrix of 16-bit elements and the twelve
-ldmatrix/stmatrix forms that move it (``.x1/.x2/.x4``, plain or ``.trans``). The mma.sync
-m16n8k16 / m16n8k8 operand fragments belong here too: they are made of these 8x8
-matrices, which is why one ldmatrix ``.x4`` loads an m16n8k16 A fragment.
+instruction"). Recorded: the ``.m8n8`` matrix of 16-bit elements and the twelve
+ldmatrix/stmatrix forms that move it (``.x1/.x2/.x4``, plain or ``.trans``), and the
+``mma.sync`` m16n8k16 / m16n8k8 instructions with their A, B, C/D register fragments. The
+mma fragments are made of the 8x8 matrices, which is why one ldmatrix ``.x4`` loads an
+m16n8k16 A fragment: ``copy -> ldstmatrix`` and ``gemm -> mma`` both read this module.
 
 Formulas take ints or numpy arrays alike.
 """
@@ -95,3 +96,81 @@ def matrix_transfer(direction: str, num: int, trans: bool) -> MatrixTransfer:
     return next(
         t for t in MATRIX_TRANSFERS if (t.direction, t.num, t.trans) == (direction, num, trans)
     )
+
+
+# -- mma.sync m16n8k* -------------------------------------------------------------------------
+# PTX ISA, "Matrix Fragments for mma.m16n8k8" and "... mma.m16n8k16 with floating point
+# type" (f16 / bf16 multiplicands, f32 accumulators). Lane ``l`` of the warp is
+# ``groupID = l >> 2`` and ``threadID_in_group = l % 4`` (g and t below).
+PTX_TYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+
+
+@dataclass(frozen=True)
+class MmaInstruction:
+    """One ``mma.sync.aligned.mMnNkK.row.col`` form: D (MxN) = A (MxK) B (KxN) + C.
+
+    A and B hold two 16-bit elements per 32-bit register (the lower index in the low
+    half); C and D one float32 per register. The fragment formulas give, for a lane and
+    one of its registers, the (row, column) of the element it holds."""
+
+    m: int
+    n: int
+    k: int
+    ab_dtype: str  # A and B: "float16" or "bfloat16"
+    cd_dtype: str  # C and D: "float32"
+    min_sm: int
+    ptx: str = "mma"
+
+    @property
+    def shape(self) -> str:
+        return f"m{self.m}n{self.n}k{self.k}"
+
+    @property
+    def spelling(self) -> str:
+        """The instruction as PTX spells it: ``.dtype.atype.btype.ctype``."""
+        ab, cd = PTX_TYPES[self.ab_dtype], PTX_TYPES[self.cd_dtype]
+        return f"mma.sync.aligned.{self.shape}.row.col.{cd}.{ab}.{ab}.{cd}"
+
+    @property
+    def a_words(self) -> int:
+        return self.m * self.k // (2 * WARP_LANES)
+
+    @property
+    def b_words(self) -> int:
+        return self.k * self.n // (2 * WARP_LANES)
+
+    @property
+    def c_registers(self) -> int:
+        return self.m * self.n // WARP_LANES
+
+    def a_element(self, lane: Any, word: Any, half: Any) -> tuple[Any, Any]:
+        """(row m, column k) of A in ``half`` of ``lane``'s register ``word``: words 0/1
+        rows g / g + 8, words 2/3 (k16 only) the same rows 8 columns on."""
+        g, t = lane >> 2, lane % 4
+        return g + 8 * (word % 2), 2 * t + half + 8 * (word // 2)
+
+    def b_element(self, lane: Any, word: Any, half: Any) -> tuple[Any, Any]:
+        """(row k, column n) of B in ``half`` of ``lane``'s register ``word``: column g,
+        rows 2t, 2t + 1 (word 1, k16 only: 8 rows on)."""
+        g, t = lane >> 2, lane % 4
+        return 2 * t + half + 8 * word, g
+
+    def c_element(self, lane: Any, register: Any) -> tuple[Any, Any]:
+        """(row m, column n) of C or D in ``lane``'s register ``register`` (0..3): rows g
+        (registers 0, 1) and g + 8 (2, 3), columns 2t and 2t + 1."""
+        g, t = lane >> 2, lane % 4
+        return g + 8 * (register // 2), 2 * t + register % 2
+
+
+# The sm floor of each form (PTX ISA "mma" target notes): m16n8k8 .f16 on sm_75, the rest
+# (m16n8k16, and .bf16 at either K) on sm_80.
+MMA_INSTRUCTIONS = tuple(
+    MmaInstruction(16, 8, k, ab, "float32", 75 if (k, ab) == (8, "float16") else 80)
+    for k in (16, 8)
+    for ab in ("float16", "bfloat16")
+)
+
+
+def mma_instructions(ab_dtype: str, cd_dtype: str) -> tuple[MmaInstruction, ...]:
+    """The forms for these dtypes, widest K first."""
+    return tuple(i for i in MMA_INSTRUCTIONS if (i.ab_dtype, i.cd_dtype) == (ab_dtype, cd_dtype))

@@ -1,0 +1,331 @@
+"""gemm -> mma.m16n8k*: plans, declines, the SASS, and round trips (simulator and GPU).
+
+The fragment layouts are written here from the PTX ISA's tables (lane = 4 g + t):
+D/C[M, N] at M = g + 8 rM, N = 2 t + rN; A[M, K] at M = g + 8 rM, K = 2 t + p + 8 kHi;
+B[K, N] at N = g, K = 2 t + p + 8 kHi. Tilings repeat the single-tile layout over the
+operand (``tile_to``); transposed orientations swap the buffer's two axes.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.tirx.layout import S, TileLayout, laneid
+
+from executors import WHERE, execute
+from tirx_cuda_dispatch import explain, toolchain
+from tirx_cuda_dispatch.isa.mma_fragments import MMA_INSTRUCTIONS
+
+ACC = TileLayout(S[(2, 8, 4, 2) : (2, 4 @ laneid, 1 @ laneid, 1)])  # 16 x 8, C and D
+A_K8 = TileLayout(S[(2, 8, 4, 2) : (2, 4 @ laneid, 1 @ laneid, 1)])  # 16 x 8 of [M, K]
+B_K8 = TileLayout(S[(4, 2, 8) : (1 @ laneid, 1, 4 @ laneid)])  # 8 x 8 of [K, N]
+# threadID_in_group 1 and 2 swapped: each element in one lane, not where mma wants it.
+A_K8_SWAPPED = TileLayout(S[(2, 8, 2, 2, 2) : (2, 4 @ laneid, 1 @ laneid, 2 @ laneid, 1)])
+
+
+def _transposed(layout: TileLayout, shape: list[int]) -> TileLayout:
+    grouped, seps = layout.group(shape)
+    return grouped.permute_by_groups(seps, [1, 0])
+
+
+def fragments(mt: int, nt: int, kt: int, k: int, ta: bool = False, tb: bool = False):
+    """(D, A, B) layouts and (M, N, K) for an mt x nt x kt tiling built of k-wide tiles."""
+    m, n, kk = 16 * mt, 8 * nt, k * kt
+    a = A_K8 if k == 8 else A_K8.tile_to([16, 16], [16, 8])
+    b = B_K8 if k == 8 else B_K8.tile_to([16, 8], [8, 8])
+    d = ACC.tile_to([m, n], [16, 8])
+    a = a.tile_to([m, kk], [16, k])
+    b = b.tile_to([kk, n], [k, 8])
+    if ta:
+        a = _transposed(a, [m, kk])
+    if tb:
+        b = _transposed(b, [kk, n])
+    return (d, a, b), (m, n, kk)
+
+
+def gemm_kernel(
+    mt=1,
+    nt=1,
+    kt=1,
+    k=16,
+    *,
+    dtype="float16",
+    ta=False,
+    tb=False,
+    alpha=1.0,
+    beta=1.0,
+    c_is_d=False,
+    a_layout=None,
+    lanes_guard=False,
+):
+    """One warp: A, B, C global -> fragments (copy -> reg), gemm, D -> global."""
+    (dl, al, bl), (m, n, kk) = fragments(mt, nt, kt, k, ta, tb)
+    al = a_layout or al
+    a_shape = (kk, m) if ta else (m, kk)
+    b_shape = (n, kk) if tb else (kk, n)
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle, D_ptr: T.handle):
+        A_g = T.match_buffer(A_ptr, a_shape, dtype)
+        B_g = T.match_buffer(B_ptr, b_shape, dtype)
+        C_g = T.match_buffer(C_ptr, (m, n), "float32")
+        D_g = T.match_buffer(D_ptr, (m, n), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        lane = T.lane_id([32])
+        A = T.alloc_buffer(a_shape, dtype, scope="local", layout=al)
+        B = T.alloc_buffer(b_shape, dtype, scope="local", layout=bl)
+        C = T.alloc_buffer((m, n), "float32", scope="local", layout=dl)
+        D = T.alloc_buffer((m, n), "float32", scope="local", layout=dl)
+        Tx.warp.copy(A[:, :], A_g[:, :])
+        Tx.warp.copy(B[:, :], B_g[:, :])
+        Tx.warp.copy(C[:, :], C_g[:, :])
+        if c_is_d:
+            Tx.warp.copy(D[:, :], C_g[:, :])
+            Tx.warp.gemm(D, A, B, D, transpose_A=ta, transpose_B=tb, alpha=alpha, beta=beta)
+        elif lanes_guard:
+            if lane < 16:
+                Tx.warp.gemm(D, A, B, C, transpose_A=ta, transpose_B=tb, alpha=alpha, beta=beta)
+        else:
+            Tx.warp.gemm(D, A, B, C, transpose_A=ta, transpose_B=tb, alpha=alpha, beta=beta)
+        Tx.warp.copy(D_g[:, :], D[:, :])
+    # fmt: on
+    return kernel
+
+
+def _gemm_report(func, target="sm_90a"):
+    return next(c for c in explain(func, target) if c.op == "gemm")
+
+
+def _plan(func, target="sm_90a") -> dict:
+    report = _gemm_report(func, target)
+    assert report.variant == "mma.m16n8k*", report
+    return report.plan
+
+
+def _decline(func, target="sm_90a") -> str:
+    report = _gemm_report(func, target)
+    assert report.variant != "mma.m16n8k*"
+    ours = [c for c in report.candidates if c.variant == "mma.m16n8k*"]
+    return ours[0].reason
+
+
+# -- the instruction records ------------------------------------------------------------------
+@pytest.mark.parametrize("inst", MMA_INSTRUCTIONS, ids=lambda i: f"{i.shape}.{i.ab_dtype}")
+def test_fragment_formulas_cover_each_tile_once(inst):
+    lanes = np.arange(32)
+    a = {inst.a_element(lane, w, h) for lane in lanes for w in range(inst.a_words) for h in (0, 1)}
+    b = {inst.b_element(lane, w, h) for lane in lanes for w in range(inst.b_words) for h in (0, 1)}
+    c = {inst.c_element(lane, r) for lane in lanes for r in range(inst.c_registers)}
+    assert a == {(i, j) for i in range(inst.m) for j in range(inst.k)}
+    assert b == {(i, j) for i in range(inst.k) for j in range(inst.n)}
+    assert c == {(i, j) for i in range(inst.m) for j in range(inst.n)}
+
+
+def test_fragment_formulas_agree_with_the_tvm_layouts():
+    """The ISA records place each element where TVM's fragment layouts do (the layouts
+    written in this file from the ISA's tables; a second derivation)."""
+    inst = next(i for i in MMA_INSTRUCTIONS if i.k == 16 and i.ab_dtype == "float16")
+    (d, a, b), _ = fragments(1, 1, 1, 16)
+    for lane in range(32):
+        for w in range(inst.a_words):
+            for h in (0, 1):
+                row, col = inst.a_element(lane, w, h)
+                got = a.apply(row, col, shape=[16, 16])
+                assert int(got["laneid"]) == lane and int(got["m"]) == 2 * w + h
+        for w in range(inst.b_words):
+            for h in (0, 1):
+                row, col = inst.b_element(lane, w, h)
+                got = b.apply(row, col, shape=[16, 8])
+                assert int(got["laneid"]) == lane and int(got["m"]) == 2 * w + h
+        for r in range(inst.c_registers):
+            got = d.apply(*inst.c_element(lane, r), shape=[16, 8])
+            assert int(got["laneid"]) == lane and int(got["m"]) == r
+
+
+# -- plans --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "tiling,instr,count",
+    [
+        ((1, 1, 1, 16), "m16n8k16", 1),
+        ((2, 3, 2, 16), "m16n8k16", 12),
+        ((1, 1, 1, 8), "m16n8k8", 1),
+        ((1, 2, 3, 8), "m16n8k8", 6),
+        ((2, 1, 2, 8), "m16n8k16", 2),  # two k8 tiles side by side are one k16 tile
+    ],
+)
+def test_plan_picks_the_widest_k_the_layouts_fit(tiling, instr, count):
+    plan = _plan(gemm_kernel(*tiling))
+    assert instr in plan["instruction"] and plan["instructions"] == count
+
+
+@pytest.mark.parametrize("ta,tb", [(False, True), (True, False), (True, True)])
+def test_plan_takes_transposed_orientations(ta, tb):
+    plan = _plan(gemm_kernel(2, 2, 2, ta=ta, tb=tb))
+    assert plan["instructions"] == 8
+
+
+@pytest.mark.parametrize(
+    "alpha,beta,c_is_d,init,epilogue",
+    [
+        (1.0, 0.0, False, "zero", "none"),
+        (1.0, 1.0, False, "C", "none"),
+        (1.0, 1.0, True, "D", "none"),
+        (1.0, 0.5, False, "beta*C", "none"),
+        (2.0, 0.5, False, "zero", "D = 2.0 D + 0.5 C"),
+        (2.0, 0.0, True, "zero", "D = 2.0 D + 0.0 C"),
+    ],
+)
+def test_plan_alpha_beta(alpha, beta, c_is_d, init, epilogue):
+    plan = _plan(gemm_kernel(1, 2, 1, alpha=alpha, beta=beta, c_is_d=c_is_d))
+    assert plan["D init"] == init and plan["epilogue"] == epilogue
+
+
+def test_bfloat16_plan():
+    assert ".bf16.bf16." in _plan(gemm_kernel(1, 1, 2, dtype="bfloat16"))["instruction"]
+
+
+# -- declines -------------------------------------------------------------------------------------
+def test_declines_a_layout_that_is_not_a_fragment():
+    assert _plan(gemm_kernel(1, 1, 1, 8))  # the control: the ISA's layout is taken
+    why = _decline(gemm_kernel(1, 1, 1, 8, a_layout=A_K8_SWAPPED))
+    assert "A A" in why and "lane" in why
+
+
+def test_declines_alpha_over_c_in_place():
+    why = _decline(gemm_kernel(1, 1, 1, alpha=2.0, beta=1.0, c_is_d=True))
+    assert "C is D" in why and "alpha" in why
+
+
+def test_declines_bfloat16_before_sm80():
+    why = _decline(gemm_kernel(1, 1, 1, 8, dtype="bfloat16"), target="sm_75")
+    assert "sm_80" in why
+
+
+def test_float16_k8_on_sm75_and_not_k16():
+    plan = _plan(gemm_kernel(1, 1, 2, 8), target="sm_75")
+    assert "m16n8k8" in plan["instruction"] and plan["instructions"] == 2
+
+
+def test_declines_a_narrowed_warp():
+    why = _decline(gemm_kernel(1, 1, 1, lanes_guard=True))
+    assert "narrowed" in why or "lane" in why
+
+
+def test_declines_wrong_dtypes():
+    why = _decline(gemm_kernel(1, 1, 1, dtype="float32"))
+    assert "float16" in why and "A" in why
+
+
+def _shared_a_kernel():
+    (dl, _, bl), _ = fragments(1, 1, 1, 16)
+
+    @T.prim_func
+    def kernel():
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        A = T.alloc_buffer((16, 16), "float16", scope="shared", layout=TileLayout(S[16, 16]))
+        B = T.alloc_buffer((16, 8), "float16", scope="local", layout=bl)
+        D = T.alloc_buffer((16, 8), "float32", scope="local", layout=dl)
+        Tx.warp.gemm(D, A, B, D, transpose_A=False, transpose_B=False, alpha=1.0, beta=0.0)
+
+    return kernel
+
+
+def test_declines_a_shared_operand_with_what_to_do():
+    why = _decline(_shared_a_kernel())
+    assert "A A" in why and "shared" in why and "ldmatrix" in why
+
+
+def _mismatched_kernel():
+    (dl, al, bl), _ = fragments(1, 1, 1, 16)
+
+    @T.prim_func
+    def kernel():
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        A = T.alloc_buffer((16, 16), "float16", scope="local", layout=al)
+        B = T.alloc_buffer((16, 8), "float16", scope="local", layout=bl)
+        D = T.alloc_buffer(
+            (16, 16), "float32", scope="local", layout=ACC.tile_to([16, 16], [16, 8])
+        )
+        Tx.warp.gemm(D, A, B, D, transpose_A=False, transpose_B=False, alpha=1.0, beta=0.0)
+
+    return kernel
+
+
+def test_declines_a_d_of_another_shape():
+    why = _decline(_mismatched_kernel())
+    assert "16x16" in why and "16x8" in why
+
+
+# -- emitted code ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "tiling,dtype,opcode,count",
+    [
+        ((2, 3, 2, 16), "float16", "HMMA.16816.F32", 12),
+        ((1, 2, 1, 16), "bfloat16", "HMMA.16816.F32.BF16", 2),
+        ((1, 1, 3, 8), "float16", "HMMA.1688.F32", 3),
+    ],
+)
+def test_sass_one_hmma_per_instruction_and_no_local_memory(tiling, dtype, opcode, count):
+    ops = toolchain.opcodes(toolchain.kernel_sass(gemm_kernel(*tiling, dtype=dtype), "sm_90a"))
+    assert ops[opcode] == count
+    assert not [op for op in ops if op.startswith(("LDL", "STL"))]
+
+
+# -- round trips ----------------------------------------------------------------------------------
+def _reference(a, b, c, ta, tb, alpha, beta):
+    a64 = a.astype(np.float64).T if ta else a.astype(np.float64)
+    b64 = b.astype(np.float64).T if tb else b.astype(np.float64)
+    exact = alpha * (a64 @ b64) + beta * c.astype(np.float64)
+    scale = abs(alpha) * (np.abs(a64) @ np.abs(b64)) + abs(beta) * np.abs(c.astype(np.float64))
+    return exact, scale
+
+
+def _inputs(rng, m, n, k, ta, tb, dtype):
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    a = rng.uniform(-2, 2, (k, m) if ta else (m, k)).astype(np_dtype)
+    b = rng.uniform(-2, 2, (n, k) if tb else (k, n)).astype(np_dtype)
+    c = rng.uniform(-4, 4, (m, n)).astype(np.float32)
+    return a, b, c
+
+
+CASES = [
+    # (tiling, dtype, ta, tb, alpha, beta, c_is_d)
+    ((2, 3, 2, 16), "float16", False, False, 1.0, 1.0, False),
+    ((1, 2, 3, 8), "float16", False, False, 1.0, 0.0, False),
+    ((1, 1, 2, 16), "bfloat16", False, False, 1.0, 1.0, True),
+    ((2, 2, 1, 16), "float16", True, True, 1.0, 0.5, False),
+    ((1, 2, 2, 16), "bfloat16", True, False, 2.0, -0.5, False),
+    ((2, 1, 1, 16), "float16", False, True, -1.5, 0.0, True),
+]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize(
+    "case",
+    CASES,
+    ids=lambda c: "-".join(map(str, c[0])) + f"-{c[1]}-{c[2]}{c[3]}-{c[4]}-{c[5]}-{c[6]}",
+)
+def test_roundtrip_within_the_accumulation_bound(case, where, rng, gpu):
+    tiling, dtype, ta, tb, alpha, beta, c_is_d = case
+    func = gemm_kernel(*tiling, dtype=dtype, ta=ta, tb=tb, alpha=alpha, beta=beta, c_is_d=c_is_d)
+    m, n, k = 16 * tiling[0], 8 * tiling[1], tiling[3] * tiling[2]
+    a, b, c = _inputs(rng, m, n, k, ta, tb, dtype)
+    poison = np.full((m, n), np.nan, dtype=np.float32)
+    out = execute(func, [a, b, c, poison], where, gpu)[3]
+    exact, scale = _reference(a, b, c, ta, tb, alpha, beta)
+    steps = k // tiling[3] + 2  # one rounding per instruction, the init and the epilogue
+    bound = steps * 2.0**-23 * scale + 1e-30
+    assert np.isfinite(out).all()
+    assert (np.abs(out - exact) <= bound).all(), np.max(np.abs(out - exact) / scale)
