@@ -25,6 +25,13 @@ Parts:
 7. ``cta_sum``, ``warp_sum`` and ``warp_sum_sass`` (``norms.py``): ``Tx.cta.sum`` over a
    resident shared tile in a loop against 128 B/clk/SM; ``Tx.warp.sum`` of 8 float32 per
    lane against hand-written CUDA, timed in a loop and (no GPU needed) its SASS.
+8. ``mma_limit`` and ``gemm`` (``gemm.py``): the mma.sync m16n8k16 rate of this GPU from a
+   hand-written loop of mma in registers; examples/gemm.py (C = relu(A B + bias), float16,
+   2-4 cp.async stages) with the strict pipeline and the built-in one vs torch (cuBLAS)
+   and that rate, every result checked against a float64 product first.
+9. ``cp_async_stream`` (``gemm.py``): global -> shared -> global through
+   ``copy_async(dispatch="ldgsts")``, ours vs the built-in vs our synchronous copy, vs a
+   device copy, on even and odd tiles.
 
 The table is printed last and written into docs/performance.md between the
 ``bench/run.py`` markers, with the date, GPU, driver and clocks (with ``--only``, only the
@@ -52,6 +59,7 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm.tirx.layout import Axis, S, TileLayout  # noqa: E402
 
+import gemm  # noqa: E402
 import tirx_cuda_dispatch as tcd  # noqa: E402
 from tirx_cuda_dispatch import runtime, toolchain  # noqa: E402
 from tirx_cuda_dispatch.lowering import LowerTIRx  # noqa: E402
@@ -684,14 +692,17 @@ TITLES = {
     "cta_sum": "7a. Tx.cta.sum over a resident float32 shared tile, in a loop with a barrier between (shared bytes read per clock per SM, peak 128)",
     "warp_sum": "7b. Tx.warp.sum of 8 float32 per lane into a total in every lane, in a loop: ours vs hand-written CUDA (SASS of one reduction)",
     "warp_sum_sass": "7c. Tx.warp.sum of 8 float32 per lane, SASS of one reduction: ours vs hand-written CUDA (nvdisasm, sm_90a)",
+    "mma_limit": "8a. mma.sync.aligned.m16n8k16 (float32 accumulators) rate of this GPU: hand-written loop of independent mma per warp in registers, no memory traffic; the best row of each dtype is the limit 8b divides by",
+    "gemm": "8b. GEMM C = relu(A B + bias), float16, float32 accumulation: examples/gemm.py with the strict pipeline (every call ours) vs the same TVMScript under the built-in pipeline, torch (cuBLAS) and the mma.sync limit (speeds: above 1, this row is faster)",
+    "cp_async_stream": '9. cp.async streaming copy global -> shared -> global, one tile per CTA per step: copy_async(dispatch="ldgsts") ours vs built-in, and our synchronous copy, vs a device copy (GB/s: bytes read + written)',
 }
 DEFAULT_PARTS = (
     "stream,masked,paths,reg,reg_hand,ldst,eltwise,sass,compile,"
-    "rmsnorm,softmax,cta_sum,warp_sum,warp_sum_sass"
+    "rmsnorm,softmax,cta_sum,warp_sum,warp_sum_sass,mma_limit,gemm,cp_async_stream"
 )
 GPU_PARTS = {
     "stream", "masked", "paths", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise",
-    "rmsnorm", "softmax", "cta_sum", "warp_sum",
+    "rmsnorm", "softmax", "cta_sum", "warp_sum", "mma_limit", "gemm", "cp_async_stream",
 }  # fmt: skip
 
 
@@ -774,6 +785,9 @@ def main() -> int:
         "cta_sum": lambda: norms.part_cta_sum(gpu, args),
         "warp_sum": lambda: norms.part_warp_sum(gpu, args),
         "warp_sum_sass": lambda: norms.part_warp_sum_sass(args),
+        "mma_limit": lambda: gemm.part_mma_limit(gpu, args),
+        "gemm": lambda: gemm.part_gemm(gpu, args),
+        "cp_async_stream": lambda: gemm.part_cp_async_stream(gpu, args),
     }
     unknown = [p for p in parts if p not in runners]
     if unknown:

@@ -37,9 +37,9 @@ from tvm.tirx.layout import ComposeLayout, R, S, TileLayout, laneid
 import tirx_cuda_dispatch
 from tirx_cuda_dispatch import runtime, sim
 
-BM, BN, BK = 128, 128, 32  # the CTA tile and the K step
-WM, WN = 64, 64  # a warp's tile: warps 2 x 2
-WARPS = 4
+# The default shape: a 128 x 128 CTA tile, K steps of 32, 2 x 2 warps of 64 x 64 each.
+TILE = (128, 128, 32)
+WARP_GRID = (2, 2)
 
 # The m16n8 accumulator (and float16 result) fragment and the m16n8k16 A / B fragments,
 # PTX ISA "Matrix Fragments for mma.m16n8k16": lane 4 g + t holds rows g and g + 8,
@@ -47,12 +47,17 @@ WARPS = 4
 _ACC = TileLayout(S[(2, 8, 4, 2) : (2, 4 @ laneid, 1 @ laneid, 1)])
 _A8 = TileLayout(S[(2, 8, 4, 2) : (2, 4 @ laneid, 1 @ laneid, 1)])
 _B8 = TileLayout(S[(4, 2, 8) : (1 @ laneid, 1, 4 @ laneid)])
-ACC_FRAG = _ACC.tile_to([WM, WN], [16, 8])
-A_FRAG = _A8.tile_to([16, 16], [16, 8]).tile_to([WM, BK], [16, 16])
-B_FRAG = _B8.tile_to([16, 8], [8, 8]).tile_to([BK, WN], [16, 8])
-# The bias for a warp's 64 columns: lane 4 g + t holds columns 8 j + 2 t and + 1, the
-# same in the 8 lanes of each t (a replica over g).
-BIAS_FRAG = TileLayout(S[(1, 8, 4, 2) : (16, 2, 1 @ laneid, 1)] + R[8 : 4 @ laneid])
+
+
+def fragments(wm: int, wn: int, bk: int) -> tuple[TileLayout, ...]:
+    """A warp's accumulator (wm x wn), A (wm x bk), B (bk x wn) and bias (1 x wn)
+    fragments. The bias: lane 4 g + t holds columns 8 j + 2 t and + 1, the same in the 8
+    lanes of each t (a replica over g)."""
+    acc = _ACC.tile_to([wm, wn], [16, 8])
+    a = _A8.tile_to([16, 16], [16, 8]).tile_to([wm, bk], [16, 16])
+    b = _B8.tile_to([16, 8], [8, 8]).tile_to([bk, wn], [16, 8])
+    bias = TileLayout(S[(1, wn // 8, 4, 2) : (wn // 4, 2, 1 @ laneid, 1)] + R[8 : 4 @ laneid])
+    return acc, a, b, bias
 
 
 def _swizzled(shape: tuple[int, ...]) -> ComposeLayout:
@@ -71,7 +76,11 @@ def _swizzled(shape: tuple[int, ...]) -> ComposeLayout:
 
 def _branch(cond, full, tail) -> None:
     """``tail()`` where ``cond`` holds, ``full()`` elsewhere; only ``full()`` when ``cond``
-    is None (no tail: the condition never holds). Emitted into the kernel being parsed."""
+    is None (no tail: the condition never holds). Emitted into the kernel being parsed.
+
+    The helpers below run while the kernel is parsed: tile-primitive calls and ``T.If``
+    add themselves to it, but an intrinsic such as ``T.cuda.cta_sync()`` is only an
+    expression there and needs ``T.evaluate`` to become a statement."""
     if cond is None:
         full()
         return
@@ -94,11 +103,33 @@ def _copy(dst, src, asynchronous: bool) -> None:
         Tx.cta.copy(dst, src)
 
 
-def gemm_kernel(m: int, n: int, k: int, stages: int = 4):
-    """C = relu(A B + bias) for an ``m x k`` by ``k x n`` product, ``stages`` cp.async
-    stages (2 to 4)."""
-    if not 2 <= stages <= 4:
-        raise ValueError(f"stages={stages}: the pipeline has 2 to 4 stages")
+def gemm_kernel(
+    m: int,
+    n: int,
+    k: int,
+    stages: int = 4,
+    tile: tuple[int, int, int] = TILE,
+    warp_grid: tuple[int, int] = WARP_GRID,
+    epilogue: str = "bias_relu",
+):
+    """C = relu(A B + bias) for an ``m x k`` by ``k x n`` product: ``stages`` cp.async
+    stages (3 or 4), CTA tiles of ``tile`` = (rows, columns, K step), ``warp_grid`` warps
+    each computing a (rows / warps_m) x (columns / warps_n) part. ``epilogue="plain"``
+    leaves out the bias and relu (C = A B rounded to float16; the kernel still takes the
+    bias argument): the program TVM's built-in variants can lower, for comparison."""
+    if epilogue not in ("bias_relu", "plain"):
+        raise ValueError(f"epilogue={epilogue!r}: 'bias_relu' or 'plain'")
+    with_bias = epilogue == "bias_relu"
+    if not 3 <= stages <= 4:
+        raise ValueError(f"stages={stages}: the pipeline has 3 or 4 stages")
+    BM, BN, BK = tile
+    WARPS = warp_grid[0] * warp_grid[1]
+    WM, WN = BM // warp_grid[0], BN // warp_grid[1]
+    if WM % 16 or WN % 16 or BK % 16 or BN % 64 or BK not in (32, 64):
+        raise ValueError(f"tile {tile} over warps {warp_grid}: warp tiles of 16s, K 32 or 64")
+    FK = 16  # the K width of the fragments a warp loads at a time (one mma K step)
+    SUB = BK // FK  # fragment steps per K tile: even, so the double buffer alternates
+    ACC_FRAG, A_FRAG, B_FRAG, BIAS_FRAG = fragments(WM, WN, FK)
     gm, gn = -(-m // BM), -(-n // BN)
     m_tail, n_tail, k_tail = m % BM, n % BN, k % BK
     kts = -(-k // BK)
@@ -107,7 +138,6 @@ def gemm_kernel(m: int, n: int, k: int, stages: int = 4):
     a_layout = _swizzled((stages, BM, BK))
     b_layout = _swizzled((stages, BK, BN))
     c_layout = _swizzled((BM, BN))
-    preload = min(stages - 1, kts)
     has_tail = bool(m_tail or n_tail or k_tail)
     # cp.async moves 4, 8 or 16 aligned bytes: rows of an odd number of float16 elements
     # (an odd K for A, an odd N for B) are never 4-byte aligned, so they are copied
@@ -138,6 +168,46 @@ def gemm_kernel(m: int, n: int, k: int, stages: int = 4):
 
         _branch(last_k, lambda: k_step(BK), lambda: k_step(k_tail))
 
+    def prologue(A, B, A_s, B_s, bm, bn) -> None:
+        """K tiles 0 .. stages - 2 into their stages, one commit group each (empty groups
+        where K has fewer tiles: the counting below stays the same)."""
+        for t in range(stages - 1):
+            if t < kts:
+                load(A, B, A_s, B_s, bm, bn, t, t)
+            T.evaluate(T.ptx.cp.async_.commit_group())
+
+    def fragment_step(A_s, B_s, A_f, B_f, slot, kk, buf, wm, wn) -> None:
+        """Fragment step ``kk`` of the K tile in stage ``slot`` into buffer ``buf``."""
+        cols = slice(kk * FK, kk * FK + FK)
+        Tx.warp.copy(A_f[buf][:, :], A_s[slot, wm * WM : wm * WM + WM, cols])
+        Tx.warp.copy(B_f[buf][:, :], B_s[slot, cols, wn * WN : wn * WN + WN])
+
+    def k_tile(A, B, A_s, B_s, A_f, B_f, D, bm, bn, kt, wm, wn) -> None:
+        """K tile ``kt``: each fragment step's mma while the next step's fragments load.
+        Before the last step: wait for tile kt + 1 (groups committed so far: stages - 1 +
+        kt; tiles 0 .. kt + 1 are the oldest kt + 2), the CTA barrier (every warp is past
+        its reads of stage kt - 1), refill that stage with tile kt + stages - 1, and load
+        tile kt + 1's first fragments."""
+        for kk in range(SUB):
+            nxt = (kk + 1) % 2
+            if kk < SUB - 1:
+                fragment_step(A_s, B_s, A_f, B_f, kt % stages, kk + 1, nxt, wm, wn)
+            else:
+                T.evaluate(T.ptx.cp.async_.wait_group(stages - 3))
+                T.evaluate(T.cuda.cta_sync())
+                ahead = kt + stages - 1
+                with T.If(ahead < kts):
+                    with T.Then():
+                        load(A, B, A_s, B_s, bm, bn, ahead, ahead % stages)
+                T.evaluate(T.ptx.cp.async_.commit_group())
+                with T.If(kt + 1 < kts):
+                    with T.Then():
+                        fragment_step(A_s, B_s, A_f, B_f, (kt + 1) % stages, 0, nxt, wm, wn)
+            buf = kk % 2
+            Tx.warp.gemm(
+                D, A_f[buf], B_f[buf], D, transpose_A=False, transpose_B=False, alpha=1.0, beta=1.0
+            )
+
     def store(C, C_s, bm, bn) -> None:
         """The CTA's tile of C from shared memory; edge tiles at their own extents."""
         m0, n0 = bm * BM, bn * BN
@@ -164,7 +234,7 @@ def gemm_kernel(m: int, n: int, k: int, stages: int = 4):
 
         if n_tail:
             Tx.cta.fill(bias_s[:, :], T.float16(0.0))
-            T.cuda.cta_sync()
+            T.evaluate(T.cuda.cta_sync())
         _branch((bn == gn - 1) if n_tail else None, lambda: cols(BN), lambda: cols(n_tail))
 
     # fmt: off
@@ -185,39 +255,40 @@ def gemm_kernel(m: int, n: int, k: int, stages: int = 4):
         B_s = T.decl_buffer((stages, BK, BN), "float16", pool.data, elem_offset=a_elems, layout=b_layout)
         C_s = T.decl_buffer((BM, BN), "float16", pool.data, layout=c_layout)
         bias2 = T.decl_buffer((1, n), "float16", bias.data)
-        A_f = T.alloc_buffer((WM, BK), "float16", scope="local", layout=A_FRAG)
-        B_f = T.alloc_buffer((BK, WN), "float16", scope="local", layout=B_FRAG)
+        A_f0 = T.alloc_buffer((WM, FK), "float16", scope="local", layout=A_FRAG)
+        A_f1 = T.alloc_buffer((WM, FK), "float16", scope="local", layout=A_FRAG)
+        B_f0 = T.alloc_buffer((FK, WN), "float16", scope="local", layout=B_FRAG)
+        B_f1 = T.alloc_buffer((FK, WN), "float16", scope="local", layout=B_FRAG)
+        A_f = T.meta_var((A_f0, A_f1))
+        B_f = T.meta_var((B_f0, B_f1))
         D = T.alloc_buffer((WM, WN), "float32", scope="local", layout=ACC_FRAG)
         D16 = T.alloc_buffer((WM, WN), "float16", scope="local", layout=ACC_FRAG)
         bias_s = T.alloc_buffer((1, BN), "float16", scope="shared", layout=TileLayout(S[1, BN]))
         bias16 = T.alloc_buffer((1, WN), "float16", scope="local", layout=BIAS_FRAG)
         bias32 = T.alloc_buffer((1, WN), "float32", scope="local", layout=BIAS_FRAG)
-        wm = T.meta_var(warp // 2)
-        wn = T.meta_var(warp % 2)
+        wm = T.meta_var(warp // warp_grid[1])
+        wn = T.meta_var(warp % warp_grid[1])
         if has_tail:  # edge tiles leave part of a stage unwritten
             Tx.cta.fill(pool[:], T.float16(0.0))
             T.cuda.cta_sync()
         Tx.warp.fill(D[:, :], T.float32(0.0))
-        load_bias(bias2, bias_s, bn)
-        for s in T.unroll(preload):
-            load(A, B, A_s, B_s, bm, bn, s, s)
-            T.ptx.cp.async_.commit_group()
+        if with_bias:
+            load_bias(bias2, bias_s, bn)
+        prologue(A, B, A_s, B_s, bm, bn)
+        T.ptx.cp.async_.wait_group(stages - 2)
+        T.cuda.cta_sync()
+        fragment_step(A_s, B_s, A_f, B_f, 0, 0, 0, wm, wn)
         for kt in range(kts):
-            T.ptx.cp.async_.wait_group(stages - 2)
-            T.cuda.cta_sync()
-            if kt + stages - 1 < kts:
-                load(A, B, A_s, B_s, bm, bn, kt + stages - 1, (kt + stages - 1) % stages)
-            T.ptx.cp.async_.commit_group()
-            cur = T.meta_var(kt % stages)
-            Tx.warp.copy(A_f[:, :], A_s[cur, wm * WM : wm * WM + WM, :])
-            Tx.warp.copy(B_f[:, :], B_s[cur, :, wn * WN : wn * WN + WN])
-            Tx.warp.gemm(D, A_f, B_f, D, transpose_A=False, transpose_B=False, alpha=1.0, beta=1.0)
+            k_tile(A, B, A_s, B_s, A_f, B_f, D, bm, bn, kt, wm, wn)
         T.ptx.cp.async_.wait_group(0)
         T.cuda.cta_sync()
-        Tx.warp.copy(bias16[:, :], bias_s[0:1, wn * WN : wn * WN + WN])
-        Tx.warp.cast(bias32[:, :], bias16[:, :])
-        Tx.warp.add(D[:, :], D[:, :], bias32[:, :])
-        Tx.warp.maximum(D16[:, :], D[:, :], T.float32(0.0))
+        if with_bias:
+            Tx.warp.copy(bias16[:, :], bias_s[0:1, wn * WN : wn * WN + WN])
+            Tx.warp.cast(bias32[:, :], bias16[:, :])
+            Tx.warp.add(D[:, :], D[:, :], bias32[:, :])
+            Tx.warp.maximum(D16[:, :], D[:, :], T.float32(0.0))
+        else:
+            Tx.warp.cast(D16[:, :], D[:, :])
         Tx.warp.copy(C_s[wm * WM : wm * WM + WM, wn * WN : wn * WN + WN], D16[:, :])
         T.cuda.cta_sync()
         store(C, C_s, bm, bn)
@@ -229,10 +300,12 @@ def gemm_kernel(m: int, n: int, k: int, stages: int = 4):
 kernel = gemm_kernel(128, 128, 96, stages=3)
 
 
-def reference(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
+def reference(a: np.ndarray, b: np.ndarray, bias: np.ndarray, epilogue: str = "bias_relu"):
     """float64 products and sums, bias added, relu, one rounding into float16."""
-    exact = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64)
-    return np.maximum(exact, 0.0).astype(np.float16)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    if epilogue == "plain":
+        return exact.astype(np.float16)
+    return np.maximum(exact + bias.astype(np.float64), 0.0).astype(np.float16)
 
 
 def inputs(m: int, n: int, k: int, seed: int = 0) -> list[np.ndarray]:

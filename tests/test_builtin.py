@@ -18,8 +18,8 @@ PIPELINES = ["tirx_cuda_dispatch", "tirx_cuda_dispatch.strict"]
 
 
 def async_copy():
-    """A cp.async copy global -> shared: none of our variants takes it (our copy_async is
-    tensor memory only), TVM's 'ldgsts' variant does."""
+    """A cp.async copy global -> shared with a config key TVM 0.27 ignores: ours decline the
+    unknown key, TVM's 'ldgsts' variant takes the call."""
 
     @T.prim_func
     def kernel(A_ptr: T.handle):
@@ -30,7 +30,7 @@ def async_copy():
         T.lane_id([32])
         T.thread_id([128])
         A_s = T.alloc_buffer((32, 32), "float32", scope="shared", layout=TileLayout(S[(32, 32)]))
-        Tx.cta.copy_async(A_s[:, :], A[:, :])
+        Tx.cta.copy_async(A_s[:, :], A[:, :], evict="first")
 
     return kernel
 

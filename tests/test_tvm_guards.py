@@ -3,8 +3,10 @@ process) and is an exception with it."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tvm.tirx.layout import ComposeLayout, S, TileLayout
@@ -34,10 +36,9 @@ def test_guarded_compose_layout_still_composes():
 def test_the_gemm_edge_tile_that_crashed_explain_is_reported():
     """A 1-row K tail of a 128-byte-swizzled B stage sent TVM's built-in ldgsts into the
     crash; explain() now finishes and says why the built-in cannot lower it."""
-    sys.path.insert(0, "examples")
-    try:
-        import gemm
-    finally:
-        sys.path.pop(0)
+    path = Path(__file__).resolve().parent.parent / "examples" / "gemm.py"
+    spec = importlib.util.spec_from_file_location("example_gemm", path)
+    gemm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gemm)
     report = tirx_cuda_dispatch.explain(gemm.gemm_kernel(130, 72, 33, stages=3), "sm_90a")
     assert len(report) > 10

@@ -16,8 +16,8 @@ from . import copy_async as _copy_async  # noqa: F401  (registers the copy_async
 from . import elementwise as _elementwise  # noqa: F401  (registers the elementwise variants)
 from . import gemm as _gemm  # noqa: F401  (registers the gemm variants)
 from . import pipeline as _pipeline
-from . import tvm_guards as _tvm_guards
 from . import reduction as _reduction  # noqa: F401  (registers the reduction variants)
+from . import tvm_guards as _tvm_guards
 from .call import Operand, TileCall
 from .errors import Decline, DispatchError, VariantError, check
 from .explain import CallReport, Explanation, explain

@@ -8,9 +8,9 @@ count. Where src and dst are one buffer, their regions must not overlap (threads
 read elements others write).
 
 Emits: neither operand says which thread owns which element, so the partition is
-synthesized from the scope (:mod:`..layout.partition`): ``[outer, threads, vec]`` with
-the global side driving the order (coalesced; the source where both sides are in the same
-memory), the widest aligned vector (128 -> 8 bits, capped at one swizzle unit on a
+synthesized from the scope (:mod:`..layout.copy_partition`, shared with copy_async ->
+ldgsts): ``[outer, threads, vec]`` with the global side driving the order (coalesced; the
+source where both sides are in the same memory), the widest aligned vector (128 -> 8 bits, capped at one swizzle unit on a
 swizzled shared layout), and a serial round loop of vector loads and stores
 (``ld.global.cg``/``st.shared``, ``ld.shared``/``st.global``, ``ld.global.cg``/``st.global``
 or ``ld.shared``/``st.shared``, PTX ISA "Data Movement and Conversion Instructions: ld,
@@ -54,12 +54,8 @@ from ..codegen import (
 )
 from ..errors import Decline
 from ..layout.atoms import common_elements, memory_view
-from ..layout.partition import (
-    MemoryAccesses,
-    PiecewisePartition,
-    ScopePartition,
-    scope_partition,
-)
+from ..layout.copy_partition import copy_partition, copy_roles
+from ..layout.partition import MemoryAccesses, PiecewisePartition, ScopePartition
 from ..predicates import (
     requires_cuda,
     requires_known_participants,
@@ -162,7 +158,7 @@ class GmemSmemPlan:
     @property
     def roles(self) -> tuple[str, str]:
         """The partition's operands, in order: (the one driving the order, the other)."""
-        return _roles(self.src_memory, self.dst_memory)
+        return copy_roles(self.src_memory, self.dst_memory)
 
     @property
     def src_memory(self) -> str:
@@ -244,25 +240,14 @@ class GmemSmemPlan:
         )
 
 
-def _roles(src_memory: str, dst_memory: str) -> tuple[str, str]:
-    """The partition's operand order: the global side first (it drives the order, so its
-    accesses coalesce) where the copy has one global side, else the source first."""
-    if src_memory != dst_memory and dst_memory == "global":
-        return ("dst", "src")
-    return ("src", "dst")
-
-
 def plan(call: TileCall) -> GmemSmemPlan:
     dst, src = call.operand("dst"), call.operand("src")
     if src.elem_bits < 8:
         raise Decline(f"{src.dtype} elements are narrower than a byte; needs 8 bits or more")
-    roles = _roles(src.memory, dst.memory)
-    operands = {"src": src, "dst": dst}
-    views = [memory_view(operands[role]) for role in roles]
     threads = call.participation.participants.count  # the threads that run the call
-    partition = scope_partition(views, threads, src.elem_bits)
+    split = copy_partition(src, dst, threads)  # shared with copy_async -> ldgsts
     direction = f"{src.memory}->{dst.memory}"
-    return GmemSmemPlan(direction, src.dtype, src.elem_bits, partition, _hints(call))
+    return GmemSmemPlan(direction, src.dtype, src.elem_bits, split.partition, _hints(call))
 
 
 @variant(

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import Decline
 from .atoms import MemoryView, common_refinement
 from .swizzle import Swizzle
-from .vector import vector_candidates, vector_misfit
+from .vector import VECTOR_BITS, vector_candidates, vector_misfit
 
 
 @dataclass(frozen=True)
@@ -178,9 +178,15 @@ def _carve(dims: list[Dim], count: int) -> tuple[list[Dim], list[Dim]] | None:
 
 
 def synthesize_partition(
-    views: Sequence[MemoryView], threads: int, elem_bits: int, driver: int = 0
+    views: Sequence[MemoryView],
+    threads: int,
+    elem_bits: int,
+    driver: int = 0,
+    widths: Sequence[int] = VECTOR_BITS,
 ) -> ScopePartition:
-    """The ``[outer, threads, vec]`` partition of equally sized ``views`` over ``threads``."""
+    """The ``[outer, threads, vec]`` partition of equally sized ``views`` over ``threads``,
+    with accesses of one of ``widths`` bits (an instruction's sizes: cp.async has 32, 64
+    and 128 only)."""
     rows = common_refinement(*(v.atoms for v in views))
     dims = [Dim(ext, strides) for ext, strides in rows]
     # Stable: equal driver strides keep their logical order.
@@ -195,7 +201,7 @@ def synthesize_partition(
     cap = min(caps) if caps else None
     names = [v.operand for v in views]
     refusals: list[str] = []
-    for bits, elems in vector_candidates(elem_bits):
+    for bits, elems in _candidates(elem_bits, widths):
         misfit = None
         if cap is not None and elems > cap:
             misfit = f"wider than one {cap}-element swizzle unit"
@@ -229,7 +235,16 @@ def synthesize_partition(
             swizzles=tuple(v.swizzle for v in views),
             narrower_because=refusals[0] if refusals else None,
         )
-    raise Decline("no access width fits: " + "; ".join(refusals))
+    raise Decline("no access width fits: " + ("; ".join(refusals) or _no_width(elem_bits, widths)))
+
+
+def _candidates(elem_bits: int, widths: Sequence[int]) -> list[tuple[int, int]]:
+    """(bits, elements) per access of the allowed ``widths``, widest first."""
+    return [(bits, elems) for bits, elems in vector_candidates(elem_bits) if bits in widths]
+
+
+def _no_width(elem_bits: int, widths: Sequence[int]) -> str:
+    return f"no access of {sorted(widths, reverse=True)} bits holds whole {elem_bits}-bit elements"
 
 
 # -- masked partitions: element counts the scope's threads do not divide ------------------
@@ -308,13 +323,20 @@ class PiecewisePartition:
 
 
 def synthesize_pieces(
-    views: Sequence[MemoryView], threads: int, elem_bits: int, driver: int = 0
+    views: Sequence[MemoryView],
+    threads: int,
+    elem_bits: int,
+    driver: int = 0,
+    widths: Sequence[int] = VECTOR_BITS,
 ) -> PiecewisePartition:
     """The masked partition of equally sized ``views`` over ``threads`` (any element count).
 
     The innermost contiguous run is cut into pieces, widest aligned vector first: a
     ``w``-wide piece needs every other dimension's stride and the piece's start offset on
     every operand to be multiples of ``w``; what it leaves of the run goes to narrower ones.
+    Accesses are ``widths`` bits wide; with every width down to one element the run is
+    always covered, and where a narrower width is missing (cp.async has no 8- or 16-bit
+    form) and something is left that no allowed width covers, it declines saying what.
     """
     rows = common_refinement(*(v.atoms for v in views))
     dims = [Dim(ext, strides) for ext, strides in rows]
@@ -331,7 +353,7 @@ def synthesize_pieces(
     pieces: list[Piece] = []
     refusals: list[str] = []
     start = 0
-    for bits, elems in vector_candidates(elem_bits):
+    for bits, elems in _candidates(elem_bits, widths):
         if start == run:
             break
         count = (run - start) // elems
@@ -363,6 +385,8 @@ def synthesize_pieces(
             )
         )
         start += count * elems
+    if start < run:
+        raise Decline(_uncovered(run, start, elem_bits, widths, refusals))
     return PiecewisePartition(
         pieces=tuple(pieces),
         threads=threads,
@@ -371,14 +395,39 @@ def synthesize_pieces(
     )
 
 
+def _uncovered(
+    run: int, start: int, elem_bits: int, widths: Sequence[int], refusals: list[str]
+) -> str:
+    """Why the ``widths`` leave part of each contiguous ``run`` uncovered after ``start``."""
+    fits = f"{'/'.join(str(w) for w in widths)}-bit access"
+    if run == 1:
+        return (
+            f"the elements are not contiguous on every operand, and one {elem_bits}-bit "
+            f"element fits no {fits}"
+        )
+    if start == 0:
+        why = f": {'; '.join(refusals)}" if refusals else ""
+        return f"a contiguous run of {run} elements ({run * elem_bits} bits) fits no {fits}{why}"
+    left = run - start
+    return (
+        f"{left} elements ({left * elem_bits} bits) are left of each contiguous run of {run} "
+        f"after {start} in wider accesses, and fit no {fits}"
+    )
+
+
 def scope_partition(
-    views: Sequence[MemoryView], threads: int, elem_bits: int, driver: int = 0
+    views: Sequence[MemoryView],
+    threads: int,
+    elem_bits: int,
+    driver: int = 0,
+    widths: Sequence[int] = VECTOR_BITS,
 ) -> ScopePartition | PiecewisePartition:
     """The even ``[outer, threads, vec]`` split where the threads divide the vectors, else
-    (or where it takes fewer rounds: a wider vector with one masked round) the masked one."""
-    masked = synthesize_pieces(views, threads, elem_bits, driver)
+    (or where it takes fewer rounds: a wider vector with one masked round) the masked one.
+    Accesses are ``widths`` bits wide (:func:`synthesize_pieces`)."""
+    masked = synthesize_pieces(views, threads, elem_bits, driver, widths)
     try:
-        even = synthesize_partition(views, threads, elem_bits, driver)
+        even = synthesize_partition(views, threads, elem_bits, driver, widths)
     except Decline:
         return masked
     return masked if masked.rounds < even.rounds else even

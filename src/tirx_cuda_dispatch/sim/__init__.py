@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from . import helpers, intrinsics, ptx
+from . import helpers, intrinsics, mma, ptx
 from .calls import Instruction, merge
 from .errors import SimError
 from .interpreter import Machine
@@ -43,7 +43,7 @@ __all__ = [
     "simulate",
 ]
 
-CALLS = merge(intrinsics.TABLE, ptx.TABLE, helpers.TABLE)
+CALLS = merge(intrinsics.TABLE, ptx.TABLE, mma.TABLE, helpers.TABLE)
 """Every call the simulator executes, by TIR op name, with its meaning."""
 
 

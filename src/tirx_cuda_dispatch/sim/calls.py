@@ -66,6 +66,14 @@ def _meaning_of(fn: Handler, name: str) -> str:
     return " ".join(doc.split())
 
 
+def issued_at(m: Any, call: Any) -> str:
+    """Where ``call`` runs, for messages about what it left pending: the tile call our
+    lowering emitted it for (its explain() index), and the TIR."""
+    where = f"call [{m.call}]" if m.call is not None else "the kernel's own code"
+    text = " ".join(str(call).split())
+    return f"{where}: {text if len(text) <= 160 else text[:157] + '...'}"
+
+
 def merge(*tables: Table) -> Table:
     """One table of all instructions; a name two tables define is an error."""
     out = Table()
@@ -99,6 +107,21 @@ def ptx_operands(call: Any) -> PtxOperands:
     marker = strings[-1] if strings else ""
     tokens = [t for t in strings[:-1] if t]
     return PtxOperands(args[:split], tokens, marker)
+
+
+def guarded_ptx_operands(call: Any, what: str) -> tuple[PtxOperands, Any]:
+    """The operands of a call that may carry a guard predicate (``@p``, TVM's ``pred=``:
+    the last operand, marker ``pred``), and the guard (None without one). Sunk lanes
+    and kept destinations are not modeled (an error)."""
+    parsed = ptx_operands(call)
+    flags = [f for f in parsed.marker.split(",") if f]
+    if any(f == "keep" or (f.startswith("s") and f[1:].isdigit()) for f in flags):
+        raise SimError(
+            f"{what}: sunk-lane or kept-destination form ({parsed.marker!r}) is not modeled"
+        )
+    if "pred" not in flags:
+        return parsed, None
+    return PtxOperands(parsed.operands[:-1], parsed.tokens, parsed.marker), parsed.operands[-1]
 
 
 def plain_ptx_operands(call: Any, what: str) -> PtxOperands:

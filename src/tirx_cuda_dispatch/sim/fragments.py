@@ -11,8 +11,12 @@ tcgen05 chapter 9.7.16 -> 9.7.17 and the table/figure numbers shift by a few):
 * 9.7.14.5.15 "Warp-level matrix load instruction: ldmatrix" (address table, Figure 104
   "ldmatrix fragment layout for one 8x8 Matrix with 16-bit elements", the sm_75 note).
 * 9.7.14.5.16 "Warp-level matrix store instruction: stmatrix" (Figure 107).
-* 9.7.14.5.x "Matrix Fragments for mma.m16n8k8" -- only for the "Elements (low to high)"
-  convention of packing two 16-bit elements in one ``.b32`` register.
+* 9.7.14.5.7 "Matrix Fragments for mma.m16n8k8" and 9.7.14.5.8 "Matrix Fragments for
+  mma.m16n8k16 with floating point type" (PTX ISA 9.x numbering; 9.7.15.5.x in older
+  manuals): the A/B/C/D fragments of ``.f16``/``.bf16`` (and ``.tf32`` at ``.m16n8k8``)
+  multiplicands with ``.f16``/``.f32`` accumulators. These are *formulas* in the ISA's
+  prose (``groupID = %laneid >> 2``, ...), transcribed directly; their "Elements (low to
+  high)" column also fixes the packing of two 16-bit elements in one ``.b32`` register.
 * 9.7.16.2.3 "Data Movement Shape" and 9.7.16.2.3.1 "Memory Layout": 9.7.16.2.3.1.1-5
   "Matrix fragments for shape .32x32b / .16x64b / .16x128b / .16x256b / .16x32bx2"
   (Figures 183-187).
@@ -52,6 +56,8 @@ Ambiguities and the choices made here:
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -498,3 +504,199 @@ def tcgen05_store_warp(
     # One thread at a time, in lane order, so threads 16-31 win where the halves overlap.
     for lane in range(WARP_SIZE):
         tmem[lanes[lane].reshape(-1), cols[lane].reshape(-1)] = vals[lane].reshape(-1)
+
+
+# ---------------------------------------------------------------------------------------
+# mma.sync .m16n8k16 / .m16n8k8, floating point
+# ---------------------------------------------------------------------------------------
+
+MMA_SHAPES: dict[str, tuple[int, int, int]] = {"m16n8k16": (16, 8, 16), "m16n8k8": (16, 8, 8)}
+"""(M, N, K) of the ``mma.sync`` shapes whose floating-point fragments are recorded here."""
+
+MMA_TYPE_BITS: dict[str, int] = {"f16": 16, "bf16": 16, "tf32": 32, "f32": 32}
+"""Bits of one element of an mma operand type as the fragment tables store it (a ``.tf32``
+element fills a whole ``.b32`` register)."""
+
+MMA_OPERANDS: tuple[str, ...] = ("a", "b", "c")
+"""A (MxK, row-major), B (KxN, column-major), C and D (MxN; D shares C's fragment)."""
+
+# The (shape, operand, element bits) the ISA tabulates a fragment for.
+_MMA_FORMS = {
+    ("m16n8k16", "a", 16),
+    ("m16n8k16", "b", 16),
+    ("m16n8k16", "c", 16),
+    ("m16n8k16", "c", 32),
+    ("m16n8k8", "a", 16),
+    ("m16n8k8", "b", 16),
+    ("m16n8k8", "a", 32),
+    ("m16n8k8", "b", 32),
+    ("m16n8k8", "c", 16),
+    ("m16n8k8", "c", 32),
+}
+
+
+def _mma_form(shape: str, operand: str, type_: str) -> tuple[int, int, int]:
+    """(rows, cols, element bits) of one operand's matrix; ValueError for an untabulated
+    combination (e.g. ``.tf32`` at ``.m16n8k16``, which has no tf32 line)."""
+    if shape not in MMA_SHAPES:
+        raise ValueError(f"mma shape {shape!r} is not recorded; expected one of {list(MMA_SHAPES)}")
+    if operand not in MMA_OPERANDS:
+        raise ValueError(f"mma operand must be one of {MMA_OPERANDS}, got {operand!r}")
+    if type_ not in MMA_TYPE_BITS:
+        raise ValueError(f"mma element type {type_!r} not recorded; expected {list(MMA_TYPE_BITS)}")
+    bits = MMA_TYPE_BITS[type_]
+    if (shape, operand, bits) not in _MMA_FORMS or (operand != "c" and type_ == "f32"):
+        raise ValueError(f"the PTX ISA has no .{shape} fragment of operand {operand} with .{type_}")
+    m, n, k = MMA_SHAPES[shape]
+    rows, cols = {"a": (m, k), "b": (k, n), "c": (m, n)}[operand]
+    return rows, cols, bits
+
+
+def mma_registers(shape: str, operand: str, type_: str) -> int:
+    """32-bit registers per thread of one operand: ``rows * cols * bits / 32 / 32``.
+
+    ISA "Matrix Fragments for mma.m16n8k16 with floating point type": A ``.f16/.bf16`` "a
+    vector expression containing four .f16x2 registers", B "two .f16x2 registers", C/D
+    ``.f16`` "two .f16x2 registers", ``.f32`` "four .f32 registers". ".m16n8k8": A
+    ``.f16/.bf16`` two ``.f16x2``, ``.tf32`` "four .b32 registers"; B ``.f16/.bf16`` one
+    ``.f16x2``, ``.tf32`` two ``.b32``; C/D as at ``.m16n8k16``.
+    """
+    rows, cols, bits = _mma_form(shape, operand, type_)
+    return rows * cols * bits // WARP_SIZE // 32
+
+
+def mma_halves(type_: str) -> int:
+    """Elements per 32-bit register: 2 for 16-bit types (``.f16x2``), else 1."""
+    return 32 // MMA_TYPE_BITS[type_]
+
+
+def mma_element(
+    shape: str, operand: str, type_: str, lane: int, reg: int, half: int = 0
+) -> tuple[int, int]:
+    """(row, col) of the element ``half`` of register ``reg`` of ``lane`` holds.
+
+    The ISA numbers a thread's elements "low to high" (``a0, a1, ...``): element ``i`` is
+    ``half`` ``i % 2`` of register ``i // 2`` for 16-bit types (``a0`` in bits 0-15, the
+    module notes' convention 2) and register ``i`` for 32-bit ones. With ``groupID = lane
+    >> 2`` and ``threadID_in_group = lane % 4`` the ISA computes, quoted per operand:
+
+    ``.m16n8k16``, A ``.f16/.bf16`` (``a0..a7``)::
+
+        row = groupID                                  for ai where 0 <= i < 2 || 4 <= i < 6
+              groupID + 8                              Otherwise
+        col = (threadID_in_group * 2) + (i & 0x1)      for ai where i < 4
+              (threadID_in_group * 2) + (i & 0x1) + 8  for ai where i >= 4
+
+    B ``.f16/.bf16`` (``b0..b3``)::
+
+        row = (threadID_in_group * 2) + (i & 0x1)      for bi where i < 2
+              (threadID_in_group * 2) + (i & 0x1) + 8  for bi where i >= 2
+        col = groupID
+
+    C/D ``.f16`` and ``.f32`` (``c0..c3``), the same at ``.m16n8k8``::
+
+        row = groupID                                  for ci where i < 2
+              groupID + 8                              for ci where i >= 2
+        col = (threadID_in_group * 2) + (i & 0x1)      for ci where i = {0,..,3}
+
+    ``.m16n8k8``, A ``.f16/.bf16`` (``a0..a3``)::
+
+        row = groupID              for a0 and a1
+              groupID + 8          for a2 and a3
+        col = threadID_in_group * 2 + (i & 0x1)        for ai where i = {0,..,3}
+
+    A ``.tf32`` (``a0..a3``)::
+
+        row = groupID              for a0 and a2
+              groupID + 8          for a1 and a3
+        col = threadID_in_group         for a0 and a1
+              threadID_in_group + 4     for a2 and a3
+
+    B ``.f16/.bf16`` (``b0, b1``)::
+
+        row = threadID_in_group * 2 + i                for bi where i = {0,1}
+        col = groupID
+
+    B ``.tf32`` (``b0, b1``)::
+
+        row = threadID_in_group         for b0
+              threadID_in_group + 4     for b1
+        col = groupID
+    """
+    _, _, bits = _mma_form(shape, operand, type_)
+    _check_lane(lane)
+    nregs = mma_registers(shape, operand, type_)
+    if not 0 <= reg < nregs:
+        raise ValueError(f"mma .{shape} {operand} .{type_} has {nregs} registers, got reg {reg}")
+    halves = mma_halves(type_)
+    if not 0 <= half < halves:
+        raise ValueError(f"a .{type_} register holds {halves} element(s), got half {half}")
+    i = reg * halves + half
+    group, tig = lane >> 2, lane % 4
+    if operand == "c":
+        return (group if i < 2 else group + 8, tig * 2 + (i & 0x1))
+    if shape == "m16n8k16":  # .f16 / .bf16 only
+        if operand == "a":
+            row = group if (0 <= i < 2 or 4 <= i < 6) else group + 8
+            col = tig * 2 + (i & 0x1) if i < 4 else tig * 2 + (i & 0x1) + 8
+            return (row, col)
+        row = tig * 2 + (i & 0x1) if i < 2 else tig * 2 + (i & 0x1) + 8
+        return (row, group)
+    if bits == 16:  # .m16n8k8 .f16 / .bf16
+        if operand == "a":
+            return (group if i in (0, 1) else group + 8, tig * 2 + (i & 0x1))
+        return (tig * 2 + i, group)
+    if operand == "a":  # .m16n8k8 .tf32
+        return (group if i in (0, 2) else group + 8, tig if i in (0, 1) else tig + 4)
+    return (tig if i == 0 else tig + 4, group)
+
+
+@functools.cache
+def mma_fragment_map(shape: str, operand: str, type_: str) -> np.ndarray:
+    """All of :func:`mma_element` at once: ``int64`` ``(32, regs, halves, 2)``, the last
+    axis (row, col). Cached, hence read-only."""
+    nregs, halves = mma_registers(shape, operand, type_), mma_halves(type_)
+    out = np.zeros((WARP_SIZE, nregs, halves, 2), dtype=np.int64)
+    for lane in range(WARP_SIZE):
+        for reg in range(nregs):
+            for half in range(halves):
+                out[lane, reg, half] = mma_element(shape, operand, type_, lane, reg, half)
+    out.flags.writeable = False
+    return out
+
+
+def mma_unpack(shape: str, operand: str, type_: str, words: np.ndarray) -> np.ndarray:
+    """The warp's registers of one operand -> the operand's matrix, as raw bits.
+
+    ``words`` is ``(32, regs)`` (``words[lane, r]`` the ``r``-th register of the operand's
+    vector in that lane). Returns ``(rows, cols)`` of ``uint16`` (16-bit types; a
+    register's low half is its lower-numbered element) or ``uint32``.
+    """
+    rows, cols, bits = _mma_form(shape, operand, type_)
+    w = np.asarray(words)
+    nregs = mma_registers(shape, operand, type_)
+    if w.shape != (WARP_SIZE, nregs):
+        raise ValueError(f"expected ({WARP_SIZE}, {nregs}) registers, got shape {w.shape}")
+    w = w.astype(np.uint32)
+    cells = mma_fragment_map(shape, operand, type_)
+    out = np.zeros((rows, cols), dtype=np.uint16 if bits == 16 else np.uint32)
+    for half in range(mma_halves(type_)):
+        part = (w >> np.uint32(16 * half)) & np.uint32(0xFFFF) if bits == 16 else w
+        out[cells[:, :, half, 0], cells[:, :, half, 1]] = part
+    return out
+
+
+def mma_pack(shape: str, operand: str, type_: str, matrix: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`mma_unpack`: ``(rows, cols)`` raw bits -> ``(32, regs)`` ``uint32``."""
+    rows, cols, bits = _mma_form(shape, operand, type_)
+    mat = np.asarray(matrix)
+    if mat.shape != (rows, cols):
+        raise ValueError(f"expected a ({rows}, {cols}) matrix, got shape {mat.shape}")
+    if mat.dtype.itemsize * 8 != bits:
+        raise ValueError(f"expected {bits}-bit elements for .{type_}, got {mat.dtype}")
+    mat = mat.view(np.uint16 if bits == 16 else np.uint32).astype(np.uint32)
+    cells = mma_fragment_map(shape, operand, type_)
+    out = np.zeros((WARP_SIZE, mma_registers(shape, operand, type_)), dtype=np.uint32)
+    for half in range(mma_halves(type_)):
+        out |= mat[cells[:, :, half, 0], cells[:, :, half, 1]] << np.uint32(16 * half)
+    return out

@@ -1,11 +1,14 @@
 """Lockstep SIMT execution of a lowered device function, one CTA at a time.
 
 The function is the TIR a pipeline (ours or TVM's built-in) hands to CUDA codegen: flat
-statements (``Bind``, ``DeclBuffer``, ``AllocBuffer``), thread launches, serial loops,
-buffer loads and stores, and calls (PTX instructions, CUDA built-ins, math, helpers).
-Every value is a numpy array whose first axis runs over the CTA's threads (length 1 when
-uniform); vectors add a lanes axis. An ``if`` on a thread-dependent condition narrows
-the active mask; loops must have a uniform trip count. Calls run through the instruction
+statements (``Bind``, ``DeclBuffer``, ``AllocBuffer``), thread launches, serial and
+``while`` loops, buffer loads and stores, and calls (PTX instructions, CUDA built-ins,
+math, helpers). Every value is a numpy array whose first axis runs over the CTA's threads
+(length 1 when uniform); vectors add a lanes axis. An ``if`` on a thread-dependent
+condition narrows the active mask; loops must have a uniform trip count, and every
+thread leaves a ``while`` loop in the same iteration. Asynchronous writes wait in the
+CTA's queue of pending effects (:mod:`.asynchrony`) until their completion object
+completes; the CTA may not exit with any still pending. Calls run through the instruction
 table the machine is given (:mod:`.calls`): the interpreter knows no instruction itself.
 Anything the simulator does not know raises :class:`SimError` naming it: no node, call
 or attribute is skipped.
@@ -19,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..codegen import CALL_MARK
+from .asynchrony import Asynchrony
 from .errors import SimError
 from .memory import BankRecord, Clocks, Counters, Memory, bank_ways
 from .numerics import cast, fma, from_bits, is_float, parse_dtype, to_bits
@@ -26,6 +30,7 @@ from .tmem import TensorMemory
 from .values import Binding, Pointer
 
 DYNAMIC_SHARED_BYTES = 232448  # the most a CTA may have on sm_90 / sm_100 (227 KB)
+MAX_WHILE_ITERATIONS = 100_000
 
 
 def _dtype_of(node: Any) -> str:
@@ -67,6 +72,7 @@ class Machine:
         self.tid = np.zeros(1, dtype=np.int64)
         self.clocks = Clocks(1)
         self.tmem: TensorMemory | None = None
+        self.asynchrony = Asynchrony()
         self.dynamic_shared: Memory | None = None
         self.globals: list[Memory] = []
         for param, arg in zip(func.params, args, strict=True):
@@ -81,6 +87,7 @@ class Machine:
     # -- statements ---------------------------------------------------------------------
     def run(self) -> None:
         self.exec(self.func.body)
+        self.asynchrony.check_drained()
         if self.tmem is not None:
             self.tmem.check_freed()
 
@@ -210,12 +217,15 @@ class Machine:
 
     def _start_cta(self) -> None:
         self.clocks = Clocks(-(-self.threads // 32))
+        self.asynchrony.check_drained()
         if self.tmem is not None:
             self.tmem.check_freed()
         self.tmem = TensorMemory(self.rng)
+        self.asynchrony = Asynchrony()
         self.dynamic_shared = None
 
     def _end_cta(self) -> None:
+        self.asynchrony.check_drained()
         if self.tmem is not None:
             self.tmem.check_freed()
 
@@ -230,6 +240,31 @@ class Machine:
         for i in range(lo, lo + n * step, step):
             self.env[s.loop_var] = np.array([i], dtype=dt)
             self.exec(s.body)
+
+    def _s_While(self, s: Any) -> None:
+        """``while (cond) body``: every active thread must leave in the same iteration
+        (lockstep has no way to park the threads that left). An iteration in which an
+        mbarrier wait found its phase incomplete and nothing asynchronous changed (no
+        arrival, transaction or landing) would repeat forever: a deadlock."""
+        for iteration in range(MAX_WHILE_ITERATIONS):
+            cond = np.broadcast_to(self.eval(s.condition).astype(bool), self.mask.shape)
+            staying = cond[self.mask]
+            if not staying.any():
+                return
+            if not staying.all():
+                raise SimError(
+                    f"while loop ({s.condition}): {int(staying.sum())} of {staying.size} "
+                    f"active threads stay for iteration {iteration} and the others leave; "
+                    f"the simulator needs every thread to leave in the same iteration"
+                )
+            version, self.asynchrony.unmet = self.asynchrony.version, None
+            self.exec(s.body)
+            if self.asynchrony.unmet is not None and self.asynchrony.version == version:
+                raise self.asynchrony.deadlock(f"the while loop ({s.condition})")
+        raise SimError(
+            f"while loop ({s.condition}) ran {MAX_WHILE_ITERATIONS} iterations: the "
+            f"simulator stops it as endless"
+        )
 
     def _s_IfThenElse(self, s: Any) -> None:
         cond = np.broadcast_to(self.eval(s.condition).astype(bool), self.mask.shape)
@@ -520,13 +555,6 @@ class Machine:
             lanes = self.mask[w * 32 : (w + 1) * 32] if self.mask.size > 1 else self.mask
             if not np.all(lanes):
                 raise SimError(f"{what} is .sync.aligned, but warp {w} runs it diverged")
-
-    def local_memories(self) -> list[Memory]:
-        return [
-            b.pointer.memory
-            for b in self.env.values()
-            if isinstance(b, Binding) and b.pointer.memory.space == "local"
-        ]
 
     def per_thread(self, v: Any) -> np.ndarray:
         return np.broadcast_to(np.asarray(v), (self.threads, *np.asarray(v).shape[1:]))

@@ -309,6 +309,14 @@ def _shfl_down(m: Machine, call: Any) -> np.ndarray:
     )
 
 
+@TABLE.entry("tirx.cuda.thread_rank")
+def _thread_rank(m: Machine, call: Any) -> np.ndarray:
+    """``cooperative_groups::this_thread_block().thread_rank()`` (CUDA C++ Programming
+    Guide "Thread Block Group"): the thread's linear index in its CTA (``threadIdx.x``
+    for the one-dimensional blocks the simulator launches)."""
+    return m.tid.astype(np.int32)
+
+
 @TABLE.entry("tirx.cuda.trap_when_assert_failed")
 def _trap(m: Machine, call: Any) -> None:
     """``__trap()`` when the condition is false: the kernel aborts (an error here)."""

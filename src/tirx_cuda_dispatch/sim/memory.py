@@ -8,6 +8,11 @@ and at which step of that warp, and the step at which each warp last read it; a 
 orders only the warps it releases together (:class:`Clocks`). A write and a read (or two
 writes) by different warps that no chain of barriers orders are a race, because nothing
 orders them on the GPU (the lockstep simulation would otherwise hide a missing barrier).
+
+Bytes an asynchronous instruction has yet to write (a ``cp.async`` destination, the
+registers a ``tcgen05.ld`` fills) and the bytes of a live ``mbarrier`` object are
+*guarded*: any plain access to them is an error that the queue of pending effects
+(:mod:`.asynchrony`, the memory's ``owner``) explains.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +57,18 @@ class Clocks:
 
     def step(self, warps: np.ndarray) -> np.ndarray:
         return self.known[warps, warps]
+
+    def release(self, warp: int) -> np.ndarray:
+        """A release by ``warp`` (an ``mbarrier`` arrive): what a later acquire of it is
+        ordered after (its clock now); the warp's later accesses start a new step."""
+        known = self.known[warp].copy()
+        self.known[warp, warp] += 1
+        return known
+
+    def acquire(self, warp: int, released: np.ndarray) -> None:
+        """An acquire by ``warp`` of ``released`` (an ``mbarrier`` wait that saw its phase
+        complete): ``warp`` is ordered after everything the releases were."""
+        self.known[warp] = np.maximum(self.known[warp], released)
 
 
 @dataclass
@@ -96,8 +114,17 @@ class BankRecord:
     ways: int
 
 
+IN_FLIGHT = 1  # guard bit: an asynchronous write to the byte has not landed
+MBARRIER = 2  # guard bit: the byte belongs to a live mbarrier object
+
+
 class Memory:
-    """One allocation's bytes. Local memory has one row per thread."""
+    """One allocation's bytes. Local memory has one row per thread.
+
+    ``guard`` (allocated when first needed) marks bytes plain accesses may not touch
+    (:data:`IN_FLIGHT`, :data:`MBARRIER`); ``owner`` is the queue of pending effects that
+    set them and explains an access that hits one (``owner.hazard``).
+    """
 
     def __init__(
         self,
@@ -121,8 +148,14 @@ class Memory:
             self.w_step = np.zeros(shape, dtype=np.int64)
             self.w_warp = np.full(shape, NONE, dtype=np.int32)
             self.r_step: np.ndarray | None = None  # (bytes, warps), 0: not read; sized on use
-        # tcgen05.ld results may not be read before tcgen05.wait::ld (local only)
-        self.pending = np.zeros(shape, dtype=bool) if space == "local" else None
+        self.guard: np.ndarray | None = None
+        self.owner: Any = None
+
+    def describe(self, cell: tuple[int, ...]) -> str:
+        """A cell of :meth:`index` in words (``byte 12 of shared S``)."""
+        if self.space == "local":
+            return f"register {self.name} (byte {cell[1]}) of thread {cell[0]}"
+        return f"byte {cell[0]} of {self.space} {self.name}"
 
     def _cells(self, threads: np.ndarray, offsets: np.ndarray, size: int, what: str):
         """Byte indices ``(n, size)`` of an access, after bounds and alignment checks."""
@@ -148,25 +181,36 @@ class Memory:
     def _index(self, threads: np.ndarray, cells: np.ndarray):
         return (threads[:, None], cells) if self.space == "local" else cells
 
+    def index(self, threads: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The cells ``(n, size)`` that ``threads`` access as a tuple of index arrays of
+        ``data``, each ``(n, size)`` (what an asynchronous effect records)."""
+        if self.space == "local":
+            return (np.broadcast_to(threads[:, None], cells.shape).copy(), cells)
+        return (cells,)
+
+    def cells(self, threads: np.ndarray, offsets: np.ndarray, size: int, what: str) -> np.ndarray:
+        """Byte indices ``(n, size)`` of an access, after bounds and alignment checks."""
+        return self._cells(threads, offsets, size, what)
+
+    def _guarded(self, threads: np.ndarray, index: Any, action: str) -> None:
+        if self.guard is not None:
+            hit = self.guard[index]
+            if hit.any():
+                raise self.owner.hazard(self, threads, index, hit, action)
+
     def load(
         self, threads: np.ndarray, offsets: np.ndarray, size: int, clocks: Clocks
     ) -> np.ndarray:
         """Bytes ``(n, size)`` that ``threads`` read at byte ``offsets``."""
         cells = self._cells(threads, offsets, size, "load")
         index = self._index(threads, cells)
+        self._guarded(threads, index, "reads")
         unwritten = ~self.written[index]
         if unwritten.any():
             i = int(np.argwhere(unwritten)[0][0])
             raise SimError(
                 f"thread {int(threads[i])} reads byte {int(cells[i][0])} of {self.space} "
                 f"{self.name}, which nothing wrote"
-            )
-        if self.pending is not None and self.pending[index].any():
-            i = int(np.argwhere(self.pending[index])[0][0])
-            raise SimError(
-                f"thread {int(threads[i])} reads register {self.name} (byte "
-                f"{int(cells[i][0])}) that a tcgen05.ld is still filling: "
-                f"tcgen05.wait::ld is missing before the use"
             )
         if self.space == "shared":
             self._track(threads, cells, clocks, write=False)
@@ -176,16 +220,51 @@ class Memory:
         self, threads: np.ndarray, offsets: np.ndarray, raw: np.ndarray, clocks: Clocks
     ) -> None:
         cells = self._cells(threads, offsets, raw.shape[1], "store")
+        index = self._index(threads, cells)
+        self._guarded(threads, index, "writes")
         if self.space == "shared":
             self._track(threads, cells, clocks, write=True)
-        index = self._index(threads, cells)
         self.data[index] = raw
         self.written[index] = True
-        if self.pending is not None:
-            self.pending[index] = False
 
-    def _track(self, threads: np.ndarray, cells: np.ndarray, clocks: Clocks, write: bool) -> None:
-        """Race check: another warp touched these bytes and no barrier orders the two."""
+    def land(
+        self,
+        threads: np.ndarray,
+        index: tuple[np.ndarray, ...],
+        values: np.ndarray,
+        clocks: Clocks,
+        steps: np.ndarray | None = None,
+    ) -> None:
+        """An asynchronous write lands: ``values`` into the cells ``index`` (as
+        :meth:`index` gives them), a write by ``threads``' warps at their current step
+        (at ``steps``, given) for the race tracker, no longer guarded."""
+        if self.space == "shared":
+            self._track(threads, index[0], clocks, write=True, steps=steps)
+        self.data[index] = values
+        self.written[index] = True
+        self.guard[index] &= ~np.uint8(IN_FLIGHT)
+
+    def track(
+        self, threads: np.ndarray, cells: np.ndarray, clocks: Clocks, write: bool, stamp: bool
+    ) -> None:
+        """The race check of an access that is not a plain load or store (an
+        asynchronous write when issued: ``stamp=False`` checks without recording; an
+        ``mbarrier`` operation on its object). Shared memory only; others are no-ops."""
+        if self.space == "shared":
+            self._track(threads, cells, clocks, write, stamp=stamp)
+
+    def _track(
+        self,
+        threads: np.ndarray,
+        cells: np.ndarray,
+        clocks: Clocks,
+        write: bool,
+        steps: np.ndarray | None = None,
+        stamp: bool = True,
+    ) -> None:
+        """Race check: another warp touched these bytes and no barrier orders the two.
+        ``steps`` (one per thread) stamps the access at those steps of the threads' warps
+        instead of their current ones; ``stamp=False`` checks without recording."""
         warps = np.broadcast_to((threads // 32)[:, None], cells.shape).ravel()
         if warps.max() >= clocks.warps:
             raise SimError(f"warp {int(warps.max())} accesses {self.name} outside the launch")
@@ -203,9 +282,13 @@ class Memory:
                 f"shared-memory race on {self.name} byte {int(flat[i])}: warp {int(warps[i])} "
                 f"{kind} it after warp {int(writer[i])} wrote it, with no barrier between"
             )
-        steps = clocks.step(warps)
+        if steps is None:
+            steps = clocks.step(warps)
+        else:
+            steps = np.broadcast_to(np.asarray(steps)[:, None], cells.shape).ravel()
         if not write:
-            self.r_step[flat, warps] = steps
+            if stamp:
+                self.r_step[flat, warps] = steps
             return
         others = np.arange(clocks.warps)[None, :] != warps[:, None]
         unordered_r = ((self.r_step[flat] > known) & others).any(axis=1)
@@ -228,8 +311,9 @@ class Memory:
                 f"shared-memory race on {self.name} byte {int(flat[i])}: warps "
                 f"{int(lo[flat[i]])} and {int(hi[flat[i]])} write it at once"
             )
-        self.w_step[flat] = steps
-        self.w_warp[flat] = warps
+        if stamp:
+            self.w_step[flat] = steps
+            self.w_warp[flat] = warps
 
 
 def bank_ways(threads: np.ndarray, offsets: np.ndarray, size: int) -> dict[int, int]:

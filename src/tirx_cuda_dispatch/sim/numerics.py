@@ -7,11 +7,13 @@ for ``+ - * / sqrt`` that double rounding is innocuous (float32 has at least 2p+
 for both, Figueroa 1995), so the result is the correctly rounded one the hardware's
 ``HADD``/``HMUL``/``HFMA``-family and ``__h*`` intrinsics give. Fused multiply-add (the
 packed ``fma`` forms, and ``a*b+c`` that CUDA contracts) rounds once, through float64
-with round-to-odd (:func:`fma`).
+with round-to-odd (:func:`fma`). The warp-level ``mma`` sums its products and ``c``
+exactly and rounds once (:func:`mma_sum`; docs/simulator.md "mma numerics").
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ml_dtypes
@@ -209,3 +211,192 @@ def to_bits(values: np.ndarray, dtype: np.dtype, lanes: int, threads: int) -> np
         raise SimError(f"storing a {v.dtype} value into {scalar_name(dtype)} memory")
     v = np.broadcast_to(v.reshape(threads, -1), (threads, lanes))
     return np.ascontiguousarray(v).view(np.uint8).reshape(threads, lanes * dtype.itemsize)
+
+
+# -- mma.sync: D = A B + C (PTX ISA "mma") ---------------------------------------------------
+_CANONICAL_NAN = {np.dtype(np.float32): 0x7FFFFFFF, np.dtype(np.float16): 0x7FFF}
+_TF32_DROPPED = np.uint32(0x1FFF)  # the 13 low significand bits a .tf32 operand ignores
+# The exponent a subnormal multiplicand aligns with: its format's minimum normal one
+# (tf32 operands, as float32, are -126 too).
+_MMA_EMIN = {np.dtype(np.float16): -14, np.dtype(ml_dtypes.bfloat16): -126}
+MMA_SM90_EXTRA_BITS = 2
+"""Bits the sm_90 rule keeps below float32's 24 (see :func:`mma_sum_sm90`)."""
+
+
+def tf32_operand(bits: np.ndarray) -> np.ndarray:
+    """A ``.tf32`` register's value: the float32 it holds with the 13 low significand bits
+    dropped (toward zero). The ISA keeps the ``.tf32`` layout implementation-defined
+    ("A register variable containing .tf32 data must be declared with .b32 type"); taking
+    the high 19 bits is the model, which ``bench/mma_numerics.py`` checks on the GPU."""
+    b = np.asarray(bits, dtype=np.uint32)
+    return (b & ~_TF32_DROPPED).view(np.float32)
+
+
+def mma_terms(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The addends of every output of ``D = A B + C`` as float64, exactly: ``(..., M, N,
+    K + 1)``, ``c`` first, then the products ``a[m, k] * b[k, n]`` in ``k`` order.
+
+    ``a`` is ``(..., M, K)``, ``b`` ``(..., K, N)``, ``c`` ``(..., M, N)``; floats of at
+    most 24 significand bits and float32's exponent range (float16, bfloat16, tf32 values
+    as float32, float32), so every product is exact in float64 (at most 48 bits, exponents
+    from -298 to 256)."""
+    a64 = np.asarray(a).astype(np.float64)
+    b64 = np.asarray(b).astype(np.float64)
+    c64 = np.asarray(c).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        products = a64[..., :, None, :] * np.swapaxes(b64, -1, -2)[..., None, :, :]
+    return np.concatenate([c64[..., None], products], axis=-1)
+
+
+def mma_magnitude(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``|c| + sum_k |a_k b_k|`` per output, in float64: the scale summation errors are
+    measured in (``bench/mma_numerics.py``; :func:`mma_bound` for the stated bound)."""
+    return np.abs(mma_terms(a, b, c)).sum(axis=-1)
+
+
+def mma_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: Any) -> np.ndarray:
+    """How far the H200's ``mma`` (:func:`mma_sum_sm90`) may be from the simulator's
+    (:func:`mma_sum`), per output: ``(K + 1) 2^-24 M + 3 2^-p M + 2 eta`` with ``p``
+    and ``eta`` the output type's precision and smallest subnormal, and ``M = |c| +
+    sum_k |a_k|' |b_k|'`` over the nonzero products, ``|x|'`` being ``|x|`` raised to the
+    multiplicand format's smallest normal (subnormal operands align as if normal).
+    Derived in docs/simulator.md "mma numerics"."""
+    out = np.dtype(out)
+    a, b = np.asarray(a), np.asarray(b)
+    floor = 2.0 ** _MMA_EMIN.get(a.dtype, -126)
+    a64 = np.maximum(np.abs(a.astype(np.float64)), floor) * (a != 0)
+    b64 = np.maximum(np.abs(b.astype(np.float64)), floor) * (b != 0)
+    big = np.abs(mma_terms(a64, b64, np.asarray(c))).sum(axis=-1)
+    p, eta = (24, 2.0**-149) if out == np.float32 else (11, 2.0**-24)
+    return (a.shape[-1] + 1) * 2.0**-24 * big + 3 * 2.0**-p * big + 2 * eta
+
+
+def mma_sum(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: Any) -> np.ndarray:
+    """The simulator's ``mma``: ``d = c + sum_k a[m, k] b[k, n]`` computed exactly and
+    rounded once to ``out`` (float32 or float16), to nearest even.
+
+    The exact sum is the float64 sum of :func:`mma_terms` when that is provably exact
+    (every addend a multiple of ``2^L`` and ``sum |addend| < 2^(L+53)``, checked per
+    output); otherwise ``math.fsum`` (Shewchuk's exact summation, correctly rounded to
+    float64) and the sign of the exact remainder make the float64 round-to-odd of the
+    exact sum, which rounds correctly to float32 (and, through round-to-odd float32, to
+    float16). Signed zeros follow IEEE: ``-0`` only when every addend is ``-0``. A NaN or
+    infinite addend gives the IEEE float64 sum (``inf - inf`` is NaN); every NaN output
+    is the canonical NaN (``0x7fffffff`` / ``0x7fff``). Overflow rounds to infinity.
+    """
+    out = np.dtype(out)
+    if out not in _CANONICAL_NAN:
+        raise SimError(f"mma accumulates into float32 or float16, not {out}")
+    terms = mma_terms(a, b, c)
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = terms.sum(axis=-1)  # exact where _sum_is_exact holds, IEEE for inf/NaN
+    negative_zero = ((terms == 0) & np.signbit(terms)).all(axis=-1)  # numpy's sum starts at +0
+    total[negative_zero] = -0.0
+    inexact = ~_sum_is_exact(terms) & np.isfinite(total)
+    if inexact.any():
+        total[inexact] = [_fsum_to_odd(row) for row in terms[inexact]]
+    return _mma_round(total, out, "rn")
+
+
+def _mma_round(total: np.ndarray, out: np.dtype, f32_mode: str) -> np.ndarray:
+    """A float64 that is exact (or odd-rounded) into ``out``: float32 in ``f32_mode``,
+    float16 to nearest even (through round-to-odd float32); NaNs canonical."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if out == np.float32:
+            d = _round_f32(total, f32_mode)
+        else:
+            d = _round_to_odd_f32(total).astype(np.float16)
+    nan = np.isnan(d)
+    if nan.any():
+        width = np.uint32 if out == np.float32 else np.uint16
+        d = d.copy()
+        d.view(width)[nan] = _CANONICAL_NAN[out]
+    return d
+
+
+def mma_sum_sm90(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: Any) -> np.ndarray:
+    """``mma`` as the H200 (sm_90) computes it, found by measurement: bit-equal on every
+    output ``bench/mma_numerics.py`` produced there (docs/simulator.md "mma numerics").
+
+    Every product ``a_k b_k`` is exact; its exponent is ``e(a_k) + e(b_k)``, the sum of
+    the operands' exponents (not renormalized: the product's significand is in [1, 4)),
+    a subnormal operand counting as its format's minimum exponent; ``c``'s is its own.
+    With ``E`` the largest of these over the nonzero addends, each addend is truncated
+    toward zero to a multiple of ``2^(E - 23 - 2)``, the truncated addends are summed
+    exactly, and the sum is rounded toward zero into float32, or to nearest even into
+    float16 for ``.f16`` accumulators. All ``K`` products and ``c`` are one fused sum
+    (K = 8 and 16). A zero result is ``+0``, also where a negative sum underflows in
+    the rounding (seen with ``.f16`` accumulators; IEEE would give ``-0``); a sum of
+    only ``-0`` addends, NaN and infinite addends, and float32 overflow were not
+    measured (here: ``+0``, :func:`mma_sum`'s IEEE result, the largest finite float32).
+    ``a``/``b`` are float16, bfloat16 or (tf32 operands, low bits already dropped)
+    float32.
+    """
+    out = np.dtype(out)
+    if out not in _CANONICAL_NAN:
+        raise SimError(f"mma accumulates into float32 or float16, not {out}")
+    a, b = np.asarray(a), np.asarray(b)
+    emin = _MMA_EMIN.get(a.dtype, -126)
+    terms = mma_terms(a, b, c)
+    exps = np.concatenate(
+        [
+            _exponent(np.asarray(c).astype(np.float64), None)[..., None],
+            _exponent(a.astype(np.float64), emin)[..., :, None, :]
+            + np.swapaxes(_exponent(b.astype(np.float64), emin), -1, -2)[..., None, :, :],
+        ],
+        axis=-1,
+    )
+    finite = np.isfinite(terms).all(axis=-1)
+    exps = np.where(terms != 0, exps, np.iinfo(np.int32).min)
+    top = np.where(finite & (terms != 0).any(axis=-1), exps.max(axis=-1), 0)
+    quantum = (top - 23 - MMA_SM90_EXTRA_BITS)[..., None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        cut = np.ldexp(np.trunc(np.ldexp(terms, -quantum)), quantum)  # exact scalings
+        # multiples of 2^quantum below (K + 1) 2^(top + 2): at most 32 bits, exact
+        total = np.where(finite, cut.sum(axis=-1), terms.sum(axis=-1))
+    d = _mma_round(total, out, "rz")
+    return np.where(d == 0, np.zeros((), out), d)  # a zero result is +0 (docstring)
+
+
+def _exponent(x: np.ndarray, emin: int | None) -> np.ndarray:
+    """``floor(log2 |x|)`` as int64 (0 for zeros, masked by the caller); with ``emin``,
+    subnormals (``|x| < 2^emin``) answer ``emin``."""
+    _, e = np.frexp(np.where(x != 0, x, 1.0))
+    e = e.astype(np.int64) - 1
+    if emin is not None:
+        e = np.where(np.abs(x) < 2.0**emin, emin, e)
+    return e
+
+
+def _sum_is_exact(terms: np.ndarray) -> np.ndarray:
+    """Per output: is every float64 partial sum of these addends exact, in any order?
+
+    With ``L`` the lowest set bit over the addends and ``|addend| < 2^E`` for all, every
+    partial sum is a multiple of ``2^L`` below ``n 2^E`` in magnitude; it is a float64
+    when ``E + ceil(log2 n) - L <= 53``. Non-finite addends answer False (they take the
+    IEEE path)."""
+    finite = np.isfinite(terms)
+    nonzero = finite & (terms != 0)
+    mant, exp = np.frexp(np.where(nonzero, terms, 1.0))  # |t| = |mant| 2^exp, 0.5 <= |mant| < 1
+    exp = exp.astype(np.int64)  # frexp's exponents are int32
+    scaled = np.abs(mant * 2.0**53).astype(np.int64)  # exact: 53 significand bits
+    low_bit = np.log2((scaled & -scaled).astype(np.float64)).astype(np.int64)
+    lsb = np.where(nonzero, exp - 53 + low_bit, np.iinfo(np.int64).max)
+    top = np.where(nonzero, exp, np.iinfo(np.int64).min)
+    spread = top.max(axis=-1) + int(np.ceil(np.log2(terms.shape[-1]))) - lsb.min(axis=-1)
+    none = ~nonzero.any(axis=-1)
+    return finite.all(axis=-1) & (none | (spread <= 53))
+
+
+def _fsum_to_odd(terms: np.ndarray) -> float:
+    """The exact sum of finite float64 ``terms`` rounded to float64 to odd: ``math.fsum``
+    rounds it to nearest, and the correctly rounded remainder has the sign of the exact
+    rounding error (the addends are multiples of ``2^-298``, so it never underflows)."""
+    values = [float(t) for t in terms]
+    near = math.fsum(values)
+    rest = math.fsum([*values, -near])
+    if rest == 0 or not math.isfinite(near):
+        return near
+    if np.float64(near).view(np.uint64) & np.uint64(1):
+        return near
+    return math.nextafter(near, math.inf if rest > 0 else -math.inf)

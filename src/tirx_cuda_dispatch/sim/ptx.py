@@ -9,15 +9,21 @@ Each entry's docstring is its meaning.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import fragments
+from .asynchrony import Effect
 from .calls import (
     Instruction,
+    PtxOperands,
     Table,
+    guarded_ptx_operands,
+    issued_at,
     load_at,
     plain_ptx_operands,
     ptx_operands,
@@ -428,21 +434,18 @@ def _tc_order(m: Machine, call: Any) -> None:
 
 @TABLE.entry("tirx.ptx.tcgen05_wait")
 def _tc_wait(m: Machine, call: Any) -> None:
-    """``tcgen05.wait::st`` / ``wait::ld`` (PTX ISA 9.7.16): the warp's earlier
-    ``tcgen05.st`` writes become visible / its ``tcgen05.ld`` registers become usable
-    (before that, reading them is an error here)."""
+    """``tcgen05.wait::st`` / ``wait::ld`` (PTX ISA 9.7.16.8.5): the warp waits for all its
+    earlier ``tcgen05.st`` / ``tcgen05.ld``; their tensor-memory cells / registers are
+    written then (the effects land, :mod:`.asynchrony`), and reading them before is an
+    error here."""
     tokens = ptx_operands(call).tokens
     kind = tokens[0] if tokens else ""
-    tmem = _tensor_memory(m, "tcgen05.wait")
-    for warp in m.warps():
-        if kind == "wait::st":
-            tmem.wait_st(warp)
-        elif kind == "wait::ld":
-            for mem in m.local_memories():
-                mem.pending[warp * 32 : (warp + 1) * 32] = False
-        else:
-            raise SimError(f"tcgen05.{kind}: the simulator knows wait::ld and wait::st")
-        m.counters.instructions[f"tcgen05.{kind}"] += 1
+    _tensor_memory(m, "tcgen05.wait")
+    if kind not in ("wait::st", "wait::ld"):
+        raise SimError(f"tcgen05.{kind}: the simulator knows wait::ld and wait::st")
+    warps = m.warps()
+    m.asynchrony.wait_tcgen05(m, "tcgen05." + kind.removeprefix("wait::"), warps)
+    m.counters.instructions[f"tcgen05.{kind}"] += len(warps)
 
 
 def _tc_form(tokens: list[str], what: str) -> tuple[str, int, bool]:
@@ -491,12 +494,14 @@ def _tc_ldst(m: Machine, call: Any, load: bool) -> None:
         out = np.zeros((m.threads, nregs), dtype=np.uint32)
     else:
         held = np.stack([register_bits(m, r, 32, what) for r in regs], axis=1)
+    origin = issued_at(m, call)
     for warp in m.warps():
         lanes, cols = _tc_cells(m, warp, taddr, imm, shape, num, pack)
         m.counters.instructions[kind] += 1
         rows = slice(warp * 32, (warp + 1) * 32)
+        threads = np.arange(warp * 32, (warp + 1) * 32)
         if load:
-            vals = tmem.load(warp, lanes, cols)
+            vals = tmem.load(threads, lanes, cols)
             if pack:  # [lane, reg, half] cells -> one register per (lane, reg)
                 vals = fragments.tcgen05_pack16(vals)[..., 0]
             out[rows] = vals
@@ -504,19 +509,38 @@ def _tc_ldst(m: Machine, call: Any, load: bool) -> None:
         else:
             words = held[rows]
             vals = fragments.tcgen05_unpack16(words[..., None]) if pack else words
-            tmem.store(warp, lanes.reshape(-1), cols.reshape(-1), vals.reshape(-1))
+            index = tmem.cells(lanes.reshape(32, -1), cols.reshape(32, -1), what)
+            values = vals.reshape(32, -1)
+            m.asynchrony.issue(
+                m, Effect("tcgen05.st", kind, origin, m.call, tmem, threads, index, values)
+            )
             m.counters.bytes["tmem.store"] += words.size * 4
-    if load:
-        for k, reg in enumerate(regs):
-            write_register(m, reg, out[:, k], what)
-        for mem in m.local_memories():  # filled asynchronously until tcgen05.wait::ld
-            for reg in regs:
-                b = m._bound(reg.source)
-                if b.pointer.memory is mem:
-                    offsets, size = m._address(b, reg.indices)
-                    offs = m.per_thread(offsets)
-                    for t in m._active_threads():
-                        mem.pending[t, int(offs[t]) : int(offs[t]) + size] = True
+    if load:  # the registers are filled asynchronously, until tcgen05.wait::ld
+        _fill_registers(m, regs, out, kind, origin)
+
+
+def _fill_registers(m: Machine, regs: list[Any], out: np.ndarray, what: str, origin: str) -> None:
+    """Queue the tcgen05.ld ``what``'s write of ``out[:, k]`` (32-bit) into register
+    ``regs[k]`` of every active thread: one effect per register memory."""
+    threads = m._active_threads()
+    parts: dict[int, tuple[Any, list, list]] = {}
+    for k, reg in enumerate(regs):
+        _, dtype = register_operand(m, reg, what)
+        if dtype.itemsize != 4:
+            raise SimError(f"{what}: register {reg} is not 32 bits")
+        b = m._bound(reg.source)
+        mem = b.pointer.memory
+        offsets, _ = m._address(b, reg.indices)
+        cells = mem.cells(threads, m.per_thread(offsets)[threads], 4, what)
+        raw = np.ascontiguousarray(out[threads, k]).view(np.uint8).reshape(-1, 4)
+        entry = parts.setdefault(id(mem), (mem, [], []))
+        entry[1].append(cells)
+        entry[2].append(raw)
+    for mem, cells, raws in parts.values():
+        who = np.tile(threads, len(cells))
+        index = mem.index(who, np.concatenate(cells))
+        effect = Effect("tcgen05.ld", what, origin, m.call, mem, who, index, np.concatenate(raws))
+        m.asynchrony.issue(m, effect)
 
 
 @TABLE.entry("tirx.ptx.tcgen05_ld", "tirx.ptx.tcgen05_ld_split")
@@ -534,3 +558,487 @@ def _tc_st(m: Machine, call: Any) -> None:
     warp writes registers to tensor-memory cells by the same fragment map as
     ``tcgen05.ld``, in its own lane quarter; readable after ``tcgen05.wait::st``."""
     _tc_ldst(m, call, load=False)
+
+
+# -- cp.async (PTX ISA 9.7.10.28.3; sm_80+) --------------------------------------------------
+_CP_TOKENS = {"async", "ca", "cg", "shared", "shared::cta", "global", "L2::cache_hint"} | {
+    f"L2::{n}B" for n in (64, 128, 256)
+}
+
+
+@contextmanager
+def _guarded(m: Machine, guard: Any) -> Iterator[None]:
+    """Run with the active mask narrowed to the threads whose guard predicate (``@p``,
+    TVM's ``pred=``) is true; without a guard, unchanged."""
+    saved = m.mask
+    try:
+        if guard is not None:
+            m.mask = np.broadcast_to(saved, m.tid.shape) & _bools(m, guard)
+        yield
+    finally:
+        m.mask = saved
+
+
+def _bools(m: Machine, operand: Any) -> np.ndarray:
+    return np.asarray(m.per_thread(m.eval(operand))).astype(bool)
+
+
+def _ints(m: Machine, operand: Any) -> np.ndarray:
+    return np.asarray(m.per_thread(m.eval(operand))).astype(np.int64)
+
+
+def _uniform_int(m: Machine, operand: Any, what: str) -> int:
+    v = _ints(m, operand)
+    if (v != v.flat[0]).any():
+        raise SimError(f"{what} differs between threads")
+    return int(v.flat[0])
+
+
+def _check_tokens(what: str, tokens: list[str], allowed: set[str]) -> None:
+    unknown = set(tokens) - allowed
+    if unknown:
+        raise SimError(f"{what}: modifiers {sorted(unknown)} are not modeled")
+
+
+def _pointer(m: Machine, operand: Any, what: str) -> Pointer:
+    ptr = m.eval(operand)
+    if not isinstance(ptr, Pointer):
+        raise SimError(f"{what}: {operand} is not an address")
+    return ptr
+
+
+def cp_async(
+    m: Machine,
+    call: Any,
+    what: str,
+    cop: str,
+    dst: Pointer,
+    src: Pointer,
+    cp_size: int,
+    read: np.ndarray | None = None,
+) -> None:
+    """Each active thread issues one cp.async of ``cp_size`` bytes from global ``src`` to
+    the shared-window address ``dst``, reading ``read`` bytes of it (per thread; all when
+    None) and zero-filling the rest: an effect of the thread's open cp.async group."""
+    threads = m._active_threads()
+    if threads.size == 0:
+        return
+    if cp_size not in (4, 8, 16) or (cop == "cg" and cp_size != 16):
+        need = "16 (.cg copies 16 bytes only)" if cop == "cg" else "4, 8 or 16"
+        raise SimError(f"{what}: cp-size {cp_size}, needs {need}")
+    if not (dst.shared_window and dst.memory.space == "shared"):
+        form = "a shared-window" if dst.shared_window else "a generic"
+        raise SimError(
+            f"{what}: dst must be a .shared address of shared memory (cvta.to.shared), got "
+            f"{form} address of {dst.memory.space} memory"
+        )
+    if src.shared_window or src.memory.space != "global":
+        raise SimError(f"{what}: src must be an address of global memory, got {src.memory.space}")
+    dst_off = m.per_thread(dst.offsets)[threads]
+    src_off = m.per_thread(src.offsets)[threads]
+    for name, offs, ptr in (("dst", dst_off, dst), ("src", src_off, src)):
+        bad = offs % cp_size != 0
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise SimError(
+                f"misaligned {what}: {name} byte {int(offs[i])} of {ptr.memory.space} "
+                f"{ptr.memory.name} (thread {int(threads[i])}) is not {cp_size}-byte aligned; "
+                f"a cp.async of {cp_size} bytes needs both addresses {cp_size}-byte aligned "
+                f"(PTX ISA 'Addresses as Operands'), the GPU faults"
+            )
+    read = np.full(threads.size, cp_size) if read is None else read[threads]
+    if (read > cp_size).any() or (read < 0).any():
+        i = int(np.argmax((read > cp_size) | (read < 0)))
+        raise SimError(
+            f"{what}: src-size {int(read[i])} (thread {int(threads[i])}) is not in "
+            f"[0, cp-size {cp_size}]; a larger one is undefined (PTX ISA cp.async)"
+        )
+    cells = dst.memory.cells(threads, dst_off, cp_size, f"{what} dst")
+    values = np.zeros((threads.size, cp_size), dtype=np.uint8)  # the zero fill
+    for n in np.unique(read[read > 0]).tolist():
+        sel = read == n
+        values[sel, :n] = src.memory.load(threads[sel], src_off[sel], n, m.clocks)
+    kind = f"cp.async.{cop}.b{cp_size * 8}"
+    m.counters.instructions[kind] += len(np.unique(threads // 32))
+    m.counters.bytes["global.load"] += int(read.sum())
+    m.counters.bytes["shared.store"] += threads.size * cp_size
+    for w, ways in bank_ways(threads, dst_off, cp_size).items():
+        m.counters.bank_conflicts.append(BankRecord(kind, dst.memory.name, w, ways))
+    index = dst.memory.index(threads, cells)
+    group = m.asynchrony.open_groups(m, threads)
+    effect = Effect(
+        "cp.async", what, issued_at(m, call), m.call, dst.memory, threads, index, values, group
+    )
+    m.asynchrony.issue(m, effect)
+    # the copy may write at any time after it is issued: an unordered earlier access races
+    dst.memory.track(threads, cells, m.clocks, write=True, stamp=False)
+
+
+@TABLE.entry(
+    *(
+        f"tirx.ptx.cp_async_{cop}{tail}"
+        for cop in ("ca", "cg")
+        for tail in ("", "_src_size", "_ignore_src")
+    )
+)
+def _cp_async(m: Machine, call: Any) -> None:
+    """``cp.async.{ca,cg}.shared{::cta}.global{.L2::cache_hint}{.L2::64B/128B/256B} [dst],
+    [src], cp-size{, src-size | , ignore-src}{, cache-policy}`` (PTX ISA 9.7.10.28.3.1,
+    sm_80+): each thread starts an asynchronous copy of cp-size bytes (4, 8 or 16; 16
+    only with .cg) from global ``src`` to shared ``dst``, both aligned to cp-size. With
+    ``src-size`` only that many bytes are read and the rest of ``dst`` is filled with
+    zeros (a src-size above cp-size is undefined: an error); with ``ignore-src`` true
+    nothing is read and all of ``dst`` is zeros. The write joins the thread's open
+    cp.async group and lands when a wait completes that group (or an mbarrier phase that
+    tracks it): reading or overwriting ``dst`` before is an error. Cache hints and the
+    L2 prefetch size change no value. A guard predicate (``@p``) leaves out the threads
+    where it is false."""
+    name = call.op.name
+    parsed, guard = guarded_ptx_operands(call, "cp.async")
+    tokens = parsed.tokens
+    what = ".".join(["cp", *tokens])
+    _check_tokens(what, tokens, _CP_TOKENS)
+    operands = parsed.operands[: len(parsed.operands) - ("L2::cache_hint" in tokens)]
+    tail = name.endswith(("_src_size", "_ignore_src"))
+    if len(operands) != 3 + tail:
+        raise SimError(f"{what} takes {3 + tail} operands, got {len(operands)}: {call}")
+    cp_size = _uniform_int(m, operands[2], f"{what} cp-size")
+    what = f"{what} (cp-size {cp_size})"
+    read = None
+    if name.endswith("_src_size"):
+        read = _ints(m, operands[3])
+    elif name.endswith("_ignore_src"):
+        read = np.where(_bools(m, operands[3]), 0, cp_size)
+    with _guarded(m, guard):
+        dst = _pointer(m, operands[0], what)
+        src = _pointer(m, operands[1], what)
+        cp_async(m, call, what, "cg" if "_cg" in name else "ca", dst, src, cp_size, read)
+
+
+@TABLE.entry("tirx.ptx.cp_async_commit_group")
+def _cp_commit(m: Machine, call: Any) -> None:
+    """``cp.async.commit_group`` (PTX ISA 9.7.10.28.3.2): each executing thread closes its
+    open group of cp.async operations into a committed group (an empty one if it issued
+    none since the last commit)."""
+    _, guard = guarded_ptx_operands(call, "cp.async.commit_group")
+    with _guarded(m, guard):
+        m.asynchrony.commit(m, m._active_threads())
+        m.counters.instructions["cp.async.commit_group"] += len(m.warps())
+
+
+@TABLE.entry("tirx.ptx.cp_async_wait_group")
+def _cp_wait_group(m: Machine, call: Any) -> None:
+    """``cp.async.wait_group N`` (PTX ISA 9.7.10.28.3.3): each executing thread waits until
+    at most its ``N`` most recent committed cp.async groups are pending: the copies of
+    all its older groups land, visible to the thread (other threads see them after a
+    barrier). Copies not yet committed are not waited for."""
+    parsed, guard = guarded_ptx_operands(call, "cp.async.wait_group")
+    n = _uniform_int(m, parsed.operands[0], "cp.async.wait_group N")
+    if n < 0:
+        raise SimError(f"cp.async.wait_group {n}: N must not be negative")
+    with _guarded(m, guard):
+        m.asynchrony.wait_groups(m, m._active_threads(), n)
+        m.counters.instructions["cp.async.wait_group"] += len(m.warps())
+
+
+@TABLE.entry("tirx.ptx.cp_async_wait_all")
+def _cp_wait_all(m: Machine, call: Any) -> None:
+    """``cp.async.wait_all`` (PTX ISA 9.7.10.28.3.3) = ``cp.async.commit_group;
+    cp.async.wait_group 0``: every cp.async the executing thread issued lands."""
+    _, guard = guarded_ptx_operands(call, "cp.async.wait_all")
+    with _guarded(m, guard):
+        threads = m._active_threads()
+        m.asynchrony.commit(m, threads)
+        m.asynchrony.wait_groups(m, threads, 0)
+        m.counters.instructions["cp.async.wait_all"] += len(m.warps())
+
+
+@TABLE.entry("tirx.ptx.cp_async_mbarrier_arrive")
+def _cp_mbarrier_arrive(m: Machine, call: Any) -> None:
+    """``cp.async.mbarrier.arrive{.noinc}{.shared{::cta}}.b64 [addr]`` (PTX ISA
+    9.7.15.16.18): an arrive-on operation on the mbarrier, triggered once every cp.async
+    the thread issued before has completed: those copies land when the barrier's current
+    phase completes (or earlier, through a wait_group). Without ``.noinc`` the pending
+    count is first raised by one, so the arrive changes nothing net; with ``.noinc`` it
+    counts as one of the arrivals mbarrier.init expects."""
+    what = "cp.async.mbarrier.arrive"
+    parsed, guard = guarded_ptx_operands(call, what)
+    _check_tokens(what, parsed.tokens, {"async", "mbarrier", "arrive", "noinc", *_SHARED, "b64"})
+    with _guarded(m, guard):
+        for bar, threads in _barriers(m, parsed, parsed.operands[0], what):
+            m.asynchrony.track_copies(m, bar, threads)
+            released = _release(m, threads, True)
+            for t in threads.tolist():
+                if "noinc" in parsed.tokens:
+                    m.asynchrony.arrive(m, bar, 1, released[t // 32])
+                else:  # +1, then the arrive: no net change, but it releases
+                    m.asynchrony.join(bar, released[t // 32])
+        m.counters.instructions[what] += len(m.warps())
+
+
+@TABLE.entry("tirx.s_tir.cp_async_raw")
+def _cp_async_raw(m: Machine, call: Any) -> None:
+    """TVM's raw cp.async op (``T.s_tir.cp_async_raw``, what ``InjectPTXAsyncCopy``
+    leaves; its C helper in ``backend/cuda/cpp/asm.py``): ``(dst, dst_off, src, src_off,
+    cp_size[, predicate])`` copies ``cp_size`` bytes from ``src + src_off`` to the
+    generic shared address ``dst + dst_off`` (offsets in elements of each pointer's
+    type) with ``cp.async.cg`` for 16 bytes and ``cp.async.ca`` otherwise. With a
+    predicate, threads where it is 1 copy and the others store ``cp_size`` zero bytes to
+    ``dst`` with a plain, synchronous ``st.shared``."""
+    dst_p, dst_off, src_p, src_off, size, *pred = call.args
+    cp_size = _uniform_int(m, size, "cp_async_raw cp_size")
+    cop = "cg" if cp_size == 16 else "ca"
+    what = f"cp.async.{cop}.shared.global (cp-size {cp_size}, TVM's cp_async_raw)"
+
+    def at(ptr_node: Any, off_node: Any) -> Pointer:
+        ptr = _pointer(m, ptr_node, what)
+        scale = ptr.elem_bytes or 1  # the helper scales by the pointee's size; void*: 1
+        return ptr.plus_bytes(_ints(m, off_node) * scale)
+
+    dst, src = at(dst_p, dst_off), at(src_p, src_off)
+    if dst.memory.space != "shared" or dst.shared_window:
+        raise SimError(f"{what}: dst must be a generic address of shared memory")
+    window = Pointer(dst.memory, dst.offsets, 0, shared_window=True)  # __cvta_generic_to_shared
+    copy = _ints(m, pred[0]) == 1 if pred else np.ones(m.threads, dtype=bool)  # setp.eq.u32
+    saved = m.mask
+    try:
+        m.mask = np.broadcast_to(saved, m.tid.shape) & copy
+        cp_async(m, call, what, cop, window, src, cp_size)
+        m.mask = np.broadcast_to(saved, m.tid.shape) & ~copy
+        if m.mask.any():
+            store_at(m, window, np.zeros((m.threads, cp_size), np.uint8), f"uint8x{cp_size}")
+    finally:
+        m.mask = saved
+
+
+# -- mbarrier (PTX ISA 9.7.15.16; sm_80+, tx-count sm_90+) ---------------------------------
+_SHARED = {"shared", "shared::cta"}
+_SEM_SCOPE = {"release", "acquire", "relaxed", "cta", "cluster"}  # one CTA: cluster acts as cta
+
+
+def _barriers(m: Machine, parsed: PtxOperands, operand: Any, what: str):
+    """The live mbarriers the active threads name at ``operand``, each with its threads
+    (for ``mbarrier.init``: the (memory, offset) pairs). An mbarrier lives in shared
+    memory, 8-byte aligned; ``.shared{::cta}`` takes a shared-window address, no space a
+    generic one."""
+    window = bool(set(parsed.tokens) & _SHARED)
+    ptr = _pointer(m, operand, what)
+    if ptr.memory.space != "shared" or ptr.shared_window != window:
+        kind = "a .shared address" if window else "a generic address"
+        form = "a shared-window" if ptr.shared_window else "a generic"
+        raise SimError(
+            f"{what} takes {kind} of shared memory, got {form} address of {ptr.memory.space} memory"
+        )
+    threads = m._active_threads()
+    offsets = m.per_thread(ptr.offsets)[threads]
+    bad = offsets % 8 != 0
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise SimError(
+            f"misaligned {what}: byte {int(offsets[i])} of shared {ptr.memory.name} (thread "
+            f"{int(threads[i])}); an mbarrier object is 8 bytes, 8-byte aligned"
+        )
+    groups = []
+    for off in np.unique(offsets).tolist():
+        mine = threads[offsets == off]
+        if what == "mbarrier.init":
+            groups.append(((ptr.memory, off), mine))
+        else:
+            groups.append((m.asynchrony.barrier(m, ptr.memory, off, mine, what), mine))
+    return groups
+
+
+def _release(m: Machine, threads: np.ndarray, release: bool) -> dict[int, np.ndarray | None]:
+    """Each warp of ``threads`` releases its clock once (None for ``.relaxed``)."""
+    warps = np.unique(threads // 32).tolist()
+    return {w: m.clocks.release(w) if release else None for w in warps}
+
+
+@TABLE.entry("tirx.ptx.mbarrier_init")
+def _mbarrier_init(m: Machine, call: Any) -> None:
+    """``mbarrier.init{.shared{::cta}}.b64 [addr], count`` (PTX ISA 9.7.15.16.9): makes the
+    8 bytes at ``addr`` an mbarrier object in phase 0 expecting ``count`` arrivals (1 to
+    2^20-1) with tx-count 0. Until ``mbarrier.inval`` only mbarrier instructions may
+    access those bytes; initializing a live object again is an error (one thread
+    initializes), and its users must be ordered after the init (a barrier)."""
+    parsed, guard = guarded_ptx_operands(call, "mbarrier.init")
+    _check_tokens("mbarrier.init", parsed.tokens, {"init", *_SHARED, "b64"})
+    addr, count = parsed.operands
+    with _guarded(m, guard):
+        counts = _ints(m, count)
+        for (memory, offset), threads in _barriers(m, parsed, addr, "mbarrier.init"):
+            for t in threads.tolist():
+                m.asynchrony.init(m, memory, offset, int(counts[t]), t)
+        m.counters.instructions["mbarrier.init"] += len(m.warps())
+
+
+@TABLE.entry("tirx.ptx.mbarrier_inval")
+def _mbarrier_inval(m: Machine, call: Any) -> None:
+    """``mbarrier.inval{.shared{::cta}}.b64 [addr]`` (PTX ISA 9.7.15.16.10): the mbarrier
+    object at ``addr`` is invalidated; its 8 bytes may be used as plain memory again."""
+    parsed, guard = guarded_ptx_operands(call, "mbarrier.inval")
+    _check_tokens("mbarrier.inval", parsed.tokens, {"inval", *_SHARED, "b64"})
+    with _guarded(m, guard):
+        for bar, threads in _barriers(m, parsed, parsed.operands[0], "mbarrier.inval"):
+            m.asynchrony.inval(m, bar, int(threads[0]))
+        m.counters.instructions["mbarrier.inval"] += len(m.warps())
+
+
+@TABLE.entry("tirx.ptx.fence_mbarrier_init")
+def _fence_mbarrier_init(m: Machine, call: Any) -> None:
+    """``fence.mbarrier_init.release.cluster`` (PTX ISA 9.7.13.4 "membar/fence"): orders
+    prior mbarrier.init operations before later accesses of the cluster's threads, which
+    in lockstep they already are; counted only (other warps still need a barrier after
+    the init, which the race tracker checks)."""
+    m.counters.instructions["fence.mbarrier_init"] += len(m.warps())
+
+
+_ARRIVE_SHAPES = {  # entry suffix -> (returns state, trailing operand: "count" / "tx")
+    "_nocount": (False, None),
+    "": (False, "count"),
+    "_expect_tx": (False, "tx"),
+    "_no_complete": (True, "count"),
+    "_no_complete_sink": (False, "count"),
+    "_state": (True, None),
+    "_count_state": (True, "count"),
+    "_expect_tx_state": (True, "tx"),
+}
+
+
+@TABLE.entry(
+    *(f"tirx.ptx.mbarrier_{act}{s}" for act in ("arrive", "arrive_drop") for s in _ARRIVE_SHAPES)
+)
+def _mbarrier_arrive(m: Machine, call: Any) -> None:
+    """``mbarrier.arrive{_drop}{.expect_tx}{.noComplete}{.sem.scope}{.shared{::cta}}.b64
+    state|_, [addr]{, count | txCount}`` (PTX ISA 9.7.15.16.16-17): each executing thread
+    performs an arrive-on operation: the pending arrival count drops by ``count`` (1
+    when absent; ``.expect_tx`` first raises the tx-count by ``txCount`` and arrives
+    once), and the phase completes when the pending count and the tx-count are both zero
+    (the phase advances, the pending count is reset to the expected one). ``arrive_drop``
+    also lowers the expected count by ``count`` for later phases. ``.noComplete`` may not
+    complete the phase (an error if it does). ``state`` receives the phase the arrival
+    was in. The arrive releases (``.release``, the default; not ``.relaxed``) the
+    thread's prior memory accesses to whoever waits for the phase."""
+    name = call.op.name.removeprefix("tirx.ptx.mbarrier_")
+    act = "arrive_drop" if name.startswith("arrive_drop") else "arrive"
+    returns_state, trailing = _ARRIVE_SHAPES[name.removeprefix(act)]
+    parsed, guard = guarded_ptx_operands(call, f"mbarrier.{act}")
+    tokens = parsed.tokens
+    what = ".".join(["mbarrier", *tokens])
+    allowed = {act, "expect_tx", "noComplete", *_SEM_SCOPE, *_SHARED, "b64"}
+    _check_tokens(what, tokens, allowed)
+    operands = list(parsed.operands)
+    state = operands.pop(0) if returns_state else None
+    addr = operands[0]
+    with _guarded(m, guard):
+        amounts = _ints(m, operands[1]) if trailing else np.ones(m.threads, dtype=np.int64)
+        phases = np.zeros(m.threads, dtype=np.uint64)
+        for bar, threads in _barriers(m, parsed, addr, what):
+            released = _release(m, threads, "relaxed" not in tokens)
+            for t in threads.tolist():
+                phases[t] = bar.token()
+                if trailing == "tx":
+                    m.asynchrony.transaction(m, bar, int(amounts[t]), 0)
+                count = 1 if trailing == "tx" else int(amounts[t])
+                no_complete = "noComplete" in tokens
+                drop = act == "arrive_drop"
+                m.asynchrony.arrive(
+                    m, bar, count, released[t // 32], drop=drop, no_complete=no_complete
+                )
+        if state is not None:
+            _, dtype = register_operand(m, state, what)
+            if dtype.itemsize != 8:
+                raise SimError(f"{what}: the state register {state} is not 64 bits")
+            write_register(m, state, phases.view(dtype), what)
+        m.counters.instructions[f"mbarrier.{act}"] += len(m.warps())
+
+
+@TABLE.entry("tirx.ptx.mbarrier_expect_tx", "tirx.ptx.mbarrier_complete_tx")
+def _mbarrier_tx(m: Machine, call: Any) -> None:
+    """``mbarrier.{expect,complete}_tx{.relaxed.scope}{.shared{::cta}}.b64 [addr],
+    txCount`` (PTX ISA 9.7.15.16.12-13): each executing thread raises (expect-tx) or
+    lowers (complete-tx) the current phase's tx-count by ``txCount``; a complete-tx that
+    brings it to zero with no arrival pending completes the phase. complete-tx is what
+    asynchronous copies signal as their bytes land; issued directly it stands for them."""
+    action = call.op.name.removeprefix("tirx.ptx.mbarrier_")
+    what = f"mbarrier.{action}"
+    parsed, guard = guarded_ptx_operands(call, what)
+    _check_tokens(what, parsed.tokens, {action, *_SEM_SCOPE, *_SHARED, "b64"})
+    addr, amount = parsed.operands
+    with _guarded(m, guard):
+        amounts = _ints(m, amount)
+        for bar, threads in _barriers(m, parsed, addr, what):
+            for t in threads.tolist():
+                n = int(amounts[t])
+                if not 0 <= n <= (1 << 20) - 1:
+                    raise SimError(f"{what}: txCount {n} not in [0, 2^20-1]")
+                expect, complete = (n, 0) if action == "expect_tx" else (0, n)
+                m.asynchrony.transaction(m, bar, expect, complete)
+        m.counters.instructions[what] += len(m.warps())
+
+
+def _wait_phase(bar: Any, value: int, parity: bool, what: str) -> int:
+    """The phase a wait operand names: a parity the current phase (same parity) or the
+    one before it; a state token the phase its arrive was in."""
+    if parity:
+        if value not in (0, 1):
+            raise SimError(f"{what}: phaseParity {value}, must be 0 or 1")
+        return bar.phase if bar.phase % 2 == value else bar.phase - 1
+    if value >> 32 != bar.offset + 1:
+        raise SimError(f"{what}: the state operand comes from an arrive on another mbarrier")
+    return value & 0xFFFFFFFF
+
+
+@TABLE.entry(
+    "tirx.ptx.mbarrier_test_wait_parity",
+    "tirx.ptx.mbarrier_try_wait_parity",
+    "tirx.ptx.mbarrier_try_wait_parity_no_hint",
+    "tirx.ptx.mbarrier_test_wait",
+    "tirx.ptx.mbarrier_try_wait",
+    "tirx.ptx.mbarrier_try_wait_hint",
+)
+def _mbarrier_wait(m: Machine, call: Any) -> None:
+    """``mbarrier.{test,try}_wait{.parity}{.sem.scope}{.shared{::cta}}.b64 waitComplete,
+    [addr], phaseParity | state{, timeHint}`` (PTX ISA 9.7.15.16.19): ``waitComplete``
+    becomes 1 when the phase named has completed (with ``.parity``: the current phase if
+    its parity is ``phaseParity``, else the one before it; with ``state``: the phase of
+    the arrive that returned it), else 0. When it has, ``.acquire`` (the default; not
+    ``.relaxed``) orders the thread after the phase's arrivals. ``try_wait`` may suspend
+    the thread until the phase completes or a time limit passes; in lockstep nothing
+    else runs meanwhile, so it answers as ``test_wait`` does (a spin loop that can never
+    see the phase complete is reported as a deadlock)."""
+    action = call.op.name.removeprefix("tirx.ptx.mbarrier_").split("_parity")[0]
+    action = action.removesuffix("_hint")
+    parsed, guard = guarded_ptx_operands(call, f"mbarrier.{action}")
+    what = ".".join(["mbarrier", *parsed.tokens])
+    _check_tokens(what, parsed.tokens, {action, "parity", *_SEM_SCOPE, *_SHARED, "b64"})
+    done_reg, addr, which, *_hint = parsed.operands
+    parity, acquire = "parity" in parsed.tokens, "relaxed" not in parsed.tokens
+    with _guarded(m, guard):
+        values = _ints(m, which)
+        done = np.zeros(m.threads, dtype=np.uint32)
+        for bar, threads in _barriers(m, parsed, addr, what):
+            for t in threads.tolist():
+                phase = _wait_phase(bar, int(values[t]), parity, what)
+                done[t] = m.asynchrony.phase_done(m, bar, phase, [t // 32], acquire)
+        _, dtype = register_operand(m, done_reg, what)
+        write_register(m, done_reg, done.astype(dtype), what)
+        m.counters.instructions[f"mbarrier.{action}"] += len(m.warps())
+
+
+@TABLE.entry("tirx.cuda.mbarrier_wait")
+def _cuda_mbarrier_wait(m: Machine, call: Any) -> None:
+    """TVM's ``T.cuda.mbarrier_wait(bar, phase)`` (its helper in ``backend/cuda/cpp/
+    asm.py``): retries ``mbarrier.try_wait.parity.acquire.cta.shared::cta.b64`` on the
+    generic address ``bar`` with parity ``phase`` until it succeeds. In lockstep a phase
+    that has not completed when the wait runs never will: that is a deadlock, an error
+    naming the barrier and what it still waits for."""
+    bar_node, phase_node = call.args
+    what = "mbarrier_wait (mbarrier.try_wait.parity.acquire.cta)"
+    values = _ints(m, phase_node)
+    for bar, threads in _barriers(m, PtxOperands([], [], ""), bar_node, what):
+        for t in threads.tolist():
+            phase = _wait_phase(bar, int(values[t]), True, what)
+            if not m.asynchrony.phase_done(m, bar, phase, [t // 32], True):
+                raise m.asynchrony.deadlock(f"{what} by thread {t}")
+    m.counters.instructions["mbarrier.try_wait"] += len(m.warps())

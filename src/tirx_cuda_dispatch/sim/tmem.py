@@ -3,25 +3,35 @@
 PTX ISA 9.7.16 ("Tensor Memory"): columns are allocated by ``tcgen05.alloc`` in powers of
 two from 32 to 512 and must be freed with ``tcgen05.dealloc`` before the kernel exits; an
 address is ``lane << 16 | column``; warp ``w`` of a warpgroup reaches only the 32 lanes
-``32 * (w % 4) ...``. ``tcgen05.st`` completes asynchronously: reading its cells back
-before ``tcgen05.wait::st`` is a hazard, and so is it here.
+``32 * (w % 4) ...``. ``tcgen05.st`` completes asynchronously: its cells are written when
+the warp's ``tcgen05.wait::st`` lands them (:mod:`.asynchrony`); until then they are
+guarded, and reading them back is an error the queue of pending effects explains.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .errors import SimError
+from .memory import IN_FLIGHT
 
 LANES, COLUMNS = 128, 512
 
 
 class TensorMemory:
+    space, name = "tensor", "memory"
+
     def __init__(self, rng: np.random.Generator) -> None:
-        self.cells = rng.integers(0, 2**32, size=(LANES, COLUMNS), dtype=np.uint32)
+        self.data = rng.integers(0, 2**32, size=(LANES, COLUMNS), dtype=np.uint32)
         self.written = np.zeros((LANES, COLUMNS), dtype=bool)
-        self.pending_st = np.full((LANES, COLUMNS), -1, dtype=np.int32)  # warp, or -1
+        self.guard: np.ndarray | None = None  # as Memory.guard, set by the asynchrony
+        self.owner: Any = None
         self.allocated: dict[int, int] = {}  # first column -> columns
+
+    def describe(self, cell: tuple[int, ...]) -> str:
+        return f"tensor-memory lane {cell[0]} column {cell[1]}"
 
     def alloc(self, ncols: int) -> int:
         if ncols < 32 or ncols > COLUMNS or ncols & (ncols - 1):
@@ -48,7 +58,9 @@ class TensorMemory:
                 f"{self.allocated}): tcgen05.dealloc is missing"
             )
 
-    def _check(self, lanes: np.ndarray, cols: np.ndarray, what: str) -> None:
+    def cells(self, lanes: np.ndarray, cols: np.ndarray, what: str) -> tuple[np.ndarray, ...]:
+        """The cells ``(lanes, cols)`` as an index of ``data``, after checking that they
+        lie in tensor memory and in columns this CTA allocated."""
         if ((lanes < 0) | (lanes >= LANES)).any() or ((cols < 0) | (cols >= COLUMNS)).any():
             raise SimError(f"{what} outside tensor memory (lanes {lanes.min()}..{lanes.max()})")
         inside = np.zeros(cols.shape, dtype=bool)
@@ -57,23 +69,29 @@ class TensorMemory:
         if not inside.all():
             col = int(cols[~inside].flat[0])
             raise SimError(f"{what} touches column {col}, which no tcgen05.alloc gave this CTA")
+        return (lanes, cols)
 
-    def store(self, warp: int, lanes: np.ndarray, cols: np.ndarray, values: np.ndarray) -> None:
-        self._check(lanes, cols, "tcgen05.st")
-        self.cells[lanes, cols] = values
-        self.written[lanes, cols] = True
-        self.pending_st[lanes, cols] = warp
-
-    def load(self, warp: int, lanes: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        self._check(lanes, cols, "tcgen05.ld")
-        if not self.written[lanes, cols].all():
+    def load(self, threads: np.ndarray, lanes: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The cells a ``tcgen05.ld`` reads (``threads``: the reading thread of each row);
+        cells an earlier ``tcgen05.st`` has not landed are an error."""
+        index = self.cells(lanes, cols, "tcgen05.ld")
+        if self.guard is not None:
+            hit = self.guard[index]
+            if hit.any():
+                raise self.owner.hazard(self, threads, index, hit, "reads")
+        if not self.written[index].all():
             raise SimError("tcgen05.ld reads tensor-memory cells that nothing wrote")
-        if (self.pending_st[lanes, cols] >= 0).any():
-            raise SimError(
-                "tcgen05.ld reads cells a tcgen05.st has not finished writing: "
-                "tcgen05.wait::st is missing between them"
-            )
-        return self.cells[lanes, cols]
+        return self.data[index]
 
-    def wait_st(self, warp: int) -> None:
-        self.pending_st[self.pending_st == warp] = -1
+    def land(
+        self,
+        threads: np.ndarray,
+        index: tuple[np.ndarray, ...],
+        values: np.ndarray,
+        clocks: Any,
+        steps: np.ndarray | None = None,
+    ) -> None:
+        """A ``tcgen05.st`` lands (tensor memory has no race tracker)."""
+        self.data[index] = values
+        self.written[index] = True
+        self.guard[index] &= ~np.uint8(IN_FLIGHT)

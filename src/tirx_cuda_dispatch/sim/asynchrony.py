@@ -1,0 +1,400 @@
+"""Asynchronous effects: writes that land when their completion object completes.
+
+An asynchronous instruction does not write when it is issued. Its writes are an
+:class:`Effect` in the CTA's queue (:class:`Asynchrony`) until the completion object they
+are tied to completes, and only then land in memory. Until then their bytes are guarded
+(``Memory.guard``): a plain read of them, or a plain write over them, by any thread is a
+:class:`.SimError` that names the instruction which issued the pending write, the call it
+came from and what is missing. A CTA that exits with an effect still pending is an error.
+
+The completion objects, from the PTX ISA:
+
+- a thread's ``cp.async`` groups (9.7.10.28.3): the copies a thread issues join its open
+  group; ``cp.async.commit_group`` closes it, ``cp.async.wait_group N`` completes all
+  but the ``N`` most recent committed groups of the thread, ``cp.async.wait_all`` all;
+- an ``mbarrier`` phase (9.7.15.16): ``cp.async.mbarrier.arrive`` ties a thread's prior
+  copies to the barrier's current phase, and they land when it completes;
+- a warp's ``tcgen05.wait`` (9.7.16.8.5): ``wait::ld`` lands the registers of its
+  ``tcgen05.ld``s, ``wait::st`` the tensor-memory cells of its ``tcgen05.st``s.
+
+A landing write is, for the race tracker, a write by the issuing thread's warp at the
+step it waited (or, through an mbarrier, at the step it arrived): another warp that reads
+the bytes still needs a barrier after the wait, which the tracker reports if missing.
+
+``mbarrier`` objects (:class:`MBarrier`) are kept here too: phase, expected and pending
+arrival counts, transaction count. An arrive releases the arriving warp's clock and a
+wait that sees its phase complete acquires what the phase's arrivals released
+(:class:`.memory.Clocks`), so a handoff through an mbarrier orders the race tracker as a
+``bar.sync`` does. The CTA runs in lockstep: a wait runs after every statement before it
+in program order and before every one after, so a wait whose phase has not completed
+then never will (a deadlock, reported as such).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import SimError
+from .memory import IN_FLIGHT, MBARRIER
+
+MAX_COUNT = (1 << 20) - 1  # arrival counts and tx-count lie in [-(2^20-1), 2^20-1]
+
+_HINTS = {
+    "cp.async": "cp.async group not waited: add cp.async.wait_group before reading",
+    "tcgen05.ld": "tcgen05.wait::ld is missing before the use",
+    "tcgen05.st": "tcgen05.wait::st is missing between them",
+}
+
+
+@dataclass
+class Ticket:
+    """Rows of an effect that land when ``barrier`` completes ``phase`` (a
+    ``cp.async.mbarrier.arrive``); ``steps`` is each row's warp step at the arrive."""
+
+    barrier: MBarrier
+    phase: int
+    rows: np.ndarray  # bool, one per row of the effect
+    steps: np.ndarray
+
+
+@dataclass
+class Effect:
+    """One issued instruction's deferred writes, one row per issuing thread (or TMEM row).
+
+    ``index`` are the cells each row writes as index arrays of ``target.data`` (each
+    ``(rows, k)``), ``values`` what lands there. ``kind`` names the completion:
+    ``cp.async`` (``group``: the issuing thread's group of each row, and any mbarrier
+    ``tickets``), ``tcgen05.ld`` or ``tcgen05.st`` (the issuing warp's wait).
+    """
+
+    kind: str
+    what: str  # the instruction as PTX spells it
+    origin: str  # where it was issued: the call and the TIR
+    call: int | None  # the explain() index of the tile call that issued it
+    target: Any  # a Memory or the TensorMemory
+    threads: np.ndarray
+    index: tuple[np.ndarray, ...]
+    values: np.ndarray
+    group: np.ndarray | None = None
+    tickets: list[Ticket] = field(default_factory=list)
+
+    def drop(self, rows: np.ndarray) -> None:
+        keep = ~rows
+        self.threads, self.values = self.threads[keep], self.values[keep]
+        self.index = tuple(ix[keep] for ix in self.index)
+        if self.group is not None:
+            self.group = self.group[keep]
+        for t in self.tickets:
+            t.rows, t.steps = t.rows[keep], t.steps[keep]
+        self.tickets = [t for t in self.tickets if t.rows.any()]
+
+    def hint(self, row: int) -> str:
+        hint = _HINTS[self.kind]
+        for t in self.tickets:
+            if t.rows[row]:
+                hint += f", or wait for {t.barrier.describe()} to complete phase {t.phase}"
+        return hint
+
+
+@dataclass
+class MBarrier:
+    """An initialized ``mbarrier`` object (PTX ISA 9.7.15.16.1): the current phase, the
+    expected and pending arrival counts and the tx-count. A phase completes when the
+    pending count and the tx-count are both zero; then the phase advances and the
+    pending count is reset to the expected count. ``released``: what each completed
+    phase's arrivals released (the last two, which a parity can name)."""
+
+    memory: Any
+    offset: int
+    expected: int
+    pending: int
+    phase: int = 0
+    tx: int = 0
+    arrivals: np.ndarray | None = None  # join of the current phase's released clocks
+    released: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"the mbarrier at byte {self.offset} of shared {self.memory.name}"
+
+    def state(self) -> str:
+        return (
+            f"phase {self.phase}: {self.pending} of {self.expected} arrivals pending, "
+            f"tx-count {self.tx}"
+        )
+
+    def token(self) -> int:
+        """The opaque state an arrive returns: this barrier and its current phase."""
+        return ((self.offset + 1) << 32) | (self.phase & 0xFFFFFFFF)
+
+
+class Asynchrony:
+    """The pending effects, cp.async groups and mbarrier objects of one CTA."""
+
+    def __init__(self) -> None:
+        self.effects: list[Effect] = []
+        self.opened: np.ndarray | None = None  # per thread: its open cp.async group
+        self.barriers: dict[tuple[int, int], MBarrier] = {}
+        self.version = 0  # bumped by every landing and mbarrier change
+        self.unmet: str | None = None  # the last wait that found its phase incomplete
+
+    # -- effects ----------------------------------------------------------------------------
+    def issue(self, m: Any, effect: Effect) -> None:
+        """Queue ``effect``; its cells must not be in flight already (a write over an
+        in-flight write is a race with it) nor be a live mbarrier."""
+        target = effect.target
+        if target.guard is None:
+            target.guard = np.zeros(target.data.shape, dtype=np.uint8)
+        target.owner = self
+        hit = target.guard[effect.index]
+        if hit.any():
+            raise self.hazard(target, effect.threads, effect.index, hit, "writes", effect.what)
+        target.guard[effect.index] |= np.uint8(IN_FLIGHT)
+        self.effects.append(effect)
+
+    def _land(self, m: Any, effect: Effect, rows: np.ndarray, steps: Any = None) -> None:
+        index = tuple(ix[rows] for ix in effect.index)
+        effect.target.land(effect.threads[rows], index, effect.values[rows], m.clocks, steps)
+        effect.drop(rows)
+        self.version += 1
+
+    def _sweep(self) -> None:
+        self.effects = [e for e in self.effects if e.threads.size]
+
+    def open_groups(self, m: Any, threads: np.ndarray) -> np.ndarray:
+        """The open cp.async group of each of ``threads`` (what a copy they issue joins)."""
+        if self.opened is None or self.opened.size != m.threads:
+            self.opened = np.zeros(m.threads, dtype=np.int64)
+        return self.opened[threads].copy()
+
+    def commit(self, m: Any, threads: np.ndarray) -> None:
+        """``cp.async.commit_group``: each thread's open group (possibly empty) is closed."""
+        self.open_groups(m, threads)
+        self.opened[threads] += 1
+
+    def wait_groups(self, m: Any, threads: np.ndarray, n: int) -> None:
+        """``cp.async.wait_group n``: all but the ``n`` most recent committed groups of each
+        of ``threads`` complete (their copies land)."""
+        self.open_groups(m, threads)
+        limit = np.full(m.threads, -1, dtype=np.int64)
+        limit[threads] = self.opened[threads] - n
+        for e in self.effects:
+            if e.kind == "cp.async":
+                rows = e.group < limit[e.threads]
+                if rows.any():
+                    self._land(m, e, rows)
+        self._sweep()
+
+    def wait_tcgen05(self, m: Any, kind: str, warps: list[int]) -> None:
+        """``tcgen05.wait::ld`` / ``::st`` by ``warps``: their ``kind`` effects land."""
+        for e in self.effects:
+            if e.kind == kind:
+                rows = np.isin(e.threads // 32, warps)
+                if rows.any():
+                    self._land(m, e, rows)
+        self._sweep()
+
+    def check_drained(self) -> None:
+        """At the CTA's exit nothing may be in flight."""
+        if not self.effects:
+            return
+        e = self.effects[0]
+        err = SimError(
+            f"the CTA exits with {e.what} still in flight (issued by thread "
+            f"{int(e.threads[0])}, {e.origin}): it never completes; {e.hint(0)}"
+        )
+        err.call = e.call
+        raise err
+
+    def hazard(
+        self,
+        target: Any,
+        threads: np.ndarray,
+        index: Any,
+        hit: np.ndarray,
+        action: str,
+        by: str | None = None,
+    ) -> SimError:
+        """The error for a plain access (or the asynchronous write ``by``) of guarded
+        cells: which instruction's write is still in flight there, and what is missing."""
+        index = index if isinstance(index, tuple) else (index,)
+        first = tuple(int(i) for i in np.argwhere(hit)[0])
+        cell = tuple(int(np.broadcast_to(ix, hit.shape)[first]) for ix in index)
+        thread = int(
+            np.broadcast_to(threads.reshape(-1, *([1] * (hit.ndim - 1))), hit.shape)[first]
+        )
+        who = f"thread {thread}" + (f" ({by})" if by else "")
+        if hit[first] & MBARRIER:
+            bar = self._barrier_at(target, cell)
+            return SimError(
+                f"{who} {action} {target.describe(cell)}, which belongs to {bar.describe()}: "
+                f"only mbarrier instructions may access it until mbarrier.inval"
+            )
+        effect, row = self._effect_at(target, cell)
+        return SimError(
+            f"{who} {action} {target.describe(cell)} while {effect.what} (issued by thread "
+            f"{int(effect.threads[row])}, {effect.origin}) is still in flight there: "
+            f"{effect.hint(row)}"
+        )
+
+    def _effect_at(self, target: Any, cell: tuple[int, ...]) -> tuple[Effect, int]:
+        for e in self.effects:
+            if e.target is target:
+                at = np.ones(e.index[0].shape, dtype=bool)
+                for ix, c in zip(e.index, cell, strict=True):
+                    at &= ix == c
+                if at.any():
+                    return e, int(np.argwhere(at)[0][0])
+        raise SimError(f"simulator bug: {target.describe(cell)} is guarded, nothing in flight")
+
+    def _barrier_at(self, target: Any, cell: tuple[int, ...]) -> MBarrier:
+        byte = cell[-1]
+        for (mem, offset), bar in self.barriers.items():
+            if mem == id(target) and offset <= byte < offset + 8:
+                return bar
+        raise SimError(f"simulator bug: {target.describe(cell)} is guarded, no mbarrier there")
+
+    # -- mbarrier ---------------------------------------------------------------------------
+    def init(self, m: Any, memory: Any, offset: int, count: int, thread: int) -> None:
+        """``mbarrier.init``: a new object at ``offset`` expecting ``count`` arrivals."""
+        what = f"mbarrier.init at byte {offset} of shared {memory.name}"
+        if not 1 <= count <= MAX_COUNT:
+            raise SimError(f"{what}: the count {count} must lie in [1, 2^20-1]")
+        key = (id(memory), offset)
+        if key in self.barriers:
+            raise SimError(
+                f"{what} (thread {thread}): it holds a live mbarrier ({self.barriers[key].state()}); "
+                f"initializing it again is undefined: mbarrier.inval it first, and only one "
+                f"thread initializes"
+            )
+        threads = np.array([thread])
+        cells = memory.cells(threads, np.array([offset]), 8, "mbarrier.init")
+        if memory.guard is None:
+            memory.guard = np.zeros(memory.data.shape, dtype=np.uint8)
+        memory.owner = self
+        if memory.guard[cells].any():
+            raise self.hazard(memory, threads, cells, memory.guard[cells], "writes", what)
+        memory.track(threads, cells, m.clocks, write=True, stamp=True)
+        memory.guard[cells] |= np.uint8(MBARRIER)
+        memory.written[cells] = True
+        self.barriers[key] = MBarrier(memory, offset, count, count)
+        self.version += 1
+
+    def inval(self, m: Any, bar: MBarrier, thread: int) -> None:
+        """``mbarrier.inval``: the object is gone; its bytes are plain memory again."""
+        threads = np.array([thread])
+        cells = bar.memory.cells(threads, np.array([bar.offset]), 8, "mbarrier.inval")
+        bar.memory.track(threads, cells, m.clocks, write=True, stamp=True)
+        bar.memory.guard[cells] &= ~np.uint8(MBARRIER)
+        del self.barriers[(id(bar.memory), bar.offset)]
+        self.version += 1
+
+    def barrier(self, m: Any, memory: Any, offset: int, threads: np.ndarray, what: str):
+        """The live mbarrier at ``offset`` (every thread of ``threads`` names it); using
+        it is a read of its object for the race tracker (it must be initialized before)."""
+        bar = self.barriers.get((id(memory), offset))
+        if bar is None:
+            raise SimError(
+                f"{what} on byte {offset} of {memory.space} {memory.name} (thread "
+                f"{int(threads[0])}), where no mbarrier is initialized: mbarrier.init it "
+                f"first (and order the init before the use with a barrier)"
+            )
+        cells = memory.cells(threads, np.full(threads.size, offset), 8, what)
+        memory.track(threads, cells, m.clocks, write=False, stamp=True)
+        return bar
+
+    def arrive(
+        self, m: Any, bar: MBarrier, count: int, released: np.ndarray | None, **how: bool
+    ) -> None:
+        """One arrive-on operation of ``count`` arrivals (PTX ISA 9.7.15.16.16):
+        ``released`` (a warp's clock, None for ``.relaxed``) joins the phase's release;
+        ``drop`` also lowers the expected count; ``no_complete`` may not complete it."""
+        if not 1 <= count <= MAX_COUNT:
+            raise SimError(f"mbarrier.arrive on {bar.describe()}: count {count} not in [1, 2^20-1]")
+        self.join(bar, released)
+        if how.get("drop"):
+            bar.expected -= count
+        bar.pending -= count
+        self.version += 1
+        if bar.pending < 0:
+            raise SimError(
+                f"mbarrier.arrive on {bar.describe()}: {count} arrival(s) more than the phase "
+                f"expects ({bar.state()}); the count given to mbarrier.init is too small"
+            )
+        if bar.pending == 0 and bar.tx == 0:
+            if how.get("no_complete"):
+                raise SimError(
+                    f"mbarrier.arrive.noComplete on {bar.describe()} completes phase "
+                    f"{bar.phase}, which .noComplete may not do (undefined behaviour)"
+                )
+            self._complete(m, bar)
+
+    @staticmethod
+    def join(bar: MBarrier, released: np.ndarray | None) -> None:
+        """``released`` (a warp's clock; None: nothing) joins what the phase releases."""
+        if released is not None:
+            bar.arrivals = released if bar.arrivals is None else np.maximum(bar.arrivals, released)
+
+    def transaction(self, m: Any, bar: MBarrier, expect: int, complete: int) -> None:
+        """The expect-tx (``+expect``) and complete-tx (``-complete``) operations on the
+        tx-count (PTX ISA 9.7.15.16.2); a complete-tx may complete the phase."""
+        bar.tx += expect - complete
+        self.version += 1
+        if abs(bar.tx) > MAX_COUNT:
+            raise SimError(f"{bar.describe()}: tx-count {bar.tx} outside [-(2^20-1), 2^20-1]")
+        if complete and bar.pending == 0 and bar.tx == 0:
+            self._complete(m, bar)
+
+    def _complete(self, m: Any, bar: MBarrier) -> None:
+        for e in self.effects:
+            for t in list(e.tickets):
+                if t.barrier is bar and t.phase == bar.phase and t.rows.any():
+                    self._land(m, e, t.rows.copy(), t.steps[t.rows])
+        self._sweep()
+        warps = max(1, m.clocks.warps)
+        bar.released[bar.phase] = (
+            bar.arrivals if bar.arrivals is not None else np.zeros(warps, dtype=np.int64)
+        )
+        bar.released.pop(bar.phase - 2, None)
+        bar.arrivals = None
+        bar.phase += 1
+        bar.pending, bar.tx = bar.expected, 0
+
+    def track_copies(self, m: Any, bar: MBarrier, threads: np.ndarray) -> None:
+        """``cp.async.mbarrier.arrive``: every cp.async of ``threads`` still in flight also
+        lands when ``bar`` completes its current phase."""
+        for e in self.effects:
+            if e.kind == "cp.async":
+                rows = np.isin(e.threads, threads)
+                if rows.any():
+                    warps = e.threads // 32
+                    steps = m.clocks.known[warps, warps].copy()
+                    e.tickets.append(Ticket(bar, bar.phase, rows, steps))
+
+    def phase_done(self, m: Any, bar: MBarrier, phase: int, warps: list[int], acquire: bool):
+        """Whether ``bar`` has completed ``phase``; if so and ``acquire``, ``warps`` are
+        ordered after its arrivals. Otherwise the wait is remembered as unmet."""
+        if bar.phase > phase:
+            # the phase before the first one (a parity wait at phase 0) released nothing
+            released = bar.released.get(phase)
+            if released is None and phase >= 0:  # long completed: a later release covers it
+                released = bar.released[max(bar.released)]
+            if acquire and released is not None:
+                for w in warps:
+                    m.clocks.acquire(w, released)
+            return True
+        self.unmet = (
+            f"{bar.describe()} to complete phase {phase} ({bar.pending} of {bar.expected} "
+            f"arrivals still pending, tx-count {bar.tx})"
+        )
+        return False
+
+    def deadlock(self, what: str) -> SimError:
+        return SimError(
+            f"deadlock: {what} waits for {self.unmet}, which never happens: the CTA runs "
+            f"in lockstep, so every arrival and transaction that comes before this wait in "
+            f"program order has happened, and none after it can (an arrive in a later "
+            f"statement or in a branch that runs after this one never releases it)"
+        )
