@@ -443,3 +443,51 @@ def storage_words(buffer: Any, elem_bits: int, word_bits: int) -> Any:
         return elems * (elem_bits // word_bits)
     per_word = word_bits // elem_bits  # no elems * bits product: it overflows int32 shapes
     return tirx.floordiv(elems + per_word - 1, per_word)
+
+
+def round_loops(
+    call: TileCall,
+    runs: list[Any],
+    buffers: tuple[Any, Any],
+    at: tuple[int, int],
+    elem_bits: int,
+    move: Any,
+    guard: Any = None,
+) -> Any:
+    """The emitted loops of a copy partition's :class:`..layout.partition.RoundRun` s:
+    per run, the full rounds, then round ``full`` for threads ``tid < tail``. ``buffers``
+    and ``at`` are (dst, src) and their operand indices in the partition;
+    ``move(dst_vecs, dst_slot, src_vecs, src_slot, vec_bits)`` emits one access inside
+    the body; ``guard``, where given, encloses each access (a predicate that skips it)."""
+    dst_buf, src_buf = buffers
+    dst_at, src_at = at
+
+    def one(run: Any) -> Any:
+        vec_bits, full, tail, slot = run.vec_bits, run.full, run.tail, run.slot
+
+        def access(dst_vecs: Any, src_vecs: Any, rnd: Any, tid: Any) -> None:
+            move(dst_vecs, slot(dst_at, rnd, tid), src_vecs, slot(src_at, rnd, tid), vec_bits)
+
+        # fmt: off
+        @impl_prim_func
+        def impl():
+            tid = T.meta_var(participant_index(call))
+            src_vecs = access_view(src_buf, vec_bits, elem_bits)
+            dst_vecs = access_view(dst_buf, vec_bits, elem_bits)
+            for rnd in range(full):
+                if guard is not None:
+                    if guard:
+                        access(dst_vecs, src_vecs, rnd, tid)
+                else:
+                    access(dst_vecs, src_vecs, rnd, tid)
+            if tail > 0:
+                if tid < tail:
+                    if guard is not None:
+                        if guard:
+                            access(dst_vecs, src_vecs, full, tid)
+                    else:
+                        access(dst_vecs, src_vecs, full, tid)
+        # fmt: on
+        return impl
+
+    return sequence([one(run) for run in runs])

@@ -43,19 +43,22 @@ from tvm.script import tirx as T
 from ..call import TileCall
 from ..codegen import (
     CacheHints,
-    access_view,
     cache_hints,
-    impl_prim_func,
     load_global_hinted,
     load_global_l2_only,
-    participant_index,
-    sequence,
+    round_loops,
     store_global_hinted,
 )
 from ..errors import Decline
 from ..layout.atoms import common_elements, memory_view
 from ..layout.copy_partition import copy_partition, copy_roles
-from ..layout.partition import MemoryAccesses, PiecewisePartition, ScopePartition
+from ..layout.partition import (
+    MemoryAccesses,
+    OnPartition,
+    PiecewisePartition,
+    ScopePartition,
+    round_runs,
+)
 from ..predicates import (
     requires_cuda,
     requires_known_participants,
@@ -146,7 +149,7 @@ def requires_disjoint_regions(call: TileCall) -> tuple[bool, str | None]:
 
 
 @dataclass(frozen=True)
-class GmemSmemPlan:
+class GmemSmemPlan(OnPartition):
     """Facts of one copy between memory buffers: who moves what, at which width."""
 
     direction: str  # "global->shared", "shared->global", "global->global", "shared->shared"
@@ -179,26 +182,6 @@ class GmemSmemPlan:
             return "ld.global.cg" if op == "ld" else "st.global"
         policy = self.hints.policy()
         return self.hints.qualifiers(op) + (f" (policy: {policy})" if policy else "")
-
-    @property
-    def masked(self) -> bool:
-        return isinstance(self.partition, PiecewisePartition)
-
-    @property
-    def vec(self) -> int:
-        return self.partition.vec
-
-    @property
-    def vec_bits(self) -> int:
-        return self.partition.vec_bits
-
-    @property
-    def outer(self) -> int:
-        return self.partition.rounds
-
-    @property
-    def threads(self) -> int:
-        return self.partition.threads
 
     def memory_accesses(self) -> MemoryAccesses:
         """The accesses of the operand that does not drive the order: the shared side of a
@@ -268,53 +251,18 @@ def plan(call: TileCall) -> GmemSmemPlan:
 def emit(plan: GmemSmemPlan, call: TileCall):
     """Serial round loop of vector copies between memory buffers (masked: one loop per
     piece, its last round under ``tid < tail``)."""
-    if plan.masked:
-        return sequence([_emit_piece(plan, call, i) for i in range(len(plan.partition.pieces))])
-    p = plan.partition
-    s_at, d_at = plan.roles.index("src"), plan.roles.index("dst")
-    src_buf, dst_buf = call.operand("src").buffer, call.operand("dst").buffer
-    vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
 
-    # fmt: off
-    @impl_prim_func
-    def impl():
-        tid = T.meta_var(participant_index(call))
-        src_vecs = access_view(src_buf, vec_bits, elem_bits)
-        dst_vecs = access_view(dst_buf, vec_bits, elem_bits)
-        for rnd in range(rounds):
-            _move(plan, dst_vecs, src_vecs, p.slot(d_at, rnd, tid), p.slot(s_at, rnd, tid),
-                  vec_bits)
-    # fmt: on
-    return impl
+    def move(dst_vecs, dst_slot, src_vecs, src_slot, vec_bits):
+        _move(plan, dst_vecs, src_vecs, dst_slot, src_slot, vec_bits)
 
-
-def _emit_piece(plan: GmemSmemPlan, call: TileCall, index: int):
-    """One piece of a masked partition: its full rounds, then its partial round."""
-    part = plan.partition
-    piece = part.pieces[index]
-    s_at, d_at = plan.roles.index("src"), plan.roles.index("dst")
-    src_buf, dst_buf = call.operand("src").buffer, call.operand("dst").buffer
-    vec, vec_bits, elem_bits = piece.vec, piece.vec_bits, plan.elem_bits
-    threads, full, tail = piece.threads, piece.full_rounds, piece.tail
-
-    def slot(which, v):
-        return part.offset(index, which, v) // vec
-
-    # fmt: off
-    @impl_prim_func
-    def impl():
-        tid = T.meta_var(participant_index(call))
-        src_vecs = access_view(src_buf, vec_bits, elem_bits)
-        dst_vecs = access_view(dst_buf, vec_bits, elem_bits)
-        for rnd in range(full):
-            v = T.meta_var(rnd * threads + tid)
-            _move(plan, dst_vecs, src_vecs, slot(d_at, v), slot(s_at, v), vec_bits)
-        if tail > 0:
-            if tid < tail:
-                _move(plan, dst_vecs, src_vecs, slot(d_at, full * threads + tid),
-                      slot(s_at, full * threads + tid), vec_bits)
-    # fmt: on
-    return impl
+    return round_loops(
+        call,
+        round_runs(plan.partition),
+        (call.operand("dst").buffer, call.operand("src").buffer),
+        (plan.roles.index("dst"), plan.roles.index("src")),
+        plan.elem_bits,
+        move,
+    )
 
 
 def _move(plan: GmemSmemPlan, dst_vecs, src_vecs, dst_slot, src_slot, vec_bits: int) -> None:

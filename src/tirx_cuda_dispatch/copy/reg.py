@@ -52,7 +52,7 @@ from ..codegen import (
 from ..errors import Decline
 from ..irfacts import as_int
 from ..layout.atoms import memory_view
-from ..layout.partition import MemoryAccesses, ScopePartition
+from ..layout.partition import MemoryAccesses, OnPartition, ScopePartition
 from ..layout.register import (
     LoopOffset,
     induced_partition,
@@ -102,7 +102,7 @@ def requires_memory_side_sliceable(call: TileCall) -> tuple[bool, str | None]:
 
 
 @dataclass(frozen=True)
-class RegPlan:
+class RegPlan(OnPartition):
     """Facts of one register<->memory copy: each thread's bundle and how it moves."""
 
     direction: str  # "shared->local", "local->global", ...
@@ -122,18 +122,6 @@ class RegPlan:
     def est_clocks(self) -> float | None:
         """Estimated SM clocks of the shared-memory side (the dispatch cost rule)."""
         return self.order.clocks if self.order is not None else None
-
-    @property
-    def vec(self) -> int:
-        return self.partition.vec
-
-    @property
-    def vec_bits(self) -> int:
-        return self.partition.vec_bits
-
-    @property
-    def outer(self) -> int:
-        return self.partition.rounds
 
     @property
     def regs_per_thread(self) -> int:

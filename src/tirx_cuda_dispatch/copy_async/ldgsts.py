@@ -39,12 +39,18 @@ from tvm import tirx
 from tvm.script import tirx as T
 
 from ..call import Operand, TileCall
-from ..codegen import access_view, impl_prim_func, participant_index, sequence
+from ..codegen import round_loops
 from ..errors import Decline, check
 from ..irfacts import as_int
 from ..layout.atoms import memory_view, prove_multiple
 from ..layout.copy_partition import copy_partition
-from ..layout.partition import MemoryAccesses, PiecewisePartition, ScopePartition
+from ..layout.partition import (
+    MemoryAccesses,
+    OnPartition,
+    PiecewisePartition,
+    ScopePartition,
+    round_runs,
+)
 from ..predicates import (
     requires_cuda,
     requires_known_participants,
@@ -234,7 +240,7 @@ def requires_known_config(call: TileCall) -> tuple[bool, str | None]:
 
 # -- the plan ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class LdgstsPlan:
+class LdgstsPlan(OnPartition):
     """Who issues which cp.async: the partition (operands src, dst) and the config."""
 
     dtype: str
@@ -246,31 +252,11 @@ class LdgstsPlan:
         assert all(bits in CP_ASYNC_WIDTHS for bits in self.widths), self.widths
 
     @property
-    def masked(self) -> bool:
-        return isinstance(self.partition, PiecewisePartition)
-
-    @property
     def widths(self) -> tuple[int, ...]:
         """The access widths in bits, in the order they are issued."""
         if self.masked:
             return tuple(p.vec_bits for p in self.partition.pieces)
         return (self.partition.vec_bits,)
-
-    @property
-    def vec(self) -> int:
-        return self.partition.vec
-
-    @property
-    def vec_bits(self) -> int:
-        return self.partition.vec_bits
-
-    @property
-    def outer(self) -> int:
-        return self.partition.rounds
-
-    @property
-    def threads(self) -> int:
-        return self.partition.threads
 
     def cache_operator(self, vec_bits: int) -> str:
         """``cg`` for a 16-byte access unless ``cache="ca"``; ``ca`` for 4 and 8 bytes."""
@@ -450,49 +436,18 @@ def _cp_async(plan: LdgstsPlan, dst_vecs, src_vecs, dst_slot, src_slot, vec_bits
 def emit(plan: LdgstsPlan, call: TileCall):
     """A round loop of cp.async (masked: one loop per piece, its last round under
     ``tid < tail``); no commit, wait or sync: the caller's."""
-    pieces = len(plan.partition.pieces) if plan.masked else 1
-    return sequence([_emit_piece(plan, call, i) for i in range(pieces)])
+    pred = plan.config.predicate
+    guard = pred if pred is not None and not plan.zero_fills else None  # off: skipped
 
+    def move(dst_vecs, dst_slot, src_vecs, src_slot, vec_bits):
+        T.evaluate(_cp_async(plan, dst_vecs, src_vecs, dst_slot, src_slot, vec_bits))
 
-def _emit_piece(plan: LdgstsPlan, call: TileCall, index: int):
-    """The rounds of one piece of a masked partition (or of the even partition): full
-    rounds for every thread, then the partial round of threads ``tid < tail``."""
-    part = plan.partition
-    if plan.masked:
-        piece = part.pieces[index]
-        vec, vec_bits, threads = piece.vec, piece.vec_bits, piece.threads
-        full, tail = piece.full_rounds, piece.tail
-
-        def slot(which, rnd, tid):
-            return part.offset(index, which, rnd * threads + tid) // vec
-    else:
-        vec_bits, threads, full, tail = part.vec_bits, part.threads, part.rounds, 0
-        slot = part.slot
-    src_buf, dst_buf = call.operand("src").buffer, call.operand("dst").buffer
-    elem_bits, pred = plan.elem_bits, plan.config.predicate
-    guarded = pred is not None and not plan.zero_fills  # predicated off: skipped
-
-    def issue(dst_vecs, src_vecs, rnd, tid):
-        return _cp_async(plan, dst_vecs, src_vecs, slot(1, rnd, tid), slot(0, rnd, tid), vec_bits)
-
-    # fmt: off
-    @impl_prim_func
-    def impl():
-        tid = T.meta_var(participant_index(call))
-        src_vecs = access_view(src_buf, vec_bits, elem_bits)
-        dst_vecs = access_view(dst_buf, vec_bits, elem_bits)
-        for rnd in range(full):
-            if guarded:
-                if pred:
-                    T.evaluate(issue(dst_vecs, src_vecs, rnd, tid))
-            else:
-                T.evaluate(issue(dst_vecs, src_vecs, rnd, tid))
-        if tail > 0:
-            if tid < tail:
-                if guarded:
-                    if pred:
-                        T.evaluate(issue(dst_vecs, src_vecs, full, tid))
-                else:
-                    T.evaluate(issue(dst_vecs, src_vecs, full, tid))
-    # fmt: on
-    return impl
+    return round_loops(
+        call,
+        round_runs(plan.partition),
+        (call.operand("dst").buffer, call.operand("src").buffer),
+        (1, 0),  # global (src) drives the partition: operand 0
+        plan.elem_bits,
+        move,
+        guard,
+    )

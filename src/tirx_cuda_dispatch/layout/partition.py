@@ -17,7 +17,7 @@ Each thread then moves ``vec`` elements per round, at
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -320,6 +320,61 @@ class PiecewisePartition:
                 out.append(Access(rnd, tid, int(self.offset(i, which, v)), p.vec))
             first_round += p.full_rounds + (1 if p.tail else 0)
         return tuple(out)
+
+
+@dataclass(frozen=True)
+class RoundRun:
+    """Rounds of one access width, as an emitter walks them: in each of ``full`` rounds
+    every thread moves one ``vec_bits`` vector, then (``tail`` > 0) one round in which
+    threads ``tid < tail`` do. ``slot(which, rnd, tid)`` is the vector index of round
+    ``rnd``'s access by thread ``tid`` on operand ``which``."""
+
+    vec_bits: int
+    full: int
+    tail: int
+    slot: Callable[[int, Any, Any], Any]
+
+
+def round_runs(partition: ScopePartition | PiecewisePartition) -> list[RoundRun]:
+    """An even partition is one run of full rounds; a masked one a run per piece."""
+    if not isinstance(partition, PiecewisePartition):
+        return [RoundRun(partition.vec_bits, partition.rounds, 0, partition.slot)]
+
+    def piece_slot(i: int, piece: Piece) -> Callable[[int, Any, Any], Any]:
+        return lambda which, rnd, tid: (
+            partition.offset(i, which, rnd * piece.threads + tid) // piece.vec
+        )
+
+    return [
+        RoundRun(piece.vec_bits, piece.full_rounds, piece.tail, piece_slot(i, piece))
+        for i, piece in enumerate(partition.pieces)
+    ]
+
+
+class OnPartition:
+    """The facts a copy plan reads off its ``partition`` (even or masked)."""
+
+    partition: ScopePartition | PiecewisePartition
+
+    @property
+    def masked(self) -> bool:
+        return isinstance(self.partition, PiecewisePartition)
+
+    @property
+    def vec(self) -> int:
+        return self.partition.vec
+
+    @property
+    def vec_bits(self) -> int:
+        return self.partition.vec_bits
+
+    @property
+    def outer(self) -> int:
+        return self.partition.rounds
+
+    @property
+    def threads(self) -> int:
+        return self.partition.threads
 
 
 def synthesize_pieces(
