@@ -1,28 +1,30 @@
 """A multistage GEMM written only with tile primitives: C = relu(A B + bias).
 
 A is float16 ``[M, K]``, B float16 ``[K, N]``, bias float16 ``[N]``, C float16 ``[M, N]``;
-the products accumulate in float32. Each CTA of 4 warps computes a 128 x 128 tile of C,
-each warp a 64 x 64 quarter of it:
+the products accumulate in float32. By default each CTA of 4 warps computes a 128 x 128
+tile of C, each warp a 64 x 64 quarter of it (``tile`` and ``warp_grid`` choose others):
 
-- a ``stages``-deep cp.async pipeline (``copy_async -> ldgsts``) brings 128 x 32 tiles of
-  A and 32 x 128 tiles of B into swizzled shared memory (one dynamic allocation, as
-  TVM 0.27 allows); the caller's ``cp.async.commit_group`` / ``wait_group`` and a CTA
-  barrier order it, as ``ldgsts`` leaves them to the caller;
-- each warp loads its A and B fragments with ldmatrix (``copy -> ldstmatrix``; B with
-  ``.trans``) and multiplies them with 64 ``mma.sync.m16n8k16`` per K step
-  (``gemm -> mma.m16n8k*``), accumulating in registers;
-- the epilogue adds the bias (staged in shared memory at the start; a fragment replicated
-  over the lanes that share a column),
-  applies relu while rounding to float16 once (``maximum`` with a float16 dst), stores
-  the fragment to shared memory with stmatrix and the CTA copies the tile to C with
-  16-byte stores (``copy -> gmem_smem``).
+- a ``stages``-deep cp.async pipeline (``copy_async -> ldgsts``) brings K tiles of A and
+  B into swizzled shared memory (one dynamic allocation, as TVM 0.27 allows); the
+  caller's ``cp.async.commit_group`` / ``wait_group`` and a CTA barrier order it, as
+  ``ldgsts`` leaves them to the caller, once per K tile;
+- each warp loads its A and B fragments 16 of K at a time with ldmatrix
+  (``copy -> ldstmatrix``; B with ``.trans``), double-buffered: the next step's fragments
+  load while this step's 32 ``mma.sync.m16n8k16`` run (``gemm -> mma.m16n8k*``),
+  accumulating in registers;
+- the epilogue adds the bias (staged in shared memory at the start; a fragment
+  replicated over the lanes that share a column), applies relu while rounding to float16
+  once (``maximum`` with a float16 dst), stores the fragment to shared memory with
+  stmatrix, and the CTA copies the tile to C with 16-byte stores (``copy -> gmem_smem``).
+  ``epilogue="plain"`` leaves out bias and relu.
 
-Where M, N or K is not a multiple of the tile the edge tiles are copied at their own
-(static) extents into zero-filled shared memory: a K tail whose width cp.async cannot
-move (under 4 bytes a row) is copied synchronously.
+Where M, N or K is not a multiple of the tile, the edge tiles are copied at their own
+(static) extents into zero-filled shared memory. Rows of an odd number of float16
+elements (an odd K for A, an odd N for B) are never 4-byte aligned, which cp.async needs,
+so they are copied synchronously.
 
 ``python examples/gemm.py`` prints the explain() report, checks a small GEMM in the CPU
-simulator against numpy, and on a CUDA GPU checks 4096 x 4096 x 4096 against torch.
+simulator against numpy, and on a CUDA GPU checks 4096 x 4096 x 4096 against numpy.
 """
 
 from __future__ import annotations

@@ -222,8 +222,12 @@ def test_declines_wrong_dtypes():
     assert "float16" in why and "A" in why
 
 
-def _shared_a_kernel():
-    (dl, _, bl), _ = fragments(1, 1, 1, 16)
+def _one_tile_kernel(a_scope: str = "local", d_cols: int = 8):
+    """One m16n8k16 tile, D accumulated in place: A in ``a_scope`` (shared: a plain
+    row-major tile), D ``16 x d_cols``."""
+    (_, al, bl), _ = fragments(1, 1, 1, 16)
+    a_layout = TileLayout(S[16, 16]) if a_scope == "shared" else al
+    d_layout = ACC.tile_to([16, d_cols], [16, 8])
 
     @T.prim_func
     def kernel():
@@ -231,40 +235,22 @@ def _shared_a_kernel():
         T.cta_id([1])
         T.warp_id([1])
         T.lane_id([32])
-        A = T.alloc_buffer((16, 16), "float16", scope="shared", layout=TileLayout(S[16, 16]))
+        A = T.alloc_buffer((16, 16), "float16", scope=a_scope, layout=a_layout)
         B = T.alloc_buffer((16, 8), "float16", scope="local", layout=bl)
-        D = T.alloc_buffer((16, 8), "float32", scope="local", layout=dl)
+        D = T.alloc_buffer((16, d_cols), "float32", scope="local", layout=d_layout)
         Tx.warp.gemm(D, A, B, D, transpose_A=False, transpose_B=False, alpha=1.0, beta=0.0)
 
     return kernel
 
 
 def test_declines_a_shared_operand_with_what_to_do():
-    why = _decline(_shared_a_kernel())
+    why = _decline(_one_tile_kernel(a_scope="shared"))
     assert "A A" in why and "shared" in why and "ldmatrix" in why
 
 
-def _mismatched_kernel():
-    (dl, al, bl), _ = fragments(1, 1, 1, 16)
-
-    @T.prim_func
-    def kernel():
-        T.device_entry()
-        T.cta_id([1])
-        T.warp_id([1])
-        T.lane_id([32])
-        A = T.alloc_buffer((16, 16), "float16", scope="local", layout=al)
-        B = T.alloc_buffer((16, 8), "float16", scope="local", layout=bl)
-        D = T.alloc_buffer(
-            (16, 16), "float32", scope="local", layout=ACC.tile_to([16, 16], [16, 8])
-        )
-        Tx.warp.gemm(D, A, B, D, transpose_A=False, transpose_B=False, alpha=1.0, beta=0.0)
-
-    return kernel
-
-
 def test_declines_a_d_of_another_shape():
-    why = _decline(_mismatched_kernel())
+    assert _plan(_one_tile_kernel())  # the control: the 16x8 D is taken
+    why = _decline(_one_tile_kernel(d_cols=16))
     assert "16x16" in why and "16x8" in why
 
 
