@@ -36,6 +36,7 @@ from ..errors import Decline
 from ..layout.atoms import MemoryView, memory_view
 from ..layout.partition import (
     MemoryAccesses,
+    OnPartition,
     PiecewisePartition,
     ScopePartition,
     scope_partition,
@@ -86,7 +87,7 @@ def requires_shared_operands(op: ElementwiseOp):
 
 
 @dataclass(frozen=True)
-class SmemElementwisePlan:
+class SmemElementwisePlan(OnPartition):
     """Facts of one elementwise op over shared tiles: who computes which vector."""
 
     op: str
@@ -98,18 +99,6 @@ class SmemElementwisePlan:
     # The partition operand whose offset is an element's row-major index in dst's region
     # (:func:`.element.index_view`), for a predicate over dst's indices; None without one.
     index: int | None = None
-
-    @property
-    def masked(self) -> bool:
-        return isinstance(self.partition, PiecewisePartition)
-
-    @property
-    def vec(self) -> int:
-        return self.partition.vec
-
-    @property
-    def outer(self) -> int:
-        return self.partition.rounds
 
     def memory_accesses(self) -> MemoryAccesses:
         """dst's accesses (what the picture shows)."""
