@@ -28,7 +28,9 @@ Parts:
 8. ``mma_limit`` and ``gemm`` (``gemm.py``): the mma.sync m16n8k16 rate of this GPU from a
    hand-written loop of mma in registers; examples/gemm.py (C = relu(A B + bias), float16,
    2-4 cp.async stages) with the strict pipeline and the built-in one vs torch (cuBLAS)
-   and that rate, every result checked against a float64 product first.
+   and that rate, every result checked against a float64 product first. ``gemm_bounds``
+   (``gemm_bounds.py``): the L2 -> shared fill rate of this GPU from a hand-written cp.async
+   loop, and examples/gemm.py with only its loads or only its math, to say which bounds it.
 9. ``cp_async_stream`` (``gemm.py``): global -> shared -> global through
    ``copy_async(dispatch="ldgsts")``, ours vs the built-in vs our synchronous copy, vs a
    device copy, on even and odd tiles.
@@ -53,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import gemm_bounds  # noqa: E402
 import loops  # noqa: E402
 import norms  # noqa: E402
 import numpy as np  # noqa: E402
@@ -694,15 +697,17 @@ TITLES = {
     "warp_sum_sass": "7c. Tx.warp.sum of 8 float32 per lane, SASS of one reduction: ours vs hand-written CUDA (nvdisasm, sm_90a)",
     "mma_limit": "8a. mma.sync.aligned.m16n8k16 (float32 accumulators) rate of this GPU: hand-written loop of independent mma per warp in registers, no memory traffic; the best row of each dtype is the limit 8b divides by",
     "gemm": "8b. GEMM C = relu(A B + bias), float16, float32 accumulation: examples/gemm.py with the strict pipeline (every call ours) vs the same TVMScript under the built-in pipeline, torch (cuBLAS) and the mma.sync limit (speeds: above 1, this row is faster)",
+    "gemm_bounds": "8c. What bounds the GEMM: the L2 -> shared fill rate (hand-written cp.async loop over an L2-resident buffer, checked) and examples/gemm.py (plain, 4096^3, strict) whole, with only its loads into shared memory, and with only its fragment loads and mma",
     "cp_async_stream": '9. cp.async streaming copy global -> shared -> global, one tile per CTA per step: copy_async(dispatch="ldgsts") ours vs built-in, and our synchronous copy, vs a device copy (GB/s: bytes read + written)',
 }
 DEFAULT_PARTS = (
     "stream,masked,paths,reg,reg_hand,ldst,eltwise,sass,compile,"
-    "rmsnorm,softmax,cta_sum,warp_sum,warp_sum_sass,mma_limit,gemm,cp_async_stream"
+    "rmsnorm,softmax,cta_sum,warp_sum,warp_sum_sass,mma_limit,gemm,gemm_bounds,cp_async_stream"
 )
 GPU_PARTS = {
     "stream", "masked", "paths", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise",
-    "rmsnorm", "softmax", "cta_sum", "warp_sum", "mma_limit", "gemm", "cp_async_stream",
+    "rmsnorm", "softmax", "cta_sum", "warp_sum", "mma_limit", "gemm", "gemm_bounds",
+    "cp_async_stream",
 }  # fmt: skip
 
 
@@ -787,6 +792,7 @@ def main() -> int:
         "warp_sum_sass": lambda: norms.part_warp_sum_sass(args),
         "mma_limit": lambda: gemm.part_mma_limit(gpu, args),
         "gemm": lambda: gemm.part_gemm(gpu, args),
+        "gemm_bounds": lambda: gemm_bounds.part_gemm_bounds(gpu, args),
         "cp_async_stream": lambda: gemm.part_cp_async_stream(gpu, args),
     }
     unknown = [p for p in parts if p not in runners]

@@ -26,7 +26,10 @@ Shims (TVM 0.27.0.post1 against test files of a neighbouring TVM):
   * ``env.has_cuda*`` return True so GPU-gated tests run up to their compile;
     ``tvm.testing.run_with_gpu_lock`` runs nothing; ``tvm.runtime.tensor`` on a CUDA
     device falls back to a CPU tensor;
-  * ``Target("cuda")`` without an arch gets the test's arch (below) instead of sm_50.
+  * ``Target("cuda")`` without an arch gets the test's arch (below) instead of sm_50;
+  * ``tvm.tirx.transform.LowerTIRx()`` (TVM's own lowering, which some tests run before
+    ``tvm.compile``) records the module it is given, as the compile recorder would, and
+    returns it unlowered; that module's compile is then not recorded a second time.
 Arch: sm_90a, except sm_100a for tests gated on compute >= 10 (skipif reason), every test
 of test_tcgen05_ldst.py (tensor memory), tests that skip themselves at run time asking for
 sm_100+ (re-run once at sm_100a), and modules compiled for an explicit sm_100* target.
@@ -227,6 +230,7 @@ def explain_and_record(mod, arch, source, file, test, extra=None):
     if extra:
         entry.update(extra)
     _PROBES.clear()
+    _EXPLAINING.append(True)
     try:
         reports = tirx_cuda_dispatch.explain(mod, arch)
     except Exception as exc:  # noqa: BLE001
@@ -234,6 +238,8 @@ def explain_and_record(mod, arch, source, file, test, extra=None):
         entry["calls"] = 0
         STATE.compiles.append(entry)
         return
+    finally:
+        _EXPLAINING.pop()
     entry["calls"] = len(reports)
     STATE.compiles.append(entry)
     probes = list(_PROBES) if len(_PROBES) == len(reports) else [None] * len(reports)
@@ -247,9 +253,14 @@ def explain_and_record(mod, arch, source, file, test, extra=None):
 _orig_compile = tvm.compile
 
 
+_RECORDED: dict[int, object] = {}  # id -> module the LowerTIRx shim recorded (kept alive)
+
+
 def _recording_compile(mod, target=None, *args, **kwargs):
     if isinstance(mod, tvm.tirx.PrimFunc):
         mod = tvm.IRModule({"main": mod})
+    if _RECORDED.get(id(mod)) is mod:  # its calls were recorded at LowerTIRx
+        return _Dummy()
     arch = _arch_of(target) if target is not None else STATE.arch
     if target is None:
         cur = tvm.target.Target.current(allow_none=True)
@@ -257,6 +268,27 @@ def _recording_compile(mod, target=None, *args, **kwargs):
             arch = _arch_of(cur)
     explain_and_record(mod, arch, "test", STATE.file, STATE.nodeid)
     return _Dummy()
+
+
+_orig_lower_tirx = tvm.tirx.transform.LowerTIRx
+_EXPLAINING: list[bool] = []  # non-empty while explain() runs (it lowers with TVM's pass)
+
+
+def _recording_lower_tirx(*args, **kwargs):
+    """What a test's ``tvm.tirx.transform.LowerTIRx()`` gets: a pass that records the
+    module (the target: the current one, else the test's arch) and returns it unlowered.
+    Inside explain() (our bridge and the built-in probe use the pass) it is TVM's own."""
+    if _EXPLAINING:
+        return _orig_lower_tirx(*args, **kwargs)
+
+    def record(mod):
+        cur = tvm.target.Target.current(allow_none=True)
+        arch = _arch_of(cur) if cur is not None else STATE.arch
+        explain_and_record(mod, arch, "test", STATE.file, STATE.nodeid)
+        _RECORDED[id(mod)] = mod
+        return mod
+
+    return record
 
 
 _orig_target_init = tvm.target.Target.__init__
@@ -334,6 +366,7 @@ def install_shims():
     tvm.testing.requires_cuda_compute_version = _requires_cuda_compute_version
     tvm.runtime.tensor = _tensor
     tvm.compile = _recording_compile
+    tvm.tirx.transform.LowerTIRx = _recording_lower_tirx
     tvm.target.Target.__init__ = _target_init
 
 

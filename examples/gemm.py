@@ -11,7 +11,7 @@ tile of C, each warp a 64 x 64 quarter of it (``tile`` and ``warp_grid`` choose 
 - each warp loads its A and B fragments 16 of K at a time with ldmatrix
   (``copy -> ldstmatrix``; B with ``.trans``), double-buffered: the next step's fragments
   load while this step's 32 ``mma.sync.m16n8k16`` run (``gemm -> mma.m16n8k*``),
-  accumulating in registers;
+  accumulating in registers; the mma of a K tile's last step go before its wait and barrier;
 - the epilogue adds the bias (staged in shared memory at the start; a fragment
   replicated over the lanes that share a column), applies relu while rounding to float16
   once (``maximum`` with a float16 dst), stores the fragment to shared memory with
@@ -113,14 +113,23 @@ def gemm_kernel(
     tile: tuple[int, int, int] = TILE,
     warp_grid: tuple[int, int] = WARP_GRID,
     epilogue: str = "bias_relu",
+    ablate: str | None = None,
 ):
     """C = relu(A B + bias) for an ``m x k`` by ``k x n`` product: ``stages`` cp.async
     stages (3 or 4), CTA tiles of ``tile`` = (rows, columns, K step), ``warp_grid`` warps
     each computing a (rows / warps_m) x (columns / warps_n) part. ``epilogue="plain"``
     leaves out the bias and relu (C = A B rounded to float16; the kernel still takes the
-    bias argument): the program TVM's built-in variants can lower, for comparison."""
+    bias argument): the program TVM's built-in variants can lower, for comparison.
+
+    ``ablate`` removes one half of the main loop, for bench/gemm.py's study of what bounds
+    the kernel (the result is then not the product): ``"math"`` keeps only the copies into
+    shared memory (the cp.async pipeline with its waits and barriers), ``"loads"`` keeps
+    only the fragment loads and mma over whatever the stages hold."""
     if epilogue not in ("bias_relu", "plain"):
         raise ValueError(f"epilogue={epilogue!r}: 'bias_relu' or 'plain'")
+    if ablate not in (None, "math", "loads"):
+        raise ValueError(f"ablate={ablate!r}: None, 'math' or 'loads'")
+    keep_loads, keep_math = ablate != "loads", ablate != "math"
     with_bias = epilogue == "bias_relu"
     if not 3 <= stages <= 4:
         raise ValueError(f"stages={stages}: the pipeline has 3 or 4 stages")
@@ -149,6 +158,8 @@ def gemm_kernel(
     def load(A, B, A_s, B_s, bm, bn, kt, slot) -> None:
         """K tile ``kt`` of the CTA's rows of A and columns of B into stage ``slot``; edge
         tiles at their own extents (the rest of the stage holds zeros)."""
+        if not keep_loads:
+            return
         m0, n0, k0 = bm * BM, bn * BN, kt * BK
         edge_m = (bm == gm - 1) if m_tail else None
         edge_n = (bn == gn - 1) if n_tail else None
@@ -180,35 +191,50 @@ def gemm_kernel(
 
     def fragment_step(A_s, B_s, A_f, B_f, slot, kk, buf, wm, wn) -> None:
         """Fragment step ``kk`` of the K tile in stage ``slot`` into buffer ``buf``."""
+        if not keep_math:
+            return
         cols = slice(kk * FK, kk * FK + FK)
         Tx.warp.copy(A_f[buf][:, :], A_s[slot, wm * WM : wm * WM + WM, cols])
         Tx.warp.copy(B_f[buf][:, :], B_s[slot, cols, wn * WN : wn * WN + WN])
 
     def k_tile(A, B, A_s, B_s, A_f, B_f, D, bm, bn, kt, wm, wn) -> None:
         """K tile ``kt``: each fragment step's mma while the next step's fragments load.
-        Before the last step: wait for tile kt + 1 (groups committed so far: stages - 1 +
-        kt; tiles 0 .. kt + 1 are the oldest kt + 2), the CTA barrier (every warp is past
-        its reads of stage kt - 1), refill that stage with tile kt + stages - 1, and load
-        tile kt + 1's first fragments."""
+        The last step's mma (its fragments are in registers already) go first, so the
+        tensor cores have work while the warps wait; then wait for tile kt + 1 (groups
+        committed so far: stages - 1 + kt; tiles 0 .. kt + 1 are the oldest kt + 2), the
+        CTA barrier (every warp is past its reads of stage kt - 1), refill that stage with
+        tile kt + stages - 1, and load tile kt + 1's first fragments."""
+
+        def mma(buf: int) -> None:
+            if keep_math:
+                Tx.warp.gemm(
+                    D,
+                    A_f[buf],
+                    B_f[buf],
+                    D,
+                    transpose_A=False,
+                    transpose_B=False,
+                    alpha=1.0,
+                    beta=1.0,
+                )
+
         for kk in range(SUB):
-            nxt = (kk + 1) % 2
+            buf, nxt = kk % 2, (kk + 1) % 2
             if kk < SUB - 1:
                 fragment_step(A_s, B_s, A_f, B_f, kt % stages, kk + 1, nxt, wm, wn)
-            else:
-                T.evaluate(T.ptx.cp.async_.wait_group(stages - 3))
-                T.evaluate(T.cuda.cta_sync())
-                ahead = kt + stages - 1
-                with T.If(ahead < kts):
-                    with T.Then():
-                        load(A, B, A_s, B_s, bm, bn, ahead, ahead % stages)
-                T.evaluate(T.ptx.cp.async_.commit_group())
-                with T.If(kt + 1 < kts):
-                    with T.Then():
-                        fragment_step(A_s, B_s, A_f, B_f, (kt + 1) % stages, 0, nxt, wm, wn)
-            buf = kk % 2
-            Tx.warp.gemm(
-                D, A_f[buf], B_f[buf], D, transpose_A=False, transpose_B=False, alpha=1.0, beta=1.0
-            )
+                mma(buf)
+                continue
+            mma(buf)
+            T.evaluate(T.ptx.cp.async_.wait_group(stages - 3))
+            T.evaluate(T.cuda.cta_sync())
+            ahead = kt + stages - 1
+            with T.If(ahead < kts):
+                with T.Then():
+                    load(A, B, A_s, B_s, bm, bn, ahead, ahead % stages)
+            T.evaluate(T.ptx.cp.async_.commit_group())
+            with T.If(kt + 1 < kts):
+                with T.Then():
+                    fragment_step(A_s, B_s, A_f, B_f, (kt + 1) % stages, 0, nxt, wm, wn)
 
     def store(C, C_s, bm, bn) -> None:
         """The CTA's tile of C from shared memory; edge tiles at their own extents."""

@@ -1,0 +1,192 @@
+"""What bounds examples/gemm.py, for bench/run.py (part 8c, ``gemm_bounds``).
+
+Two measurements in one run:
+
+- ``fill limit``: how fast the SMs can bring bytes from L2 into shared memory with
+  ``cp.async.cg`` (16 bytes a thread), from a minimal hand-written CUDA kernel (CuPy): every
+  CTA streams ``chunk``-byte pieces of an L2-resident buffer into a ``stages``-deep ring
+  in dynamic shared memory, committing one group a piece, waiting for all but the newest
+  ``stages - 2`` and passing a CTA barrier, as the GEMM's main loop does, at 1 and 2 CTAs
+  per SM. The run is checked: every thread's last piece must hold the bytes it copied.
+- ``ablations``: examples/gemm.py (the plain epilogue, 4096^3, strict pipeline) whole, with
+  only its loads into shared memory (``ablate="math"``: no ldmatrix, no mma) and with only
+  its fragment loads and mma (``ablate="loads"``: no cp.async), timed interleaved. The
+  bytes a CTA brings into shared memory per second and the FLOP a byte feeds say which
+  half bounds the whole: if the kernel with only its loads takes nearly the whole
+  kernel's time, the fill rate is the limit, and the fill limit times the tile's FLOP per
+  byte is the most this tile shape can reach.
+
+Nothing of torch or CuPy is imported at module level.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import norms  # noqa: E402
+import numpy as np  # noqa: E402
+
+import gemm  # noqa: E402
+from tirx_cuda_dispatch import runtime  # noqa: E402
+
+FILL_THREADS = 256
+FILL_BUFFER_MIB = 24  # read over and over: resident in the H100's / H200's 50 MiB L2
+FILL_ITERS = 2000
+# (CTAs per SM, bytes a piece, stages): the GEMM's 128x256x64 tile brings 48 KiB a K step
+# into 3 stages; 128x128x32 brings 16 KiB into 4, two CTAs a SM.
+FILL_CONFIGS = [(1, 48 * 1024, 3), (1, 48 * 1024, 4), (2, 16 * 1024, 4), (2, 32 * 1024, 3)]
+ABLATION_SHAPE = (4096, 4096, 4096)
+WHOLE, LOADS_ONLY, MATH_ONLY = "whole", "loads only (ablate=math)", "math only (ablate=loads)"
+
+
+def fill_source(stages: int) -> str:
+    """``l2_fill(src, pieces, piece16, iters, out)``: CTA b copies piece ``(b + i grid) %
+    pieces`` of ``src`` (``piece16`` 16-byte units each) into ring slot ``i % stages`` for
+    ``i < iters``; then each thread writes the first 16 bytes it copied last to ``out``."""
+    return f"""
+extern "C" __global__ void __launch_bounds__({FILL_THREADS})
+l2_fill(const uint4* __restrict__ src, int pieces, int piece16, int iters, uint4* out) {{
+  extern __shared__ uint4 ring[];
+  for (int i = 0; i < iters; ++i) {{
+    const uint4* from = src + (size_t)((blockIdx.x + (size_t)i * gridDim.x) % pieces) * piece16;
+    uint4* to = ring + (i % {stages}) * piece16;
+    for (int u = threadIdx.x; u < piece16; u += {FILL_THREADS}) {{
+      unsigned s = (unsigned)__cvta_generic_to_shared(to + u);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s), "l"(from + u));
+    }}
+    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group {stages - 2};" ::: "memory");
+    __syncthreads();
+  }}
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  __syncthreads();
+  out[blockIdx.x * {FILL_THREADS} + threadIdx.x] = ring[((iters - 1) % {stages}) * piece16 + threadIdx.x];
+}}
+"""
+
+
+def fill_expected(src: np.ndarray, grid: int, pieces: int, piece16: int, iters: int):
+    """What ``out`` must hold: each CTA's last piece's first ``FILL_THREADS`` units."""
+    units = src.reshape(-1, 4)
+    last = [((b + (iters - 1) * grid) % pieces) * piece16 for b in range(grid)]
+    return np.concatenate([units[p : p + FILL_THREADS] for p in last])
+
+
+def part_gemm_bounds(gpu, args) -> list[dict]:
+    rows = []
+    for label, measure in (("fill limit", fill_rows), ("ablations", ablation_rows)):
+        try:
+            rows += measure(gpu, args)
+        except Exception as exc:  # noqa: BLE001  # the other half still runs
+            traceback.print_exc()
+            rows.append({"what": label, "note": gemm.cell(gemm.first_line(exc))})
+    return rows
+
+
+def fill_rows(gpu, args) -> list[dict]:
+    cp = gpu.cupy
+    rng = np.random.default_rng(5)
+    nbytes = FILL_BUFFER_MIB * 2**20
+    host = rng.integers(0, 2**32, nbytes // 4, dtype=np.uint32)
+    src = cp.asarray(host)
+    fns, facts, notes = {}, {}, {}
+    for per_sm, piece, stages in FILL_CONFIGS:
+        name = f"cp.async.cg 16 B, {per_sm} CTA/SM, {piece // 1024} KiB x {stages} stages"
+        grid, piece16 = gpu.sms * per_sm, piece // 16
+        pieces = nbytes // piece
+        try:
+            kernel = cp.RawKernel(fill_source(stages), "l2_fill", options=("-std=c++17",))
+            # CuPy shares one function among equal sources: allow the most any may ask
+            kernel.max_dynamic_shared_size_bytes = cp.cuda.Device().attributes[
+                "MaxSharedMemoryPerBlockOptin"
+            ]
+            out = cp.zeros((grid * FILL_THREADS, 4), dtype=cp.uint32)
+            kargs = (src, np.int32(pieces), np.int32(piece16), np.int32(FILL_ITERS), out)
+            kernel((grid,), (FILL_THREADS,), kargs, shared_mem=piece * stages)
+            cp.cuda.Device().synchronize()
+            want = fill_expected(host, grid, pieces, piece16, FILL_ITERS)
+            if not np.array_equal(out.get(), want):
+                raise RuntimeError("the last piece in shared memory is not the bytes copied")
+        except Exception as exc:  # noqa: BLE001  # a configuration that fails is a row
+            notes[name] = gemm.first_line(exc)
+            continue
+        fns[name] = lambda k=kernel, g=grid, a=kargs, s=piece * stages: k(
+            (g,), (FILL_THREADS,), a, shared_mem=s
+        )
+        facts[name] = grid * FILL_ITERS * piece
+    ms = gpu.time(fns) if fns else {}
+    rows = []
+    for name in [*facts, *notes]:
+        row = {"what": "fill limit", "contender": name}
+        if name in ms:
+            tbs = facts[name] / (ms[name] * 1e-3) / 1e12
+            row |= {"us": ms[name] * 1e3, "into shared TB/s": tbs}
+            row["B/clk/SM"] = tbs * 1e12 / gpu.clock_hz / gpu.sms
+        row["note"] = gemm.cell(notes.get(name, ""))
+        rows.append(row)
+    return rows
+
+
+def _filled_bytes(shape, kwargs) -> tuple[int, float]:
+    """(bytes the whole GEMM brings into shared memory, FLOP per such byte)."""
+    m, n, k = shape
+    bm, bn, bk = kwargs.get("tile", (128, 128, 32))
+    tiles = -(-m // bm) * -(-n // bn) * -(-k // bk)
+    nbytes = tiles * (bm * bk + bk * bn) * 2
+    return nbytes, 2 * m * n * k / nbytes
+
+
+def ablation_rows(gpu, args) -> list[dict]:
+    torch = gpu.torch
+    example = norms.example("gemm")
+    m, n, k = ABLATION_SHAPE
+    gen = torch.Generator(device="cuda").manual_seed(41)
+    a = (2 * torch.rand(m, k, device="cuda", generator=gen) - 1).half()
+    b = (2 * torch.rand(k, n, device="cuda", generator=gen) - 1).half()
+    bias = (2 * torch.rand(n, device="cuda", generator=gen) - 1).half()
+    ref = a.double() @ b.double()
+    limit = gemm.mma_limit(gpu, args, "float16")["TFLOP/s"]
+    fns, notes, filled = {}, {}, {}
+    for config, kwargs in gemm.GEMM_CONFIGS.items():
+        filled[config] = _filled_bytes(ABLATION_SHAPE, kwargs)
+        for what, ablate in ((WHOLE, None), (LOADS_ONLY, "math"), (MATH_ONLY, "loads")):
+            name = f"{config} {what}"
+            try:
+                func = example.gemm_kernel(m, n, k, epilogue="plain", ablate=ablate, **kwargs)
+                exe = runtime.build(func, runtime.gpu_arch(), gemm.STRICT)
+                launch, c = gemm._gemm_run(torch, exe[runtime.entry_name(func)], a, b, bias)
+            except Exception as exc:  # noqa: BLE001  # a contender that cannot be had is a row
+                notes[name] = gemm.first_line(exc)
+                continue
+            if ablate is None and (err := gemm.rel_error(torch, c, ref)) > gemm.GEMM_TOL:
+                notes[name] = f"wrong result: max err / max ref {err:.3g}"
+                continue
+            fns[name] = launch
+    ms = norms.time_queued(torch, fns, batch=10, reps=args.reps) if fns else {}
+    rows = []
+    for config in gemm.GEMM_CONFIGS:
+        nbytes, per_byte = filled[config]
+        for what in (WHOLE, LOADS_ONLY, MATH_ONLY):
+            name = f"{config} {what}"
+            row = {"what": "ablations", "contender": name}
+            if name in ms:
+                t = ms[name]
+                row["us"] = t * 1e3
+                row["of whole's time"] = (
+                    t / ms[f"{config} {WHOLE}"] if f"{config} {WHOLE}" in ms else ""
+                )
+                if what != MATH_ONLY:
+                    row["into shared TB/s"] = nbytes / (t * 1e-3) / 1e12
+                row["FLOP/B"] = per_byte
+                tflops = 2 * m * n * k / (t * 1e-3) / 1e12
+                row["TFLOP/s (GEMM's FLOP)"] = tflops
+                row["of mma.sync limit"] = tflops / limit
+            row["note"] = gemm.cell(notes.get(name, ""))
+            rows.append(row)
+    return rows
