@@ -146,6 +146,71 @@ def narrowed_roundtrip(
     return narrowed
 
 
+def ldgsts_roundtrip(
+    dtype: str = "float32",
+    tile: tuple[int, int] = (32, 32),
+    scope: str = "cta",
+    threads: int | None = None,
+    ctas: int = 1,
+    cols: int | None = None,
+    col_offset: int = 0,
+    shared_layout: Any = None,
+    config: Any = None,
+    init: bool = False,
+    dispatch: str | None = "ldgsts",
+    wait: bool = True,
+) -> Any:
+    """CTA ``bx`` copies A[bx*TM:(bx+1)*TM, c0:c0+TN] into a shared tile with
+    ``copy_async`` at ``scope``, commits, waits, syncs, and copies the tile to the same
+    region of B (arguments A, B, C). ``config(tid, bx)`` gives the call's config keys.
+    With ``init`` the shared tile first gets C's region (a synchronous copy), so what a
+    predicate skips is C's; without it the device kernel does not take C (the simulator
+    gets A and B only). ``wait=False`` leaves out the ``cp.async.wait_group`` (a broken
+    kernel: the copy back reads the tile while the cp.async writes are in flight).
+    One CTA's rows start at 0 (not ``bx * TM``, whose alignment the analyzer does not know)."""
+    tm, tn = tile
+    cols = cols if cols is not None else tn
+    threads = threads or {"warp": 32, "warpgroup": 128}.get(scope, 128)
+    warps = threads // 32
+    s_layout = shared_layout if shared_layout is not None else TileLayout(S[(tm, tn)])
+    copy_async, copy = getattr(Tx, scope).copy_async, getattr(Tx, scope).copy
+    c0, c1 = col_offset, col_offset + tn
+    with_wg = warps % 4 == 0
+    config = config or (lambda tid, bx: {})
+    shape = (ctas * tm, cols)
+
+    def first(bx):
+        return bx * tm if ctas > 1 else 0
+
+    # fmt: off
+    @T.prim_func
+    def ldgsts_copy(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
+        A = T.match_buffer(A_ptr, shape, dtype)
+        B = T.match_buffer(B_ptr, shape, dtype)
+        C = T.match_buffer(C_ptr, shape, dtype)
+        T.device_entry()
+        bx = T.cta_id([ctas])
+        if with_wg:
+            T.warpgroup_id([warps // 4])
+            T.warp_id_in_wg([4])
+        T.warp_id([warps])
+        T.lane_id([32])
+        tid = T.thread_id([threads])
+        r0 = T.meta_var(first(bx))
+        A_s = T.alloc_buffer((tm, tn), dtype, scope="shared", layout=s_layout)
+        if init:
+            copy(A_s[:, :], C[r0:r0 + tm, c0:c1])
+            T.cuda.cta_sync()
+        copy_async(A_s[:, :], A[r0:r0 + tm, c0:c1], dispatch=dispatch, **config(tid, bx))
+        T.ptx.cp.async_.commit_group()
+        if wait:
+            T.ptx.cp.async_.wait_group(0)
+        T.cuda.cta_sync()
+        copy(B[r0:r0 + tm, c0:c1], A_s[:, :])
+    # fmt: on
+    return ldgsts_copy
+
+
 def _scope_threads(scope: str, cta_threads: int | None) -> int:
     threads = cta_threads or SCOPE_THREADS.get(scope, 32)
     if threads % 32:
@@ -837,3 +902,103 @@ def register_reductions() -> dict[str, RegisterReduction]:
                           "cta", 256),
     ]  # fmt: skip
     return {c.name: c for c in cases}
+
+
+# -- mma.sync fragments ---------------------------------------------------------------------
+# Written from the PTX ISA's tables ("Matrix Fragments for mma.m16n8k16 with floating point
+# type", "... mma.m16n8k8"), lane = 4 g + t: D/C[M, N] at M = g + 8 rM, N = 2 t + rN;
+# A[M, K] at M = g + 8 rM, K = 2 t + p (+ 8 kHi); B[K, N] at N = g, K = 2 t + p (+ 8 kHi).
+MMA_ACC = TileLayout(S[(2, 8, 4, 2) : (2, 4 @ laneid, 1 @ laneid, 1)])  # 16 x 8, C and D
+MMA_A_K8 = TileLayout(S[(2, 8, 4, 2) : (2, 4 @ laneid, 1 @ laneid, 1)])  # 16 x 8 of [M, K]
+MMA_B_K8 = TileLayout(S[(4, 2, 8) : (1 @ laneid, 1, 4 @ laneid)])  # 8 x 8 of [K, N]
+# threadID_in_group 1 and 2 swapped: each element in one lane, not the lane mma wants.
+MMA_A_K8_SWAPPED = TileLayout(S[(2, 8, 2, 2, 2) : (2, 4 @ laneid, 1 @ laneid, 2 @ laneid, 1)])
+MMA_B_K8_SWAPPED = TileLayout(S[(2, 2, 2, 8) : (1 @ laneid, 2 @ laneid, 1, 4 @ laneid)])
+MMA_ACC_SWAPPED = MMA_A_K8_SWAPPED  # C/D's 16 x 8 tile has A's k8 shape
+
+
+def _transposed(layout: Any, shape: list[int]) -> Any:
+    grouped, seps = layout.group(shape)
+    return grouped.permute_by_groups(seps, [1, 0])
+
+
+def mma_fragments(
+    mt: int, nt: int, kt: int, k: int, ta: bool = False, tb: bool = False,
+    swapped: str | None = None,
+) -> tuple[tuple[Any, Any, Any], tuple[int, int, int]]:  # fmt: skip
+    """(D, A, B) layouts and (M, N, K) for an mt x nt x kt tiling of m16n8k``k`` tiles:
+    the single-tile layouts repeated over the operand (``tile_to``), A and B in their
+    transposed orientation (the buffer's two axes swapped) under ``ta`` / ``tb``.
+    ``swapped`` ("A", "B" or "D") builds that operand of tiles whose lanes 4g+1 and 4g+2
+    trade places: a layout no mma fragment is (a variant must decline it)."""
+    m, n, kk = 16 * mt, 8 * nt, k * kt
+    a8 = MMA_A_K8_SWAPPED if swapped == "A" else MMA_A_K8
+    b8 = MMA_B_K8_SWAPPED if swapped == "B" else MMA_B_K8
+    acc = MMA_ACC_SWAPPED if swapped == "D" else MMA_ACC
+    a = a8 if k == 8 else a8.tile_to([16, 16], [16, 8])
+    b = b8 if k == 8 else b8.tile_to([16, 8], [8, 8])
+    d = acc.tile_to([m, n], [16, 8])
+    a = a.tile_to([m, kk], [16, k])
+    b = b.tile_to([kk, n], [k, 8])
+    if ta:
+        a = _transposed(a, [m, kk])
+    if tb:
+        b = _transposed(b, [kk, n])
+    return (d, a, b), (m, n, kk)
+
+
+def mma_roundtrip(
+    mt: int = 1,
+    nt: int = 1,
+    kt: int = 1,
+    k: int = 16,
+    *,
+    dtype: str = "float16",
+    ta: bool = False,
+    tb: bool = False,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    c_is_d: bool = False,
+    a_layout: Any = None,
+    lanes_guard: bool = False,
+    swapped: str | None = None,
+) -> Any:
+    """One warp computes ``D = alpha A B + beta C`` (arguments A, B, C, D): A, B, C global
+    -> register fragments (copy -> reg), ``Tx.warp.gemm``, D -> global. A is (K, M) under
+    ``ta``, B (N, K) under ``tb``; C and D are float32 (M, N). ``c_is_d``: D starts as C
+    and is the gemm's C too (in place); ``lanes_guard``: the gemm under ``if lane < 16``;
+    ``a_layout`` replaces A's fragment layout, ``swapped`` as in :func:`mma_fragments`."""
+    (dl, al, bl), (m, n, kk) = mma_fragments(mt, nt, kt, k, ta, tb, swapped)
+    al = a_layout or al
+    a_shape = (kk, m) if ta else (m, kk)
+    b_shape = (n, kk) if tb else (kk, n)
+
+    # fmt: off
+    @T.prim_func
+    def warp_gemm(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle, D_ptr: T.handle):
+        A_g = T.match_buffer(A_ptr, a_shape, dtype)
+        B_g = T.match_buffer(B_ptr, b_shape, dtype)
+        C_g = T.match_buffer(C_ptr, (m, n), "float32")
+        D_g = T.match_buffer(D_ptr, (m, n), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        lane = T.lane_id([32])
+        A = T.alloc_buffer(a_shape, dtype, scope="local", layout=al)
+        B = T.alloc_buffer(b_shape, dtype, scope="local", layout=bl)
+        C = T.alloc_buffer((m, n), "float32", scope="local", layout=dl)
+        D = T.alloc_buffer((m, n), "float32", scope="local", layout=dl)
+        Tx.warp.copy(A[:, :], A_g[:, :])
+        Tx.warp.copy(B[:, :], B_g[:, :])
+        Tx.warp.copy(C[:, :], C_g[:, :])
+        if c_is_d:
+            Tx.warp.copy(D[:, :], C_g[:, :])
+            Tx.warp.gemm(D, A, B, D, transpose_A=ta, transpose_B=tb, alpha=alpha, beta=beta)
+        elif lanes_guard:
+            if lane < 16:
+                Tx.warp.gemm(D, A, B, C, transpose_A=ta, transpose_B=tb, alpha=alpha, beta=beta)
+        else:
+            Tx.warp.gemm(D, A, B, C, transpose_A=ta, transpose_B=tb, alpha=alpha, beta=beta)
+        Tx.warp.copy(D_g[:, :], D[:, :])
+    # fmt: on
+    return warp_gemm

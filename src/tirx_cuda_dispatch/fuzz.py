@@ -9,12 +9,17 @@ layouts (rows, columns, fragments, warpgroup tiles), m8n8 fragments against row-
 column-major, padded and swizzled tiles, elementwise ops on registers and on shared
 memory (``minimum``, ``memset`` and ``select`` too, which TVM's built-in pipeline cannot
 lower on CUDA), over every dtype the ops take; copies by the lanes and warps that
-enclosing ifs leave.
+enclosing ifs leave; reductions; cp.async copies (``copy_async``: odd tiles, offsets
+that leave 4-, 8- or 2-byte alignment, swizzles, CTA-uniform and per-thread predicates,
+zero fill and skip); warp GEMMs on mma fragments (m16n8k16 / m16n8k8, float16 /
+bfloat16, transposes, alpha and beta, C in place, fragments that must be refused).
 
 :func:`differential` lowers a case with ``"tirx_cuda_dispatch"`` (ours: calls our
 variants decline go to TVM's) and with ``"tirx"`` (TVM's built-in variants alone), runs
-both through ``execute`` (the simulator, or the GPU), and compares each with numpy and
-with each other, bit for bit: only exact ops are drawn.
+both through ``execute`` (the simulator, or the GPU), and compares each with numpy,
+bit for bit (within an error bound where the answer depends on a summation order or
+another choice of the lowering: :class:`Case`), and checks that a program breaking a
+rule of one of our variants is refused by it.
 """
 
 from __future__ import annotations
@@ -87,7 +92,10 @@ class Case:
     program defines). A float reduction's bits depend on its summation order: there
     ``expected`` is our plan's order emulated in numpy (None where no plan of ours takes
     the call) and ``close`` says whether an output lies within the error bound of the
-    exact result (``None`` if so, else what is off): how another order is judged."""
+    exact result (``None`` if so, else what is off): how another order is judged, and
+    how a program whose answer depends on a choice of the lowering (which thread a
+    predicate turns off) is judged at all. ``declines`` names a variant of ours that must
+    refuse the program (a 2-byte aligned cp.async, a misplaced mma fragment)."""
 
     kind: str
     params: dict[str, Any]
@@ -97,6 +105,11 @@ class Case:
     expected: np.ndarray | None
     close: Callable[[np.ndarray], str | None] | None = None
     compared: np.ndarray | None = None  # bool mask over the output
+    # (variant, words): the program breaks a rule that variant of ours documents (a
+    # 2-byte aligned cp.async, a misplaced mma fragment), so it must refuse the program
+    # with a reason containing one of the words (the differential checks it); None: no
+    # claim.
+    declines: tuple[str, tuple[str, ...]] | None = None
 
     def __str__(self) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in self.params.items())
@@ -334,6 +347,251 @@ def narrowed_case(c: Chooser, seed: int) -> Case:
     return Case("narrowed", params, func, [a, runtime.poison_like(a)], 1, a.copy())
 
 
+# -- cp.async and mma ---------------------------------------------------------------------
+# The issue's odd tiles: element counts that do not divide into threads x vectors.
+LDGSTS_TILES = (("float32", (30, 100)), ("float16", (48, 40)), ("bfloat16", (5, 70)))
+LDGSTS_PREDICATES = ("none", "cta_zero", "cta_skip", "thread_zero", "thread_skip")
+
+
+def _tile_swizzle(dtype: str, shape: tuple[int, int], mode: int | None) -> Any:
+    """A swizzled layout of the tile when the atom tiles it exactly (every element its own
+    offset in ``[0, rows * cols)``), else None."""
+    layout = _swizzled(dtype, shape, mode) if mode is not None else None
+    if layout is None:
+        return None
+    size = shape[0] * shape[1]
+    offsets = sorted(int(layout.apply(i)["m"]) for i in range(size))
+    return layout if offsets == list(range(size)) else None
+
+
+def _cp_async_runs_misaligned(elem: int, tile, cols: int, offset: int, ctas: int) -> bool:
+    """Whether some contiguous run of A's region (a row, or the CTA's whole tile where it
+    spans full rows) starts or ends off a 4-byte boundary. cp.async moves 4, 8 or 16
+    bytes from an address aligned to that size and has no narrower form, so the access
+    that moves the run's first (last) bytes would start (end) misaligned: no plan can
+    issue the copy, whatever the shared layout (A's base is aligned to 256 bytes)."""
+    tm, tn = tile
+    if tn == cols:  # full rows: the CTA's tile is one run in both memories
+        runs = [(bx * tm * cols * elem, tm * tn * elem) for bx in range(ctas)]
+    else:
+        runs = [((r * cols + offset) * elem, tn * elem) for r in range(ctas * tm)]
+    return any(start % 4 or length % 4 for start, length in runs)
+
+
+def ldgsts_case(c: Chooser, seed: int, wait: bool = True) -> Case:
+    """copy_async global -> shared (cp.async) and back through a synchronous copy: every
+    copy dtype, warp / warpgroup / CTA scope (128 or 256 threads), odd tiles, column
+    offsets into a wider A (4-, 8- and 2-byte aligned regions: the last must be refused),
+    swizzled shared tiles, and predicates: a CTA-uniform ``bx < k`` zero-filling or
+    skipping (the shared tile starts as C's region, so what is skipped is C's), and a
+    per-thread ``tid < t``. Which elements a per-thread predicate turns off is the
+    lowering's partition, a choice the answer must not depend on: where it turns off
+    some threads but not all, an output passes when every element is A's or the fill
+    (zero, or C's); ``t <= 0`` and ``t >= threads`` have exact answers. The shared tile
+    always starts as C's region: without that copy the device kernel takes no C, and
+    the simulator and the GPU must get the same arguments. ``wait=False`` draws the same
+    program without its ``cp.async.wait_group`` (a negative control)."""
+    # as many draws whatever is drawn, so hypothesis' mutated examples do not overrun
+    named = c.pick(LDGSTS_TILES)
+    dtype = c.pick(COPY_DTYPES)
+    rows = c.pick((1, 2, 3, 4, 5, 8, 16, 30, 32))
+    cols = c.pick((1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40, 64, 70, 100, 128))
+    if c.integer(0, 3) == 0:
+        dtype, (rows, cols) = named
+    scope = c.pick(("warp", "warpgroup", "cta"))
+    threads = {"warp": 32, "warpgroup": 128, "cta": c.pick((128, 256))}[scope]
+    extra = c.pick((0, 0, 1, 2, 4, 8, 16))
+    offset = c.integer(0, extra)
+    ctas = c.integer(1, 3)
+    swizzle = c.pick((None, None, 32, 64, 128))
+    layout = _tile_swizzle(dtype, (rows, cols), swizzle)
+    predicate = c.pick(LDGSTS_PREDICATES)
+    bound = c.integer(0, ctas) if predicate.startswith("cta") else c.integer(-1, threads + 32)
+    prefetch = c.pick((None, None, 64, 128, 256))
+    dispatch = c.pick((None, "ldgsts"))
+    zero = predicate.endswith("zero")
+
+    def config(tid, bx):
+        cfg: dict[str, Any] = {} if prefetch is None else {"prefetch_size": prefetch}
+        if predicate != "none":
+            cfg["predicate"] = (bx if predicate.startswith("cta") else tid) < bound
+        if zero:
+            cfg["fill_mode"] = "zero"
+        return cfg
+
+    wide = cols + extra
+    params = dict(dtype=dtype, tile=(rows, cols), scope=scope, threads=threads, ctas=ctas,
+                  cols=wide, col_offset=offset, shared_layout=layout, config=config,
+                  init=True, dispatch=dispatch, wait=wait)  # fmt: skip
+    func = demos.ldgsts_roundtrip(**params)
+    rng = np.random.default_rng(seed)
+    a, init = (runtime.random_array((ctas * rows, wide), dtype, rng) for _ in range(2))
+    off_value = np.zeros_like(a) if zero else init
+    expected = runtime.poison_like(a).copy()
+    region = (slice(None), slice(offset, offset + cols))
+    expected[region] = a[region]
+    close = None
+    if predicate.startswith("cta"):
+        expected[bound * rows :, offset : offset + cols] = off_value[bound * rows :, region[1]]
+    elif predicate != "none" and bound <= 0:
+        expected[region] = off_value[region]
+    elif predicate != "none" and bound < threads:  # the partition's choice: A's or the fill
+        close = _either(expected, off_value, region)
+        expected = None
+    shown = {
+        "dtype": dtype, "tile": (rows, cols), "scope": scope, "cta_threads": threads,
+        "ctas": ctas, "cols": wide, "col_offset": offset,
+        "swizzle": None if layout is None else swizzle,
+        "predicate": "none" if predicate == "none" else
+        f"{'bx' if predicate.startswith('cta') else 'tid'} < {bound} "
+        f"({'zero fill' if zero else 'skip'})",
+        "prefetch": prefetch, "dispatch": dispatch,
+    }  # fmt: skip
+    declines = None
+    if _cp_async_runs_misaligned(a.itemsize, (rows, cols), wide, offset, ctas):
+        declines = ("ldgsts", ("no cp.async access fits",))
+    args = [a, runtime.poison_like(a), init]
+    return Case("ldgsts", shown, func, args, 1, expected, close, declines=declines)
+
+
+def _either(expected: np.ndarray, fill: np.ndarray, region: tuple[slice, slice]) -> Callable:
+    """``close(out)``: outside ``region`` the expected (poison) bits, inside each element
+    ``expected``'s bits (A's) or ``fill``'s."""
+    want, other = runtime.bits(expected), runtime.bits(fill)
+    inside = np.zeros(expected.shape, dtype=bool)
+    inside[region] = True
+
+    def close(out: np.ndarray) -> str | None:
+        got = runtime.bits(out)
+        ok = (got == want) | (inside & (got == other))
+        bad = int(np.count_nonzero(~ok))
+        return f"{bad} of {got.size} elements are neither A's nor the fill" if bad else None
+
+    return close
+
+
+MMA_ALPHAS = (1.0, 1.0, 0.0, -1.0, "random")
+MMA_BETAS = (1.0, 1.0, 0.0, 0.5, -2.0, "random")
+
+
+def _fma32(x: float, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """``x * y + z`` in float32 rounded once, as CUDA's default contraction of
+    ``alpha * d + beta * c`` into ``fma.rn.f32`` computes it: the product is exact in
+    float64, the sum is rounded to odd there (TwoSum's error decides), and one rounding
+    to float32 follows (53 >= 24 + 2 bits: correctly rounded)."""
+    p = np.float64(x) * y.astype(np.float64)
+    z64 = z.astype(np.float64)
+    s = p + z64
+    back = s - p
+    err = (p - (s - back)) + (z64 - back)
+    even = (s.view(np.int64) & 1) == 0
+    odd = np.where((err != 0) & even, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return odd.astype(np.float32)
+
+
+def _mma_chain(a, b, c, ta, tb, alpha, beta, step) -> np.ndarray:
+    """``D = alpha A B + beta C`` as the hardware computes it in ``step``-wide K steps:
+    D starts as C (beta 1), ``beta C`` rounded into float32, or zero (beta 0, or alpha
+    not 1, which is applied after); each step is one mma.sync over its products and D,
+    which on sm_90 is :func:`.sim.numerics.mma_sum_sm90`, a rule measured on the H200
+    (bench/mma_numerics.py, docs/simulator.md "mma numerics"), not derived from any
+    lowering; then ``alpha D + beta C`` contracted into one fma (``alpha D`` rounded
+    alone where beta is 0). Alpha 0 reads no A B (as BLAS; TVM's simplifier folds the
+    epilogue's ``0 * D`` to 0): D is ``beta C``, +0 where beta is 0 too."""
+    from .sim.numerics import mma_sum_sm90
+
+    if alpha == 0.0:  # A B is not read (BLAS; TVM's simplifier folds 0 * D to 0)
+        return np.float32(beta) * c if beta != 0.0 else np.zeros(c.shape, np.float32)
+    a, b = (a.T if ta else a), (b.T if tb else b)  # (M, K) and (K, N), their own dtype
+    if beta == 0.0 or alpha != 1.0:
+        d = np.zeros(c.shape, np.float32)
+    elif beta == 1.0:
+        d = c.copy()
+    else:
+        d = np.float32(beta) * c
+    for k in range(0, a.shape[1], step):
+        d = mma_sum_sm90(a[:, k : k + step], b[k : k + step], d, np.float32)
+    if alpha != 1.0:
+        d = np.float32(alpha) * d if beta == 0.0 else _fma32(alpha, d, np.float32(beta) * c)
+    return d.astype(np.float32)
+
+
+def _mma_bound(a, b, c, ta, tb, alpha, beta) -> Callable:
+    """``close(out)`` for a warp GEMM summed in any order of 8- or 16-wide mma steps:
+    within ``(2 K / 8 + 4) 2^-23 (|alpha| |A| |B| + |beta| |C|)`` of the exact result, a
+    float32 rounding per 8 of K with room to spare for the truncating sum
+    (docs/gemm_mma.md "Accumulation"), and the initial ``beta C`` and the epilogue."""
+    a64 = (a.T if ta else a).astype(np.float64)
+    b64 = (b.T if tb else b).astype(np.float64)
+    c64 = c.astype(np.float64)
+    exact = alpha * (a64 @ b64) + beta * c64
+    scale = abs(alpha) * (np.abs(a64) @ np.abs(b64)) + abs(beta) * np.abs(c64)
+    bound = (2 * a64.shape[1] // 8 + 4) * 2.0**-23 * scale + 2.0**-140
+
+    def close(out: np.ndarray) -> str | None:
+        err = np.abs(out.astype(np.float64) - exact)
+        bad = int(np.count_nonzero(~(err <= bound)))
+        return f"{bad} of {out.size} outputs outside the error bound" if bad else None
+
+    return close
+
+
+def mma_case(c: Chooser, seed: int) -> Case:
+    """A warp's ``D = alpha A B + beta C`` over register fragments (demos.mma_roundtrip):
+    m16n8k16 and m16n8k8 tilings of 1-2 x 1-4 x 1-3 tiles, float16 and bfloat16, A and B
+    transposed or not, alpha and beta 0, 1 or random, C in place (D), and layouts that
+    are no mma fragment (an operand with two lanes of each quad swapped) or C in place
+    under alpha, which the variant must refuse.
+
+    The answer, where ours must lower the call, is the sum as sm_90 computes it in the
+    widest instruction whose K divides the GEMM's (the variant's documented choice, two
+    k8 tiles side by side being one k16 tile): bit for bit on the simulator and on an
+    H100/H200; other orders (TVM's built-in) are judged by the error bound."""
+    k = c.pick((16, 8))
+    dtype = c.pick(("float16", "bfloat16"))
+    mt, nt, kt = c.integer(1, 2), c.integer(1, 4), c.integer(1, 3)
+    ta, tb = bool(c.integer(0, 1)), bool(c.integer(0, 1))
+    alpha, beta = c.pick(MMA_ALPHAS), c.pick(MMA_BETAS)
+    if alpha == -1.0 and beta == "random":
+        # -1 * D + beta * C: LLVM may rewrite -1 * D as -D and then fuse beta * C rather
+        # than alpha * D (its choice, which the TIR does not show); a power of two beta
+        # makes beta * C exact, so either fusion gives the same bits.
+        beta = 0.5
+    c_is_d = c.integer(0, 2) == 0
+    swapped = c.pick((None,) * 12 + ("A", "B", "D"))
+    spread = c.pick(("normal", "wide"))
+    rng = np.random.default_rng(seed)
+    alpha, beta = (
+        float(np.float32(rng.uniform(-2, 2))) if x == "random" else x for x in (alpha, beta)
+    )
+    m, n, kk = 16 * mt, 8 * nt, k * kt
+
+    def data(shape, dt):
+        x = runtime.random_array(shape, "float32", rng)
+        if spread == "wide":  # operands' exponents spread over 2^-6 .. 2^6
+            x = x * np.exp2(rng.integers(-6, 7, size=shape)).astype(np.float32)
+        return x.astype(_np_type(dt))
+
+    a = data((kk, m) if ta else (m, kk), dtype)
+    b = data((n, kk) if tb else (kk, n), dtype)
+    cc = data((m, n), "float32")
+    func = demos.mma_roundtrip(mt, nt, kt, k, dtype=dtype, ta=ta, tb=tb, alpha=alpha,
+                               beta=beta, c_is_d=c_is_d, swapped=swapped)  # fmt: skip
+    refusals = ()
+    if swapped is not None:  # no fragment: the first misplaced element is named
+        refusals += ("no mma form fits",)
+    if c_is_d and alpha != 1.0 and beta != 0.0:  # alpha D + beta C would read C after D
+        refusals += ("C is D",)
+    declines = ("mma.m16n8k*", refusals) if refusals else None
+    step = 16 if kk % 16 == 0 else 8
+    expected = None if declines else _mma_chain(a, b, cc, ta, tb, alpha, beta, step)
+    close = _mma_bound(a, b, cc, ta, tb, alpha, beta)
+    params = dict(shape=f"m16n8k{k}", tiles=(mt, nt, kt), dtype=dtype, ta=ta, tb=tb,
+                  alpha=alpha, beta=beta, c_is_d=c_is_d, swapped=swapped, data=spread)  # fmt: skip
+    poison = runtime.poison_like(cc)
+    return Case("mma", params, func, [a, b, cc, poison], 3, expected, close, declines=declines)
+
+
 # -- reductions -----------------------------------------------------------------------------
 REDUCE_OPS = ("sum", "max", "min")
 REDUCE_DTYPES = ("float32", "float16", "bfloat16", "int32")
@@ -496,6 +754,8 @@ GENERATORS: dict[str, Callable[[Chooser, int], Case]] = {
     "mixed_elementwise": mixed_elementwise_case,
     "smem_elementwise": smem_elementwise_case,
     "narrowed": narrowed_case,
+    "ldgsts": ldgsts_case,
+    "mma": mma_case,
 }
 
 
@@ -561,9 +821,11 @@ def differential(case: Case, execute: Execute = simulate) -> Verdict:
     other (see :class:`Verdict`)."""
     from .bounds import OutOfBoundsError
     from .errors import DispatchError
-    from .sim.errors import SimError
+    from .sim.errors import NotModeled, SimError
 
     verdict = Verdict(case, ours=our_coverage(case.func))
+    if case.declines is not None and (missed := _missed_decline(case)) is not None:
+        verdict.problems.append(missed)
     outputs: dict[str, Any] = {}
     for name, pipeline in (("ours", OURS), ("builtin", BUILTIN)):
         try:
@@ -580,7 +842,7 @@ def differential(case: Case, execute: Execute = simulate) -> Verdict:
         verdict.problems.append(f"ours: {_summary(ours)}")
     elif (off := _off(case, ours, exact=case.expected is not None)) is not None:
         verdict.problems.append(f"ours {off}")
-    if isinstance(builtin, SimError) and "unknown" in str(builtin).lower():
+    if isinstance(builtin, NotModeled):
         verdict.problems.append(
             f"the simulator cannot run the built-in's kernel: {_summary(builtin)}"
         )
@@ -593,6 +855,25 @@ def differential(case: Case, execute: Execute = simulate) -> Verdict:
     elif isinstance(ours, DispatchError) and not rejected:
         verdict.problems.append("ours cannot lower a program TVM's built-in lowers correctly")
     return verdict
+
+
+def _missed_decline(case: Case) -> str | None:
+    """None when the variant ``case.declines`` names refuses a call of the program with a
+    reason containing its words; else what it did instead."""
+    from . import explain
+
+    variant, words = case.declines
+    seen = []
+    for report in explain(case.func):
+        for cand in report.candidates:
+            if cand.variant != variant:
+                continue
+            reason = cand.reason or ""
+            if report.variant != variant and any(w in reason for w in words):
+                return None
+            seen.append("took it" if report.variant == variant else f"declined: {reason}")
+    did = "; ".join(seen) or "was not tried"
+    return f"ours must refuse it ({variant}: {' or '.join(map(repr, words))}), but {variant} {did}"
 
 
 def _off(case: Case, out: np.ndarray, exact: bool) -> str | None:
@@ -608,6 +889,16 @@ def _off(case: Case, out: np.ndarray, exact: bool) -> str | None:
     return f"differs from numpy in {bad} of {want.size} elements" if bad else None
 
 
+_TVM_DECLINED = "declined \u2014 "  # how TVM's dispatch failure table gives a reason
+
+
 def _summary(err: BaseException) -> str:
-    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    return f"{type(err).__name__}: {(lines[-1] if lines else '')[:200]}"
+    """The error's type and its telling line: the first reason of a TVM dispatch failure
+    (its table of variants), else the last line that is not a caret underline."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip(" ^")]
+    declined = next((line for line in lines if _TVM_DECLINED in line), None)
+    if declined is not None:
+        text = declined.split(_TVM_DECLINED, 1)[1].strip(" |")
+    else:
+        text = lines[-1] if lines else ""
+    return f"{type(err).__name__}: {text[:200]}"

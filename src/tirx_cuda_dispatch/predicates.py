@@ -18,6 +18,18 @@ def requires_cuda(call: TileCall) -> Result:
     return True, None
 
 
+def sm_at_least(call: TileCall, need: int, what: str, instead: str | None = None) -> Result:
+    """The target is sm_``need`` or newer, for ``what`` (an instruction's name); the
+    reason names the target and, with ``instead``, what to use on an older one."""
+    if call.sm is not None and call.sm >= need:
+        return True, None
+    if call.sm is None:
+        seen = f"target {call.arch or '(no arch)'} names no SM version"
+    else:
+        seen = f"target is {call.arch}"
+    return False, f"{what} needs sm_{need} or newer; {seen}" + (f"; {instead}" if instead else "")
+
+
 def requires_scope(*scopes: str) -> Predicate:
     """The call's execution scope is one of ``scopes``."""
 

@@ -51,64 +51,7 @@ WHERE = [
 
 
 # -- kernels ------------------------------------------------------------------------------
-def roundtrip(
-    dtype="float32",
-    tile=(32, 32),
-    scope="cta",
-    threads=None,
-    ctas=1,
-    cols=None,
-    col_offset=0,
-    shared_layout=None,
-    config=None,
-    init=False,
-    dispatch="ldgsts",
-):
-    """CTA ``bx`` copies A[bx*TM:(bx+1)*TM, c0:c0+TN] into a shared tile with
-    ``copy_async`` at ``scope``, commits, waits, syncs, and copies the tile to the same
-    region of B. ``config(tid, bx)`` gives the call's config keys. With ``init`` the
-    shared tile first gets C's region (a synchronous copy), so what a predicate skips is C's.
-    One CTA's rows start at 0 (not ``bx * TM``, whose alignment the analyzer does not know)."""
-    tm, tn = tile
-    cols = cols if cols is not None else tn
-    threads = threads or {"warp": 32, "warpgroup": 128}.get(scope, 128)
-    warps = threads // 32
-    s_layout = shared_layout if shared_layout is not None else TileLayout(S[(tm, tn)])
-    copy_async, copy = getattr(Tx, scope).copy_async, getattr(Tx, scope).copy
-    c0, c1 = col_offset, col_offset + tn
-    with_wg = warps % 4 == 0
-    config = config or (lambda tid, bx: {})
-    shape = (ctas * tm, cols)
-
-    def first(bx):
-        return bx * tm if ctas > 1 else 0
-
-    # fmt: off
-    @T.prim_func
-    def kernel(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
-        A = T.match_buffer(A_ptr, shape, dtype)
-        B = T.match_buffer(B_ptr, shape, dtype)
-        C = T.match_buffer(C_ptr, shape, dtype)
-        T.device_entry()
-        bx = T.cta_id([ctas])
-        if with_wg:
-            T.warpgroup_id([warps // 4])
-            T.warp_id_in_wg([4])
-        T.warp_id([warps])
-        T.lane_id([32])
-        tid = T.thread_id([threads])
-        r0 = T.meta_var(first(bx))
-        A_s = T.alloc_buffer((tm, tn), dtype, scope="shared", layout=s_layout)
-        if init:
-            copy(A_s[:, :], C[r0:r0 + tm, c0:c1])
-            T.cuda.cta_sync()
-        copy_async(A_s[:, :], A[r0:r0 + tm, c0:c1], dispatch=dispatch, **config(tid, bx))
-        T.ptx.cp.async_.commit_group()
-        T.ptx.cp.async_.wait_group(0)
-        T.cuda.cta_sync()
-        copy(B[r0:r0 + tm, c0:c1], A_s[:, :])
-    # fmt: on
-    return kernel
+roundtrip = demos.ldgsts_roundtrip  # A -> shared (copy_async) -> B; the fuzzer draws it too
 
 
 def thread_rows(dtype="uint8", threads=32, cols=16, config=None, scope="thread"):
@@ -470,7 +413,7 @@ def test_needs_sm_80(arch, ok):
         assert _plan(func, arch).widths == (128,)
     else:
         assert _reason(func, arch) == (
-            "target sm_75 has no cp.async (it needs sm_80 or newer); use a synchronous "
+            "cp.async needs sm_80 or newer; target is sm_75; use a synchronous "
             "Tx.copy (copy -> gmem_smem) there"
         )
 
@@ -617,13 +560,11 @@ extern "C" __global__ void spill(float* out, int n) {
 # -- round trips ----------------------------------------------------------------------------
 def _run(func, shape, dtype, rng, where, gpu, init=None):
     """A random, B poisoned (and C, the shared tile's first contents, when given) through
-    the kernel; A and B's bits as the kernel left them. The simulator runs the device
-    kernel, which drops the C it does not read; the GPU's host function keeps it."""
+    the kernel; A and B's bits as the kernel left them. C is always passed: the host
+    function keeps it even where the device kernel, not reading it, drops it."""
     a = runtime.random_array(shape, dtype, rng)
     b = runtime.poison_like(a)
-    arrays = [a, b]
-    if init is not None or where == "gpu":
-        arrays.append(init if init is not None else runtime.poison_like(a))
+    arrays = [a, b, init if init is not None else runtime.poison_like(a)]
     out = execute(func, arrays, where, gpu)
     return a, runtime.bits(out[1])
 

@@ -1,6 +1,7 @@
 """gemm -> mma.m16n8k*: plans, declines, the SASS, and round trips (simulator and GPU).
 
-The fragment layouts are written here from the PTX ISA's tables (lane = 4 g + t):
+The fragment layouts and the kernel are ``demos.mma_fragments`` / ``demos.mma_roundtrip``
+(shared with the fuzzer), written from the PTX ISA's tables (lane = 4 g + t):
 D/C[M, N] at M = g + 8 rM, N = 2 t + rN; A[M, K] at M = g + 8 rM, K = 2 t + p + 8 kHi;
 B[K, N] at N = g, K = 2 t + p + 8 kHi. Tilings repeat the single-tile layout over the
 operand (``tile_to``); transposed orientations swap the buffer's two axes.
@@ -13,89 +14,12 @@ import numpy as np
 import pytest
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
-from tvm.tirx.layout import S, TileLayout, laneid
+from tvm.tirx.layout import S, TileLayout
 
 from executors import WHERE, execute
 from tirx_cuda_dispatch import explain, toolchain
+from tirx_cuda_dispatch.demos import MMA_A_K8_SWAPPED, MMA_ACC, mma_fragments, mma_roundtrip
 from tirx_cuda_dispatch.isa.mma_fragments import MMA_INSTRUCTIONS
-
-ACC = TileLayout(S[(2, 8, 4, 2) : (2, 4 @ laneid, 1 @ laneid, 1)])  # 16 x 8, C and D
-A_K8 = TileLayout(S[(2, 8, 4, 2) : (2, 4 @ laneid, 1 @ laneid, 1)])  # 16 x 8 of [M, K]
-B_K8 = TileLayout(S[(4, 2, 8) : (1 @ laneid, 1, 4 @ laneid)])  # 8 x 8 of [K, N]
-# threadID_in_group 1 and 2 swapped: each element in one lane, not where mma wants it.
-A_K8_SWAPPED = TileLayout(S[(2, 8, 2, 2, 2) : (2, 4 @ laneid, 1 @ laneid, 2 @ laneid, 1)])
-
-
-def _transposed(layout: TileLayout, shape: list[int]) -> TileLayout:
-    grouped, seps = layout.group(shape)
-    return grouped.permute_by_groups(seps, [1, 0])
-
-
-def fragments(mt: int, nt: int, kt: int, k: int, ta: bool = False, tb: bool = False):
-    """(D, A, B) layouts and (M, N, K) for an mt x nt x kt tiling built of k-wide tiles."""
-    m, n, kk = 16 * mt, 8 * nt, k * kt
-    a = A_K8 if k == 8 else A_K8.tile_to([16, 16], [16, 8])
-    b = B_K8 if k == 8 else B_K8.tile_to([16, 8], [8, 8])
-    d = ACC.tile_to([m, n], [16, 8])
-    a = a.tile_to([m, kk], [16, k])
-    b = b.tile_to([kk, n], [k, 8])
-    if ta:
-        a = _transposed(a, [m, kk])
-    if tb:
-        b = _transposed(b, [kk, n])
-    return (d, a, b), (m, n, kk)
-
-
-def gemm_kernel(
-    mt=1,
-    nt=1,
-    kt=1,
-    k=16,
-    *,
-    dtype="float16",
-    ta=False,
-    tb=False,
-    alpha=1.0,
-    beta=1.0,
-    c_is_d=False,
-    a_layout=None,
-    lanes_guard=False,
-):
-    """One warp: A, B, C global -> fragments (copy -> reg), gemm, D -> global."""
-    (dl, al, bl), (m, n, kk) = fragments(mt, nt, kt, k, ta, tb)
-    al = a_layout or al
-    a_shape = (kk, m) if ta else (m, kk)
-    b_shape = (n, kk) if tb else (kk, n)
-
-    # fmt: off
-    @T.prim_func
-    def kernel(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle, D_ptr: T.handle):
-        A_g = T.match_buffer(A_ptr, a_shape, dtype)
-        B_g = T.match_buffer(B_ptr, b_shape, dtype)
-        C_g = T.match_buffer(C_ptr, (m, n), "float32")
-        D_g = T.match_buffer(D_ptr, (m, n), "float32")
-        T.device_entry()
-        T.cta_id([1])
-        T.warp_id([1])
-        lane = T.lane_id([32])
-        A = T.alloc_buffer(a_shape, dtype, scope="local", layout=al)
-        B = T.alloc_buffer(b_shape, dtype, scope="local", layout=bl)
-        C = T.alloc_buffer((m, n), "float32", scope="local", layout=dl)
-        D = T.alloc_buffer((m, n), "float32", scope="local", layout=dl)
-        Tx.warp.copy(A[:, :], A_g[:, :])
-        Tx.warp.copy(B[:, :], B_g[:, :])
-        Tx.warp.copy(C[:, :], C_g[:, :])
-        if c_is_d:
-            Tx.warp.copy(D[:, :], C_g[:, :])
-            Tx.warp.gemm(D, A, B, D, transpose_A=ta, transpose_B=tb, alpha=alpha, beta=beta)
-        elif lanes_guard:
-            if lane < 16:
-                Tx.warp.gemm(D, A, B, C, transpose_A=ta, transpose_B=tb, alpha=alpha, beta=beta)
-        else:
-            Tx.warp.gemm(D, A, B, C, transpose_A=ta, transpose_B=tb, alpha=alpha, beta=beta)
-        Tx.warp.copy(D_g[:, :], D[:, :])
-    # fmt: on
-    return kernel
 
 
 def _gemm_report(func, target="sm_90a"):
@@ -129,9 +53,9 @@ def test_fragment_formulas_cover_each_tile_once(inst):
 
 def test_fragment_formulas_agree_with_the_tvm_layouts():
     """The ISA records place each element where TVM's fragment layouts do (the layouts
-    written in this file from the ISA's tables; a second derivation)."""
+    demos writes from the ISA's tables; a second derivation)."""
     inst = next(i for i in MMA_INSTRUCTIONS if i.k == 16 and i.ab_dtype == "float16")
-    (d, a, b), _ = fragments(1, 1, 1, 16)
+    (d, a, b), _ = mma_fragments(1, 1, 1, 16)
     for lane in range(32):
         for w in range(inst.a_words):
             for h in (0, 1):
@@ -160,13 +84,13 @@ def test_fragment_formulas_agree_with_the_tvm_layouts():
     ],
 )
 def test_plan_picks_the_widest_k_the_layouts_fit(tiling, instr, count):
-    plan = _plan(gemm_kernel(*tiling))
+    plan = _plan(mma_roundtrip(*tiling))
     assert instr in plan["instruction"] and plan["instructions"] == count
 
 
 @pytest.mark.parametrize("ta,tb", [(False, True), (True, False), (True, True)])
 def test_plan_takes_transposed_orientations(ta, tb):
-    plan = _plan(gemm_kernel(2, 2, 2, ta=ta, tb=tb))
+    plan = _plan(mma_roundtrip(2, 2, 2, ta=ta, tb=tb))
     assert plan["instructions"] == 8
 
 
@@ -182,52 +106,52 @@ def test_plan_takes_transposed_orientations(ta, tb):
     ],
 )
 def test_plan_alpha_beta(alpha, beta, c_is_d, init, epilogue):
-    plan = _plan(gemm_kernel(1, 2, 1, alpha=alpha, beta=beta, c_is_d=c_is_d))
+    plan = _plan(mma_roundtrip(1, 2, 1, alpha=alpha, beta=beta, c_is_d=c_is_d))
     assert plan["D init"] == init and plan["epilogue"] == epilogue
 
 
 def test_bfloat16_plan():
-    assert ".bf16.bf16." in _plan(gemm_kernel(1, 1, 2, dtype="bfloat16"))["instruction"]
+    assert ".bf16.bf16." in _plan(mma_roundtrip(1, 1, 2, dtype="bfloat16"))["instruction"]
 
 
 # -- declines -------------------------------------------------------------------------------------
 def test_declines_a_layout_that_is_not_a_fragment():
-    assert _plan(gemm_kernel(1, 1, 1, 8))  # the control: the ISA's layout is taken
-    why = _decline(gemm_kernel(1, 1, 1, 8, a_layout=A_K8_SWAPPED))
+    assert _plan(mma_roundtrip(1, 1, 1, 8))  # the control: the ISA's layout is taken
+    why = _decline(mma_roundtrip(1, 1, 1, 8, a_layout=MMA_A_K8_SWAPPED))
     assert "A A" in why and "lane" in why
 
 
 def test_declines_alpha_over_c_in_place():
-    why = _decline(gemm_kernel(1, 1, 1, alpha=2.0, beta=1.0, c_is_d=True))
+    why = _decline(mma_roundtrip(1, 1, 1, alpha=2.0, beta=1.0, c_is_d=True))
     assert "C is D" in why and "alpha" in why
 
 
 def test_declines_bfloat16_before_sm80():
-    why = _decline(gemm_kernel(1, 1, 1, 8, dtype="bfloat16"), target="sm_75")
+    why = _decline(mma_roundtrip(1, 1, 1, 8, dtype="bfloat16"), target="sm_75")
     assert "sm_80" in why
 
 
 def test_float16_k8_on_sm75_and_not_k16():
-    plan = _plan(gemm_kernel(1, 1, 2, 8), target="sm_75")
+    plan = _plan(mma_roundtrip(1, 1, 2, 8), target="sm_75")
     assert "m16n8k8" in plan["instruction"] and plan["instructions"] == 2
 
 
 def test_declines_a_narrowed_warp():
-    why = _decline(gemm_kernel(1, 1, 1, lanes_guard=True))
+    why = _decline(mma_roundtrip(1, 1, 1, lanes_guard=True))
     assert "narrowed" in why or "lane" in why
 
 
 def test_declines_wrong_dtypes():
-    why = _decline(gemm_kernel(1, 1, 1, dtype="float32"))
+    why = _decline(mma_roundtrip(1, 1, 1, dtype="float32"))
     assert "float16" in why and "A" in why
 
 
 def _one_tile_kernel(a_scope: str = "local", d_cols: int = 8):
     """One m16n8k16 tile, D accumulated in place: A in ``a_scope`` (shared: a plain
     row-major tile), D ``16 x d_cols``."""
-    (_, al, bl), _ = fragments(1, 1, 1, 16)
+    (_, al, bl), _ = mma_fragments(1, 1, 1, 16)
     a_layout = TileLayout(S[16, 16]) if a_scope == "shared" else al
-    d_layout = ACC.tile_to([16, d_cols], [16, 8])
+    d_layout = MMA_ACC.tile_to([16, d_cols], [16, 8])
 
     @T.prim_func
     def kernel():
@@ -264,7 +188,7 @@ def test_declines_a_d_of_another_shape():
     ],
 )
 def test_sass_one_hmma_per_instruction_and_no_local_memory(tiling, dtype, opcode, count):
-    ops = toolchain.opcodes(toolchain.kernel_sass(gemm_kernel(*tiling, dtype=dtype), "sm_90a"))
+    ops = toolchain.opcodes(toolchain.kernel_sass(mma_roundtrip(*tiling, dtype=dtype), "sm_90a"))
     assert ops[opcode] == count
     assert not [op for op in ops if op.startswith(("LDL", "STL"))]
 
@@ -305,7 +229,7 @@ CASES = [
 )
 def test_roundtrip_within_the_accumulation_bound(case, where, rng, gpu):
     tiling, dtype, ta, tb, alpha, beta, c_is_d = case
-    func = gemm_kernel(*tiling, dtype=dtype, ta=ta, tb=tb, alpha=alpha, beta=beta, c_is_d=c_is_d)
+    func = mma_roundtrip(*tiling, dtype=dtype, ta=ta, tb=tb, alpha=alpha, beta=beta, c_is_d=c_is_d)
     m, n, k = 16 * tiling[0], 8 * tiling[1], tiling[3] * tiling[2]
     a, b, c = _inputs(rng, m, n, k, ta, tb, dtype)
     poison = np.full((m, n), np.nan, dtype=np.float32)

@@ -331,6 +331,90 @@ def test_unknown_calls_are_errors_not_skips():
         sim.run(kernel, [np.ones(32, np.float32)])
 
 
+def _unregistered(names) -> list[str]:
+    import tvm
+
+    missing = []
+    for name in names:
+        try:
+            tvm.ir.Op.get(name)
+        except AttributeError:  # what TVM 0.27 raises for a name it does not register
+            missing.append(name)
+    return missing
+
+
+def test_every_instruction_is_an_op_tvm_has():
+    """An entry under a name TVM does not register never matches a call (``tirx.likely``
+    once sat where TVM 0.27 says ``prim.likely``): the entry is dead and the call unknown."""
+    assert _unregistered(sim.CALLS) == []
+    assert _unregistered(["tirx.if_then_else", "prim.if_then_else"]) == ["tirx.if_then_else"]
+
+
+def test_if_then_else_evaluates_each_side_where_its_condition_says(rng):
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32,), "float32")
+        B = T.match_buffer(B_ptr, (32,), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([32])
+        B[tid] = T.if_then_else(T.likely(tid < 5), A[tid], T.float32(-1.0))
+    # fmt: on
+    a = runtime.random_array((32,), "float32", rng)
+    out = sim.run(kernel, [a, runtime.poison_like(a)]).arrays[1]
+    want = np.where(np.arange(32) < 5, a, np.float32(-1.0))
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(want))
+
+
+def _warp_reduce_kernel(op: str, width: int, threads: int = 64, active: int = 64):
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (threads,), "float32")
+        B = T.match_buffer(B_ptr, (threads,), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([threads])
+        if tid < active:
+            B[tid] = T.cuda.warp_reduce(A[tid], op, width)
+    # fmt: on
+    return kernel
+
+
+@pytest.mark.parametrize("op, width", [("sum", 8), ("sum", 32), ("max", 4), ("min", 32)])
+def test_warp_reduce_is_the_butterfly_tvm_emits(op, width, rng):
+    """TVM's helper: for mask = width/2 .. 1, val = val op shfl_xor(val, mask), rounded to
+    float32 each step; every lane of a width-lane segment ends with the same value."""
+    a = runtime.random_array((64,), "float32", rng)
+    out = sim.run(_warp_reduce_kernel(op, width), [a, runtime.poison_like(a)]).arrays[1]
+    fn = {"sum": np.add, "max": np.fmax, "min": np.fmin}[op]
+    want, lane, step = a.copy(), np.arange(64), width // 2
+    while step:
+        want = fn(want, want[(lane - lane % 32) + ((lane % 32) ^ step)]).astype(np.float32)
+        step //= 2
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(want))
+    segments = want.reshape(-1, width)
+    assert (segments == segments[:, :1]).all()
+
+
+def test_warp_reduce_with_lanes_missing_never_returns():
+    a = np.arange(64, dtype=np.float32) + 1
+    with pytest.raises(SimError, match="not every lane of the warp executes it"):
+        sim.run(_warp_reduce_kernel("sum", 32, active=48), [a, np.zeros(64, np.float32)])
+
+
+def test_arguments_follow_the_host_function_where_the_kernel_drops_one(rng):
+    """The C of an ldgsts round trip without ``init`` is never read: the device kernel
+    drops it, the host function (what a user calls, and the GPU run) keeps it."""
+    func = demos.ldgsts_roundtrip("float32", (8, 32), "warp")
+    a = runtime.random_array((8, 32), "float32", rng)
+    out = sim.run(func, [a, runtime.poison_like(a), runtime.poison_like(a)]).arrays[1]
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(a))
+    with pytest.raises(SimError, match="takes 3 arguments, got 2"):
+        sim.run(func, [a, runtime.poison_like(a)])
+
+
 # -- agreement with the hardware -----------------------------------------------------------------
 def _agreement_kernels():
     from tirx_cuda_dispatch.demos import elementwise_roundtrip

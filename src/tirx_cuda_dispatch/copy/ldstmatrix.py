@@ -62,6 +62,7 @@ from ..predicates import (
     requires_memory_pair,
     requires_scope,
     requires_valid_copy,
+    sm_at_least,
 )
 from ..registry import variant
 
@@ -102,10 +103,7 @@ def requires_16_bit(call: TileCall) -> tuple[bool, str | None]:
 def requires_matrix_arch(call: TileCall) -> tuple[bool, str | None]:
     """ldmatrix needs sm_75 or newer, stmatrix sm_90 or newer."""
     forms = [t for t in MATRIX_TRANSFERS if t.direction == _direction(call)]
-    need, name = min(t.min_sm for t in forms), forms[0].op
-    if call.sm is None or call.sm < need:
-        return False, f"{name} needs sm_{need} or newer; target is {call.arch or 'unknown'}"
-    return True, None
+    return sm_at_least(call, min(t.min_sm for t in forms), forms[0].op)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from ..predicates import (
     requires_known_participants,
     requires_scope,
     requires_valid_copy,
+    sm_at_least,
 )
 from ..registry import variant
 from ..resources import Completion
@@ -197,17 +198,8 @@ def config_of(call: TileCall) -> LdgstsConfig:
 # -- predicates -------------------------------------------------------------------------------
 def requires_cp_async_arch(call: TileCall) -> tuple[bool, str | None]:
     """cp.async exists on sm_80 and newer (PTX ISA 9.7.9.25.3.1, target notes)."""
-    if call.sm is None:
-        return (
-            False,
-            f"target {call.arch or '(no arch)'} names no SM version; cp.async needs sm_80+",
-        )
-    if call.sm < CP_ASYNC_MIN_SM:
-        return False, (
-            f"target {call.arch} has no cp.async (it needs sm_{CP_ASYNC_MIN_SM} or newer); "
-            "use a synchronous Tx.copy (copy -> gmem_smem) there"
-        )
-    return True, None
+    instead = "use a synchronous Tx.copy (copy -> gmem_smem) there"
+    return sm_at_least(call, CP_ASYNC_MIN_SM, "cp.async", instead)
 
 
 def requires_global_to_shared(call: TileCall) -> tuple[bool, str | None]:

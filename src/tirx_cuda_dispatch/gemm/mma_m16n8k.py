@@ -41,7 +41,12 @@ from ..errors import Decline
 from ..irfacts import as_int, buffer_var
 from ..isa.mma_fragments import WARP_LANES, MmaInstruction, mma_instructions
 from ..layout.register import register_table, register_view
-from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
+from ..predicates import (
+    requires_all_threads_active,
+    requires_cuda,
+    requires_scope,
+    sm_at_least,
+)
 from ..registry import variant
 
 OPERANDS = ("D", "A", "B", "C")
@@ -83,14 +88,9 @@ def requires_mma_dtypes(call: TileCall) -> tuple[bool, str | None]:
 
 def requires_mma_arch(call: TileCall) -> tuple[bool, str | None]:
     """sm_80 or newer; sm_75 for the float16 m16n8k8 form."""
-    forms = mma_instructions(call.operand("A").dtype, ACCUMULATOR)
-    need = min(f.min_sm for f in forms)
-    if call.sm is None or call.sm < need:
-        return (
-            False,
-            f"mma.sync on {call.operand('A').dtype} needs sm_{need} or newer; target is {call.arch or 'unknown'}",
-        )
-    return True, None
+    dtype = call.operand("A").dtype
+    need = min(f.min_sm for f in mma_instructions(dtype, ACCUMULATOR))
+    return sm_at_least(call, need, f"mma.sync on {dtype}")
 
 
 def requires_constant_transposes(call: TileCall) -> tuple[bool, str | None]:

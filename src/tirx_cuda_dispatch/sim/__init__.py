@@ -128,11 +128,13 @@ def simulate(
     for a in arrays:
         if isinstance(a, np.ndarray) and not a.flags.c_contiguous:
             raise SimError("arrays must be C-contiguous")
-    if len(arrays) != len(func.params):
-        raise SimError(f"the kernel takes {len(func.params)} arguments, got {len(arrays)}")
     device_args = arrays
-    if names is not None:
+    if names is not None:  # by name: the device kernel may have dropped an unused parameter
+        if len(arrays) != len(names):
+            raise SimError(f"the function takes {len(names)} arguments, got {len(arrays)}")
         device_args = [arrays[_argument_of(p.name, names)] for p in func.params]
+    elif len(arrays) != len(func.params):
+        raise SimError(f"the kernel takes {len(func.params)} arguments, got {len(arrays)}")
     blocks = range(grid) if isinstance(grid, int) else (list(grid) if grid is not None else None)
     machine = Machine(func, device_args, blocks, np.random.default_rng(seed), CALLS)
     machine.run()

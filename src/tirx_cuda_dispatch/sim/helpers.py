@@ -23,9 +23,9 @@ import numpy as np
 
 from ..codegen import HELPER_MEANINGS, HelperMeaning
 from .calls import Table, load_at, store_at
-from .errors import SimError
+from .errors import NotModeled, SimError
 from .interpreter import Machine
-from .numerics import cast, fma, is_float, parse_dtype
+from .numerics import cast, fma, is_float, parse_dtype, ptx_type
 from .values import Pointer
 
 TABLE = Table()
@@ -132,8 +132,7 @@ def pair_instruction(meaning: HelperMeaning) -> tuple[str, int]:
     """The PTX instruction a packed pair operation is, and how many per pair: ``add`` of
     float16 is one ``add.f16x2``; a narrowing ``cvt`` one ``cvt.rn.f16x2.f32``; a
     widening one two ``cvt.f32.f16``."""
-    short = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
-    out, src = short.get(meaning.out_dtype), short.get(meaning.in_dtype)
+    out, src = ptx_type(meaning.out_dtype), ptx_type(meaning.in_dtype)
     if out is None or src is None:
         raise SimError(f"no packed instruction for {meaning}")
     if meaning.op == "cvt":
@@ -196,7 +195,7 @@ def _func_call(m: Machine, call: Any) -> Any:
         m.counters.instructions[instruction] += per_pair * len(m.warps())
         store_at(m, dst, result, f"{meaning.out_dtype}x2")
         return None
-    raise SimError(f"helper {name}: unknown meaning {meaning.kind!r}")
+    raise NotModeled(f"helper {name}: unknown meaning {meaning.kind!r}")
 
 
 def _pointer_offset(name: str, args: list[Any]) -> Pointer:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..codegen import CALL_MARK
 from .asynchrony import Asynchrony
-from .errors import SimError
+from .errors import NotModeled, SimError
 from .memory import BankRecord, Clocks, Counters, Memory, bank_ways
 from .numerics import cast, fma, from_bits, is_float, parse_dtype, to_bits
 from .tmem import TensorMemory
@@ -116,7 +116,7 @@ class Machine:
         kind = type(stmt).__name__
         handler = getattr(self, f"_s_{kind}", None)
         if handler is None:
-            raise SimError(f"the simulator does not know the statement {kind}: {stmt}")
+            raise NotModeled(f"the simulator does not know the statement {kind}: {stmt}")
         handler(stmt)
 
     def _s_SeqStmt(self, s: Any) -> None:
@@ -390,7 +390,7 @@ class Machine:
         kind = type(e).__name__
         handler = getattr(self, f"_e_{kind}", None)
         if handler is None:
-            raise SimError(f"the simulator does not know the expression {kind}: {e}")
+            raise NotModeled(f"the simulator does not know the expression {kind}: {e}")
         return handler(e)
 
     def _e_IntImm(self, e: Any) -> np.ndarray:
@@ -440,7 +440,7 @@ class Machine:
         name = e.op.name if hasattr(e.op, "name") else str(e.op)
         handler = self.calls.get(name)
         if handler is None:
-            raise SimError(f"the simulator does not know the call {name}: {e}")
+            raise NotModeled(f"the simulator does not know the call {name}: {e}")
         return handler(self, e)
 
     def _binary(self, e: Any, fn) -> np.ndarray:

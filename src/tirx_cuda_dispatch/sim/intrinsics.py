@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .calls import Instruction, Table
-from .errors import SimError
+from .errors import NotModeled, SimError
 from .interpreter import Machine
 from .numerics import cast, from_bits, parse_dtype
 from .values import Pointer
@@ -309,6 +309,39 @@ def _shfl_down(m: Machine, call: Any) -> np.ndarray:
     )
 
 
+_WARP_REDUCE_STEPS = {"sum": np.add, "max": np.fmax, "min": np.fmin}
+
+
+@TABLE.entry("tirx.cuda.warp_reduce")
+def _warp_reduce(m: Machine, call: Any) -> np.ndarray:
+    """TVM's ``T.cuda.warp_reduce(value, op, width)``, which its CUDA codegen emits as the
+    helper ``tvm_builtin_cuda_warp_reduce_<op>_<width>``: for ``mask`` = width / 2, ...,
+    1 each lane reads ``__shfl_xor_sync(0xffffffff, val, mask)`` and combines it with its
+    own in the value's type (``val += shuffled``, ``max``, ``min``). The full mask: every
+    lane of the warp must execute it."""
+    value = m.per_thread(m.eval(call.args[0]))
+    op, width = str(call.args[1].value), int(call.args[2])
+    if op not in _WARP_REDUCE_STEPS or width not in (2, 4, 8, 16, 32):
+        raise SimError(f"warp_reduce({op!r}, width {width}): sum/max/min over 2-32 lanes")
+    active = np.broadcast_to(m.mask, m.tid.shape)
+    lane, base = m.tid % 32, m.tid - m.tid % 32
+    for w in np.unique(m.tid[active] // 32):
+        threads = np.arange(w * 32, w * 32 + 32)
+        if threads[-1] >= m.threads or not active[threads].all():
+            raise SimError(
+                f"warp_reduce in warp {int(w)}: not every lane of the warp executes it, and "
+                "its shuffles name all 32 (mask 0xffffffff): .sync waits forever"
+            )
+    val, step = value.copy(), width // 2
+    while step:
+        partner = base + (lane ^ step)
+        with np.errstate(all="ignore"):
+            val = _WARP_REDUCE_STEPS[op](val, val[partner]).astype(value.dtype, copy=False)
+        m.counters.instructions["shfl.sync"] += len(m.warps())
+        step //= 2
+    return val
+
+
 @TABLE.entry("tirx.cuda.thread_rank")
 def _thread_rank(m: Machine, call: Any) -> np.ndarray:
     """``cooperative_groups::this_thread_block().thread_rank()`` (CUDA C++ Programming
@@ -325,13 +358,13 @@ def _trap(m: Machine, call: Any) -> None:
         raise SimError(f"the kernel traps: {call.args[0]} is false")
 
 
-@TABLE.entry("tirx.likely")
+@TABLE.entry("prim.likely")
 def _likely(m: Machine, call: Any) -> Any:
     """A branch hint: the value of its argument."""
     return m.eval(call.args[0])
 
 
-@TABLE.entry("tirx.if_then_else")
+@TABLE.entry("prim.if_then_else")
 def _if_then_else(m: Machine, call: Any) -> np.ndarray:
     """``c ? a : b`` evaluating only the side each thread takes (its loads included)."""
     cond = m.per_thread(m.eval(call.args[0])).astype(bool)
@@ -383,7 +416,7 @@ _MATH = {
     "tirx.exp2": _rounded(np.exp2),
     "tirx.exp10": _rounded(lambda x: np.power(10.0, x)),
     "tirx.log": _rounded(np.log),
-    "tirx.log2": _rounded(np.log2),
+    "prim.log2": _rounded(np.log2),
     "tirx.log10": _rounded(np.log10),
     "tirx.sqrt": _rounded(np.sqrt),
     "tirx.rsqrt": _rounded(lambda x: 1.0 / np.sqrt(x)),
@@ -391,7 +424,7 @@ _MATH = {
     "tirx.tanh": _rounded(np.tanh),
     "tirx.sigmoid": _rounded(lambda x: 1.0 / (1.0 + np.exp(-x))),
     "tirx.floor": _rounded(np.floor),
-    "tirx.ceil": _rounded(np.ceil),
+    "prim.ceil": _rounded(np.ceil),
 }
 
 # CUDA's math functions by name: the IEEE correctly rounded intrinsics the elementwise
@@ -433,11 +466,11 @@ _EXTERNS = {
 def _math_call(name: str, fn: Callable[..., np.ndarray]) -> Instruction:
     def run(m: Machine, call: Any) -> np.ndarray:
         values = [m.per_thread(m.eval(a)) for a in call.args]
-        m.counters.instructions[name.removeprefix("tirx.")] += len(m.warps())
+        m.counters.instructions[name.split(".", 1)[1]] += len(m.warps())
         with np.errstate(all="ignore"):
             return np.asarray(fn(*values)).astype(parse_dtype(str(call.ty.dtype))[0])
 
-    short = name.removeprefix("tirx.")
+    short = name.split(".", 1)[1]
     meaning = f"TIR's {short}, correctly rounded in the argument's dtype (CUDA: an approximation)"
     return Instruction(name, meaning, run)
 
@@ -454,7 +487,7 @@ def _extern(m: Machine, call: Any) -> np.ndarray:
     name = call.args[0].value
     fn = _EXTERNS.get(name)
     if fn is None:
-        raise SimError(f"the simulator does not know the extern function {name}")
+        raise NotModeled(f"the simulator does not know the extern function {name}")
     values = [m.per_thread(m.eval(a)) for a in call.args[1:]]
     m.counters.instructions[name] += len(m.warps())
     with np.errstate(all="ignore"):

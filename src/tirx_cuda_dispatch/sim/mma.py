@@ -17,14 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from . import fragments
 from .calls import Table, plain_ptx_operands, register_bits, write_register
 from .errors import SimError
 from .interpreter import Machine
-from .numerics import mma_sum, mma_sum_sm90, tf32_operand
+from .numerics import mma_sum, mma_sum_sm90, ptx_value_dtype, tf32_operand
 
 TABLE = Table()
 
@@ -37,11 +36,6 @@ _LINES = {
     ("f16", "f16"): ("m16n8k16", "m16n8k8"),
     ("bf16", "f32"): ("m16n8k16", "m16n8k8"),
     ("tf32", "f32"): ("m16n8k8",),
-}
-_VALUE_DTYPE = {
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "f32": np.dtype(np.float32),
 }
 
 
@@ -104,7 +98,7 @@ def _values(form: MmaForm, operand: str, bits: np.ndarray) -> np.ndarray:
     type_ = {"a": form.atype, "b": form.btype, "c": form.ctype}[operand]
     if type_ == "tf32":
         return tf32_operand(bits)
-    return bits.view(_VALUE_DTYPE[type_])
+    return bits.view(ptx_value_dtype(type_))
 
 
 def _require_whole_warps(m: Machine, what: str) -> None:
@@ -160,7 +154,7 @@ def _mma(m: Machine, call: Any) -> None:
             name: _values(form, name, fragments.mma_unpack(form.shape, name, types[name], w[lanes]))
             for name, w in held.items()
         }
-        d = _summation(m)(mats["a"], mats["b"], mats["c"], _VALUE_DTYPE[form.dtype])
+        d = _summation(m)(mats["a"], mats["b"], mats["c"], ptx_value_dtype(form.dtype))
         out[lanes] = fragments.mma_pack(form.shape, "c", form.dtype, d)
         m.counters.instructions[f"mma.{form.shape}.{form.dtype}.{form.atype}"] += 1
     for k, reg in enumerate(d_regs):

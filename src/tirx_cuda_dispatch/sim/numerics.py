@@ -19,7 +19,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .errors import SimError
+from .errors import NotModeled, SimError
 
 _SCALARS = {
     "bool": np.dtype(np.bool_),
@@ -38,6 +38,20 @@ _SCALARS = {
 }
 
 
+# PTX's names of the floating-point types the simulated instructions take (PTX ISA 5.2).
+PTX_FLOAT_TYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
+
+
+def ptx_type(dtype: str) -> str | None:
+    """PTX's name of a TIR float type (``"bfloat16"`` -> ``"bf16"``), None where none."""
+    return next((p for p, name in PTX_FLOAT_TYPES.items() if name == dtype), None)
+
+
+def ptx_value_dtype(type_: str) -> np.dtype:
+    """The numpy dtype of a PTX float type's values (``"bf16"`` -> bfloat16)."""
+    return _SCALARS[PTX_FLOAT_TYPES[type_]]
+
+
 def parse_dtype(dtype: Any) -> tuple[np.dtype, int]:
     """``"uint32x4"`` -> (uint32, 4); ``"float16"`` -> (float16, 1)."""
     text = str(dtype)
@@ -49,7 +63,7 @@ def parse_dtype(dtype: Any) -> tuple[np.dtype, int]:
         else:
             lanes = int(count)
     if base not in _SCALARS:
-        raise SimError(f"the simulator has no dtype {text!r}")
+        raise NotModeled(f"the simulator has no dtype {text!r}")
     return _SCALARS[base], lanes
 
 

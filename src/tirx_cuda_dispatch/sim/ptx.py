@@ -32,7 +32,7 @@ from .calls import (
     store_at,
     write_register,
 )
-from .errors import SimError
+from .errors import NotModeled, SimError
 from .interpreter import Machine
 from .intrinsics import named_barrier
 from .memory import BankRecord, bank_ways
@@ -296,7 +296,7 @@ def _bar_arrive(m: Machine, call: Any) -> None:
 def _matrix_form(tokens: list[str], mnemonic: str) -> tuple[int, bool]:
     shape = next((t for t in tokens if t.startswith("m")), None)
     if shape != "m8n8" or "b16" not in tokens:
-        raise SimError(f"{mnemonic} .{shape} {tokens}: the simulator knows .m8n8 .b16")
+        raise NotModeled(f"{mnemonic} .{shape} {tokens}: the simulator knows .m8n8 .b16")
     num = {"x1": 1, "x2": 2, "x4": 4}.get(next((t for t in tokens if t in ("x1", "x2", "x4")), ""))
     if num is None:
         raise SimError(f"{mnemonic} without .x1/.x2/.x4: {tokens}")
@@ -390,7 +390,7 @@ def _tc_alloc(m: Machine, call: Any) -> None:
     parsed = plain_ptx_operands(call, "tcgen05.alloc")
     (dst, ncols), tokens = parsed.operands, parsed.tokens
     if "cta_group::1" not in tokens:
-        raise SimError(f"tcgen05.alloc {tokens}: the simulator knows .cta_group::1")
+        raise NotModeled(f"tcgen05.alloc {tokens}: the simulator knows .cta_group::1")
     m.require_full_warps("tcgen05.alloc")
     ptr = m.eval(dst)
     if not isinstance(ptr, Pointer) or ptr.memory.space != "shared":
@@ -442,7 +442,7 @@ def _tc_wait(m: Machine, call: Any) -> None:
     kind = tokens[0] if tokens else ""
     _tensor_memory(m, "tcgen05.wait")
     if kind not in ("wait::st", "wait::ld"):
-        raise SimError(f"tcgen05.{kind}: the simulator knows wait::ld and wait::st")
+        raise NotModeled(f"tcgen05.{kind}: the simulator knows wait::ld and wait::st")
     warps = m.warps()
     m.asynchrony.wait_tcgen05(m, "tcgen05." + kind.removeprefix("wait::"), warps)
     m.counters.instructions[f"tcgen05.{kind}"] += len(warps)
@@ -597,7 +597,7 @@ def _uniform_int(m: Machine, operand: Any, what: str) -> int:
 def _check_tokens(what: str, tokens: list[str], allowed: set[str]) -> None:
     unknown = set(tokens) - allowed
     if unknown:
-        raise SimError(f"{what}: modifiers {sorted(unknown)} are not modeled")
+        raise NotModeled(f"{what}: modifiers {sorted(unknown)} are not modeled")
 
 
 def _pointer(m: Machine, operand: Any, what: str) -> Pointer:
