@@ -470,7 +470,11 @@ def emit(plan: MmaPlan, call: TileCall):
         for key, regs in plan.d_registers.items():
             for r, reg in enumerate(regs):
                 value = scalar(plan.alpha) * dv[reg]
-                if plan.c_registers is not None:
-                    value = value + scalar(plan.beta) * cv[plan.c_registers[key][r]]
+                if plan.c_registers is not None:  # one rounding of alpha D, spelled out:
+                    # left to nvcc, which of the two products it fuses is its choice
+                    beta_c = scalar(plan.beta) * cv[plan.c_registers[key][r]]
+                    value = T.call_pure_extern(
+                        f32, "__fmaf_rn", scalar(plan.alpha), dv[reg], beta_c
+                    )
                 b.store(dv, reg, value)
     return b.func()

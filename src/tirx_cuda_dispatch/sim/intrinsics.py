@@ -15,7 +15,7 @@ import numpy as np
 from .calls import Instruction, Table
 from .errors import NotModeled, SimError
 from .interpreter import Machine
-from .numerics import cast, from_bits, parse_dtype
+from .numerics import cast, fma, from_bits, parse_dtype
 from .values import Pointer
 
 TABLE = Table()
@@ -460,6 +460,7 @@ _EXTERNS = {
     "__ddiv_rn": lambda a, b: np.divide(a, b),
     "__frcp_rn": lambda a: np.divide(np.ones_like(a), a),
     "__drcp_rn": lambda a: np.divide(np.ones_like(a), a),
+    "__fmaf_rn": lambda a, b, c: fma(a, b, c, np.dtype(np.float32)),
 }
 
 
