@@ -4,41 +4,26 @@ pipelines make of it, and the parts' registration in bench/run.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
+from modules import BENCH, ROOT, load_file
 from tirx_cuda_dispatch import runtime, sim, toolchain
-
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench"
-
-
-def _load(name: str, path: Path):
-    """A bench module by path, under a name no test or example module has (examples/ and
-    tests/ have a ``gemm`` of their own)."""
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return _load("bench_gemm_under_test", BENCH / "gemm.py")
+    return load_file("bench_gemm_under_test", BENCH / "gemm.py")
 
 
 @pytest.fixture(scope="module")
 def run_py():
-    return _load("bench_run_under_test", BENCH / "run.py")
+    return load_file("bench_run_under_test", BENCH / "run.py")
 
 
 def _columns(table: str) -> set[int]:

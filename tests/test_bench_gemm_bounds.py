@@ -4,36 +4,21 @@ examples/gemm.py removes its half of the main loop and only that."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from modules import BENCH, ROOT, load_file
 from tirx_cuda_dispatch import toolchain
-
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench"
-
-
-def _load(name: str, path: Path):
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def bounds():
-    return _load("bench_gemm_bounds_under_test", BENCH / "gemm_bounds.py")
+    return load_file("bench_gemm_bounds_under_test", BENCH / "gemm_bounds.py")
 
 
 @pytest.fixture(scope="module")
 def example():
-    return _load("example_gemm_for_bounds", ROOT / "examples" / "gemm.py")
+    return load_file("example_gemm_for_bounds", ROOT / "examples" / "gemm.py")
 
 
 @pytest.mark.parametrize("stages", [3, 4])
@@ -98,6 +83,6 @@ def test_an_unknown_ablation_is_an_error(example):
 
 
 def test_run_registers_the_part():
-    run_py = _load("bench_run_for_bounds", BENCH / "run.py")
+    run_py = load_file("bench_run_for_bounds", BENCH / "run.py")
     assert "gemm_bounds" in run_py.TITLES and "gemm_bounds" in run_py.GPU_PARTS
     assert "gemm_bounds" in run_py.DEFAULT_PARTS.split(",")

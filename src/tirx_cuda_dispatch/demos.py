@@ -164,8 +164,8 @@ def ldgsts_roundtrip(
     ``copy_async`` at ``scope``, commits, waits, syncs, and copies the tile to the same
     region of B (arguments A, B, C). ``config(tid, bx)`` gives the call's config keys.
     With ``init`` the shared tile first gets C's region (a synchronous copy), so what a
-    predicate skips is C's; without it the device kernel does not take C (the simulator
-    gets A and B only). ``wait=False`` leaves out the ``cp.async.wait_group`` (a broken
+    predicate skips is C's; without it the device kernel drops C, but the host function
+    (what the GPU and the simulator are given) still takes A, B, C. ``wait=False`` leaves out the ``cp.async.wait_group`` (a broken
     kernel: the copy back reads the tile while the cp.async writes are in flight).
     One CTA's rows start at 0 (not ``bx * TM``, whose alignment the analyzer does not know)."""
     tm, tn = tile

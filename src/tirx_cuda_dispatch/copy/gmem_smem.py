@@ -214,12 +214,8 @@ class GmemSmemPlan(OnPartition):
 
     def __str__(self) -> str:
         hints = "" if self.hints.empty else f" [{self.global_access}]"
-        if self.masked:
-            pieces = "; ".join(str(piece) for piece in self.partition.pieces)
-            return f"gmem_smem {self.direction} {self.dtype}{hints}, masked: {pieces}"
-        return (
-            f"gmem_smem {self.direction} {self.dtype}{hints}: {self.outer} rounds x "
-            f"{self.threads} threads x {self.vec} ({self.vec_bits}-bit)"
+        return self.describe(
+            f"gmem_smem {self.direction} {self.dtype}{hints}", f"{self.vec_bits}-bit"
         )
 
 

@@ -330,13 +330,7 @@ class LdgstsPlan(OnPartition):
 
     def __str__(self) -> str:
         pred = "" if self.config.predicate is None else f" if {self.config.predicate}"
-        if self.masked:
-            pieces = "; ".join(str(piece) for piece in self.partition.pieces)
-            return f"ldgsts global->shared {self.dtype}{pred}, masked: {pieces}"
-        return (
-            f"ldgsts global->shared {self.dtype}{pred}: {self.outer} rounds x {self.threads} "
-            f"threads x {self.vec} ({self.ptx(self.vec_bits)})"
-        )
+        return self.describe(f"ldgsts global->shared {self.dtype}{pred}", self.ptx(self.vec_bits))
 
 
 def _byte_alignment(o: Operand) -> str:

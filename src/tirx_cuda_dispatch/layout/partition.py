@@ -376,6 +376,14 @@ class OnPartition:
     def threads(self) -> int:
         return self.partition.threads
 
+    def describe(self, head: str, access: str) -> str:
+        """``head`` and the partition in one line: its pieces where masked, else rounds x
+        threads x vec with ``access`` (the access form)."""
+        if self.masked:
+            pieces = "; ".join(str(piece) for piece in self.partition.pieces)
+            return f"{head}, masked: {pieces}"
+        return f"{head}: {self.outer} rounds x {self.threads} threads x {self.vec} ({access})"
+
 
 def synthesize_pieces(
     views: Sequence[MemoryView],
