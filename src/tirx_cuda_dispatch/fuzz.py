@@ -892,13 +892,20 @@ def _off(case: Case, out: np.ndarray, exact: bool) -> str | None:
 _TVM_DECLINED = "declined \u2014 "  # how TVM's dispatch failure table gives a reason
 
 
-def _summary(err: BaseException) -> str:
+# a source file's directories, which a one-line summary drops (the install prefix is as
+# long as the reason after it: CI's site-packages path pushed a reason past the cut)
+_SOURCE_DIRS = re.compile(r"(?:[A-Za-z]:)?[\\/](?:[^\s:\\/]+[\\/])+(?=[^\s:\\/]+\.py\b)")
+
+
+def _summary(err: BaseException, limit: int = 300) -> str:
     """The error's type and its telling line: the first reason of a TVM dispatch failure
-    (its table of variants), else the last line that is not a caret underline."""
+    (its table of variants), else the last line that is not a caret underline; source
+    paths shortened to their file names, then cut to ``limit`` characters."""
     lines = [line.strip() for line in str(err).strip().splitlines() if line.strip(" ^")]
     declined = next((line for line in lines if _TVM_DECLINED in line), None)
     if declined is not None:
         text = declined.split(_TVM_DECLINED, 1)[1].strip(" |")
     else:
         text = lines[-1] if lines else ""
-    return f"{type(err).__name__}: {text[:200]}"
+    text = _SOURCE_DIRS.sub("", text)
+    return f"{type(err).__name__}: {text[:limit]}"

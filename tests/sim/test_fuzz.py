@@ -291,3 +291,18 @@ def test_gpu_agrees_with_the_simulator_on_random_programs():
     rows = differential._worker((list(range(16)), time.time() + 600))
     assert len(rows) == 16
     assert not [r for r in rows if r["problems"]], rows
+
+
+def test_a_summary_keeps_the_reason_behind_a_long_install_path():
+    """A located simulator error names its source file by the full path; an install under
+    a deep prefix (CI's site-packages) pushed the reason past the one-line cut. The summary
+    drops the directories, so the reason survives; the control shows the raw line alone
+    would have been cut before it."""
+    from tirx_cuda_dispatch.sim import SimError
+
+    prefix = "/root/" + "deep/" * 40 + "site-packages/tirx_cuda_dispatch/demos.py:209"
+    message = f"in call [2] Tx.warpgroup.copy at {prefix}: copy(B, A_s): read while cp.async"
+    assert "cp.async" not in message[:300]  # the control: a plain cut loses the reason
+    summary = fuzz._summary(SimError(message))
+    assert summary.endswith("at demos.py:209: copy(B, A_s): read while cp.async"), summary
+    assert "deep/" not in summary
