@@ -332,6 +332,81 @@ def cta_sum_expected(schedule, a: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([emulate(schedule, t).reshape(rows) for t in tiles])
 
 
+def hand_cta_sum_source(rows: int, cols: int, threads: int, combine: bool) -> str:
+    """The 7a loop by hand, ``lanes = threads / rows`` consecutive threads per row, each
+    thread's 16-byte vectors ``s * lanes + l`` of its row into 4 accumulators (a vector's
+    element j into accumulator j), folded left. ``combine``: then the ``shfl.xor``
+    butterfly over the row's lanes (masks 1, 2, .. lanes / 2) and lane 0 writes the row's
+    sum (our plan's order, where the plan has no workspace); without it every thread
+    writes its own partial, the loads' and adds' bound with nothing combined."""
+    lanes = threads // rows
+    out = rows if combine else threads
+    butterfly = (
+        f"for (int m = 1; m < {lanes}; m <<= 1) v = v + __shfl_xor_sync(0xffffffffu, v, m);\n"
+        f"    if (l == 0) Out[row] = v;"
+        if combine
+        else "Out[threadIdx.x] = v;"
+    )
+    return f"""
+extern "C" __global__ void __launch_bounds__({threads}) cta_sum_hand(const float* __restrict__ A, float* __restrict__ B, int iters) {{
+  __shared__ __align__(16) float As[{rows * cols}];
+  __shared__ float Out[{out}];
+  for (int i = threadIdx.x; i < {rows * cols // 4}; i += {threads})
+    ((float4*)As)[i] = ((const float4*)A)[blockIdx.x * {rows * cols // 4} + i];
+  __syncthreads();
+  const int row = threadIdx.x / {lanes}, l = threadIdx.x % {lanes};
+  float v = 0.0f;
+  for (int it = 0; it < iters; ++it) {{
+    float a0 = -0.0f, a1 = -0.0f, a2 = -0.0f, a3 = -0.0f;
+#pragma unroll
+    for (int s = 0; s < {cols // 4 // lanes}; ++s) {{
+      const float4 x = ((const float4*)As)[row * {cols // 4} + s * {lanes} + l];
+      a0 += x.x; a1 += x.y; a2 += x.z; a3 += x.w;
+    }}
+    v = ((a0 + a1) + a2) + a3;
+    {butterfly}
+    __syncthreads();
+  }}
+  for (int i = threadIdx.x; i < {out}; i += {threads}) B[blockIdx.x * {out} + i] = Out[i];
+}}
+"""
+
+
+def _hand_cta_sum(gpu, a: np.ndarray, want: np.ndarray, shape, ctas: int, iters: int, combine):
+    """The hand-written kernel, checked: with ``combine`` bit for bit against ``want`` (our
+    plan's order), without it every thread's partial against numpy's float64 sum."""
+    rows, cols, threads = shape
+    cp = gpu.cupy
+    source = hand_cta_sum_source(rows, cols, threads, combine)
+    kernel = cp.RawKernel(source, "cta_sum_hand", options=("-std=c++17",))
+    if not combine:  # thread t of a CTA: row t // lanes, vectors s * lanes + t % lanes
+        lanes = threads // rows
+        v = a.reshape(ctas, rows, cols // 4 // lanes, lanes, 4).astype(np.float64)
+        want = v.sum(axis=(2, 4)).reshape(-1).astype(np.float32)
+    out = cp.asarray(runtime.poison_like(want))
+    args = (cp.asarray(a), out, np.int32(iters))
+    kernel((ctas,), (threads,), args)
+    cp.cuda.Device().synchronize()
+    got = out.get()
+    ok = (
+        np.array_equal(runtime.bits(got), runtime.bits(want))
+        if combine
+        else np.allclose(got, want, rtol=1e-5, atol=1e-4)
+    )
+    if not ok:
+        what = "same schedule" if combine else "no combine"
+        raise RuntimeError(f"cta_sum {shape}: the hand-written kernel ({what}) is wrong")
+    return lambda: kernel((ctas,), (threads,), args)
+
+
+def _hand_lanes(schedule, rows: int, threads: int) -> int | None:
+    """Lanes per row where our plan is the hand-written kernel's schedule (a butterfly
+    over ``threads / rows`` lanes, no workspace), else None."""
+    lanes = threads // rows
+    same = schedule.warp_partials == 1 and 2 ** len(schedule.lane_masks) == lanes
+    return lanes if same and schedule.vec == 4 and schedule.accumulators == 4 else None
+
+
 def part_cta_sum(gpu, args) -> list[dict]:
     import tvm
 
@@ -352,16 +427,24 @@ def part_cta_sum(gpu, args) -> list[dict]:
         dev.sync()
         if not np.array_equal(runtime.bits(tensors[1].numpy()), runtime.bits(want)):
             raise RuntimeError(f"cta_sum {name} computed a wrong result")
-        ms = gpu.time({"ours": lambda f=fn, t=tensors: f(*t, args.iters)})["ours"]
-        per = gpu.per_clock_per_sm(ctas * args.iters * rows * cols * 4, ms)
+        shape = (rows, cols, threads)
+        fns = {"ours": lambda f=fn, t=tensors: f(*t, args.iters)}
+        if _hand_lanes(schedule, rows, threads):
+            fns["hand"] = _hand_cta_sum(gpu, a, want, shape, ctas, args.iters, True)
+        fns["bound"] = _hand_cta_sum(gpu, a, want, shape, ctas, args.iters, False)
+        ms = gpu.time(fns)
+        nbytes = ctas * args.iters * rows * cols * 4
+        per = {k: gpu.per_clock_per_sm(nbytes, t) / PEAK_SHARED for k, t in ms.items()}
         rows_out.append(
             {
                 "tile": name,
                 "schedule": plan.get("schedule", "?"),
                 "wavefronts_per_load": plan.get("wavefronts_per_load", "?"),
                 "est_clocks": plan.get("est_clocks", "?"),
-                "ours B/clk/SM": per,
-                "ours/128": per / PEAK_SHARED,
+                "ours B/clk/SM": per["ours"] * PEAK_SHARED,
+                "ours/128": per["ours"],
+                "hand-written/128": per.get("hand", "-"),
+                "no combine/128": per["bound"],
             }
         )
     return rows_out

@@ -356,3 +356,42 @@ def test_a_pointer_let_before_a_call_is_not_bound_to_the_analyzer():
     func = kernel.with_body(with_let(kernel.body))
     (call,) = bounds.scan(func)
     assert [o.verdict for o in call.operands] == ["in bounds", "in bounds"]
+
+
+def test_a_call_repeats_unless_a_cta_barrier_runs_between_its_runs():
+    """``Enclosing.repeats`` (a reduction's wait before it reuses its workspace): a loop of
+    more than one trip repeats the call; a loop of one trip does not; a CTA barrier every
+    iteration runs orders the runs, one inside an ``if`` or a ``while`` does not."""
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, n: T.int32):
+        A = T.match_buffer(A_ptr, (32, 32), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        tid = T.thread_id([32])
+        A_s = T.alloc_buffer((32, 32), "float32", scope="shared", layout=TileLayout(S[(32, 32)]))
+        Tx.warp.copy(A_s[:, :], A[:, :])  # 0: no loop
+        for _ in range(1):
+            Tx.warp.copy(A_s[:, :], A[:, :])  # 1: one trip
+        for _ in range(3):
+            Tx.warp.copy(A_s[:, :], A[:, :])  # 2: no barrier
+        for _ in range(3):
+            Tx.warp.copy(A_s[:, :], A[:, :])  # 3: a barrier after it
+            T.cuda.cta_sync()
+        for _ in range(n):
+            T.cuda.cta_sync()
+            for _ in range(1):
+                Tx.warp.copy(A_s[:, :], A[:, :])  # 4: barrier before, in the repeating loop
+        for _ in range(3):
+            Tx.warp.copy(A_s[:, :], A[:, :])  # 5: the barrier only under an if
+            if tid < 40:
+                T.cuda.cta_sync()
+        for _ in range(3):
+            Tx.warp.copy(A_s[:, :], A[:, :])  # 6: the barrier in a loop that may not run
+            for _ in range(n):
+                T.cuda.cta_sync()
+
+    repeats = [c.enclosing.repeats for c in bounds.scan(kernel)]
+    assert repeats == [False, False, True, False, False, True, True]

@@ -30,7 +30,7 @@ from tvm.tirx import IntImm, Var
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
 from .errors import DispatchError
-from .irfacts import Location, as_int, buffer_var, location_of, scope_id_kind
+from .irfacts import Location, as_int, buffer_var, location_of, runs_cta_barrier, scope_id_kind
 from .layout.atoms import static_size
 from .signatures import signature_or_positional
 
@@ -100,8 +100,7 @@ class Enclosing:
     scope_ids: list[tuple[Var, tuple[str, str]]] = field(default_factory=list)
     # (buffer, the data its DeclBuffer names): T.decl_buffer(data=X.data), SMEMPool buffers
     declared: list[tuple[Var, Any]] = field(default_factory=list)
-    # the loops around the call, innermost last: a For's variable (its range is in
-    # `ranges`), a While's condition
+    # the loops around the call, innermost last: For and While statements
     loops: list[Any] = field(default_factory=list)
     function: Any = None  # the PrimFunc the call is in
 
@@ -116,6 +115,15 @@ class Enclosing:
             list(self.loops),
             self.function,
         )
+
+    @property
+    def repeats(self) -> bool:
+        """Whether the call may run again before every thread of the CTA has passed a
+        ``__syncthreads`` since it last ran: some loop around it runs its body more than
+        once (a For of constant extent 1 does not), and the innermost such loop's body
+        holds no CTA barrier that every one of its iterations runs."""
+        looping = [loop for loop in self.loops if as_int(getattr(loop, "extent", None)) != 1]
+        return bool(looping) and not runs_cta_barrier(looping[-1].body)
 
     def storage_of(self, buffer: Any) -> Var | None:
         """The buffer whose memory ``buffer`` lies in: the allocation or parameter at the
@@ -174,7 +182,7 @@ def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
         inner = env.snapshot()
         step = 1 if stmt.step is None else stmt.step
         _add_range(inner, stmt.loop_var, stmt.min, stmt.extent, step)
-        inner.loops.append(stmt.loop_var)
+        inner.loops.append(stmt)
         _walk(stmt.body, inner, out)
     elif kind == "Bind":
         # integer lets only: the analyzer binds those (a handle let, such as a pointer
@@ -195,7 +203,7 @@ def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
             _walk(stmt.else_case, else_env, out)
     elif kind == "While":  # runs its body any number of times
         inner = env.snapshot()
-        inner.loops.append(stmt.condition)
+        inner.loops.append(stmt)
         _walk(stmt.body, inner, out)
     else:  # AttrStmt, ...: no facts of their own; their bodies may hold calls
         body = getattr(stmt, "body", None)

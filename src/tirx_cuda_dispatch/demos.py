@@ -566,6 +566,7 @@ def shared_reduction(
     src_layout: Any = None,
     narrow: str | None = None,
     repeat: int = 1,
+    loop_sync: bool = True,
 ) -> Any:
     """A reduction of a shared tile into a shared dst (TVM's test_reduction_shared program):
     A -> shared, (accum: B -> shared), ``Tx.<scope>.<op>`` over ``src_region`` (start,
@@ -573,7 +574,9 @@ def shared_reduction(
     in warp 5 only, ``"wg0"`` a warpgroup-scope call in warpgroup 0 only, ``"warps0-3"`` a
     CTA-scope call in warps 0-3 (``if warp < 4``), ``"tid65"`` a thread-scope call in
     thread 65. ``repeat``: the call in a loop of that
-    many trips (its workspace reused)."""
+    many trips (its workspace reused); ``loop_sync``: a CTA barrier after the call in
+    the loop (without it, the call's own barriers must keep a run's workspace writes
+    from overtaking the last run's reads)."""
     dst_dtype = dst_dtype or dtype
     warps = cta_threads // 32
     with_wg = warps % 4 == 0
@@ -620,6 +623,9 @@ def shared_reduction(
                     reduce(B_s[dst_sl], A_s[src_sl], axes=axes, accum=accum)
             else:
                 reduce(B_s[dst_sl], A_s[src_sl], axes=axes, accum=accum)
+            if loop_sync:
+                T.cuda.cta_sync()
+        if not loop_sync:
             T.cuda.cta_sync()
         Tx.cta.copy(B[all_dst], B_s[all_dst])
     # fmt: on

@@ -25,6 +25,30 @@ def as_int(value: Any) -> int | None:
     return None
 
 
+CTA_BARRIERS = ("tirx.cuda.cta_sync", "tirx.tvm_storage_sync")  # __syncthreads
+
+
+def runs_cta_barrier(stmt: Any) -> bool:
+    """Whether every run of ``stmt`` passes a CTA barrier (``T.cuda.cta_sync()``,
+    ``tvm_storage_sync("shared")``) outside any ``if``, ``while`` or loop that may run
+    zero times: the barriers it is sure to reach."""
+    kind = type(stmt).__name__
+    if kind == "SeqStmt":
+        return any(runs_cta_barrier(s) for s in stmt.seq)
+    if kind == "Evaluate":
+        call = stmt.value
+        name = str(getattr(getattr(call, "op", None), "name", ""))
+        if name == "tirx.tvm_storage_sync":
+            return str(getattr(call.args[0], "value", "")) == "shared"
+        return name in CTA_BARRIERS
+    if kind == "For":
+        return (as_int(stmt.extent) or 0) >= 1 and runs_cta_barrier(stmt.body)
+    if kind in ("IfThenElse", "While"):
+        return False
+    body = getattr(stmt, "body", None)  # AttrStmt, DeclBuffer, ...: their body runs once
+    return body is not None and runs_cta_barrier(body)
+
+
 def memory_kind(scope: str) -> str:
     """Collapse a buffer scope to global / shared / local / tmem / other."""
     if scope == "global":

@@ -96,12 +96,23 @@ def test_16_bit_data_into_float32_statistics(dtype, where, gpu, rng):
     assert report.plan["accumulate"] == f"{dtype} -> float32 -> float32"
 
 
+def _looped(loop_sync: bool, repeat: int = 3):
+    """Two rows of 512 over 8 warps (4 per row, through the workspace), 3 runs in a loop,
+    each adding to dst; ``loop_sync``: a CTA barrier after the call in the loop."""
+    return demos.shared_reduction("sum", (2, 512), (-1,), (2,), cta_threads=256,
+                                  repeat=repeat, accum=True, loop_sync=loop_sync)  # fmt: skip
+
+
 @pytest.mark.parametrize("where", WHERE)
-def test_call_in_a_loop_waits_before_reusing_its_workspace(where, gpu, rng):
-    kernel = demos.shared_reduction("sum", (2, 512), (-1,), (2,), cta_threads=256, repeat=3,
-                                    accum=True)  # fmt: skip
+@pytest.mark.parametrize("loop_sync", [False, True])
+def test_call_in_a_loop_waits_before_reusing_its_workspace(loop_sync, where, gpu, rng):
+    """With nothing else in the loop, the call waits at a barrier before it writes its
+    workspace again; a CTA barrier in the loop body already orders the runs, so the call
+    adds none."""
+    kernel = _looped(loop_sync)
     report = report_of(kernel)
-    assert report.plan["sync"] == "bar.sync 0, 2 per call (it repeats)"
+    want_sync = "1 per call" if loop_sync else "2 per call (it repeats)"
+    assert report.plan["sync"] == f"bar.sync 0, {want_sync}"
     src = random_array((2, 512), "float32", rng)
     old = random_array((2,), "float32", rng)
     out = _run(kernel, src, old, where, gpu)
@@ -110,6 +121,28 @@ def test_call_in_a_loop_waits_before_reusing_its_workspace(where, gpu, rng):
     for _ in range(3):
         want = emulate(s, src, want)
     np.testing.assert_array_equal(out, want)
+
+
+def test_a_loop_of_one_trip_does_not_repeat():
+    """A Python ``range(1)`` loop (the examples' ``steps=1``) runs the call once."""
+    report = report_of(_looped(loop_sync=False, repeat=1))
+    assert report.plan["sync"] == "bar.sync 0, 1 per call"
+
+
+def test_without_the_wait_the_simulator_names_the_workspace_race(monkeypatch, rng):
+    """Negative control of the wait: the loop without a barrier, its call planned as if it
+    ran once, lets a leader's next partials overwrite what a slower warp still reads."""
+    from tirx_cuda_dispatch import bounds
+
+    kernel = _looped(loop_sync=False)
+    src = random_array((2, 512), "float32", rng)
+    old = random_array((2,), "float32", rng)
+    _run(kernel, src, old, "sim", None)  # the control: as planned, no race
+    monkeypatch.setattr(bounds.Enclosing, "repeats", property(lambda self: False))
+    assert report_of(kernel).plan["sync"] == "bar.sync 0, 1 per call"
+    with pytest.raises(tcd.sim.SimError, match="race") as err:
+        _run(kernel, src, old, "sim", None)
+    assert "partials" in str(err.value)
 
 
 def test_cta_reduction_keeps_every_thread_busy_with_conflict_free_vector_loads():

@@ -135,10 +135,11 @@ def side(opnd: Any) -> Side:
 def make_sync(call: Any, threads: int) -> Sync:
     """How ``threads`` threads of one instance of the call's scope meet: the whole CTA at
     ``bar.sync 0``, a warp at ``__syncwarp``, otherwise at a named barrier, one id per
-    instance the CTA holds (each warp or warpgroup may run its own call). A call whose
-    surroundings are unknown counts as repeating (the safe side)."""
+    instance the CTA holds (each warp or warpgroup may run its own call). ``repeat``: a
+    loop may run the call again with no CTA barrier between (:attr:`Enclosing.repeats`);
+    a call whose surroundings are unknown counts as repeating (the safe side)."""
     enclosing = call.enclosing
-    repeat = enclosing is None or bool(enclosing.loops)
+    repeat = enclosing is None or enclosing.repeats
     cta = call.launch_extents.get("threadIdx.x") or threads
     per_instance = SCOPES[call.scope].threads
     instances = max(cta // per_instance, 1) if per_instance else 1
