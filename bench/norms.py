@@ -8,7 +8,7 @@ higher-precision reference computed with torch on the GPU (poisoned outputs).
 
 ``cta_sum``: ``Tx.cta.sum`` over a shared float32 tile that stays resident, in a loop with
 a barrier between iterations, in shared bytes per clock per SM against the 128 B/clk/SM
-peak. ``warp_sum``: ``Tx.warp.sum`` of 8 float32 per lane into a total every lane holds,
+peak, beside hand-written CUDA of our plan's schedule and of the loads alone. ``warp_sum``: ``Tx.warp.sum`` of 8 float32 per lane into a total every lane holds,
 against hand-written CUDA (4 accumulators, 5 ``__shfl_xor_sync``): time in a loop, and
 (``warp_sum_sass``, no GPU needed) the SASS of one reduction.
 
@@ -271,26 +271,34 @@ def part_softmax(gpu, args) -> list[dict]:
 
 
 # -- 7a. CTA sum of a resident shared tile ------------------------------------------------
-# (rows, cols, threads per CTA, CTAs per SM): float32 tiles of 32 KiB, under the 48 KiB of
-# static shared memory a kernel may have (TVM declares shared buffers statically), so not
-# 16 x 1024. CTAs per SM stay resident at once (one wave): 4 x 256 threads (up to 64
-# registers each; NVRTC 13.5 gives 40), 6 x 128 (up to 85; 71), 6 x 34 KiB of shared memory
-# of the 228 KiB an SM has.
+# (rows, cols, threads per CTA, CTAs per SM, dynamic): float32 tiles of 32 KiB, under the
+# 48 KiB of static shared memory a kernel may declare (TVM declares shared buffers
+# statically), and two in dynamic shared memory (``shared.dyn``, one allocation): the
+# same 8 x 1024 tile, and 16 x 1024 (64 KiB), whose threads fold 128 elements before
+# their butterfly. CTAs per SM stay resident at once (one wave): 4 x 256 threads (up to 64
+# registers each; NVRTC 13.5 gives 40), 6 x 128 (up to 85; 71), 6 x 34 KiB or 3 x 66 KiB
+# of shared memory of the 228 KiB an SM has.
 CTA_SUM = [
-    (8, 1024, 256, 4),
-    (2, 4096, 256, 4),
-    (32, 256, 256, 4),
-    (8, 1024, 128, 6),
+    (8, 1024, 256, 4, False),
+    (2, 4096, 256, 4, False),
+    (32, 256, 256, 4, False),
+    (8, 1024, 128, 6, False),
+    (8, 1024, 128, 6, True),
+    (16, 1024, 128, 3, True),
 ]
 
 
-def cta_sum_loop(rows: int, cols: int, ctas: int, threads: int = 256):
+def cta_sum_loop(rows: int, cols: int, ctas: int, threads: int = 256, dynamic: bool = False):
     """Each CTA copies its rows x cols float32 tile of A into shared memory once, then
     ``iters`` times ``Tx.cta.sum`` over the rows into a shared vector, a CTA barrier after
-    each (so no iteration's loads move past the previous one), then the sums to B."""
+    each (so no iteration's loads move past the previous one), then the sums to B.
+    ``dynamic``: the tile in dynamic shared memory (a tile over the 48 KiB a kernel may
+    declare statically)."""
     warps = threads // 32
     tile = (slice(0, rows), slice(0, cols))
     a_layout, b_layout = TileLayout(S[(rows, cols)]), TileLayout(S[rows])
+    elems = rows * cols
+    a_scope = "shared.dyn" if dynamic else "shared"
 
     # fmt: off
     @T.prim_func
@@ -304,7 +312,10 @@ def cta_sum_loop(rows: int, cols: int, ctas: int, threads: int = 256):
         T.warp_id([warps])
         T.lane_id([32])
         T.thread_id([threads])
-        As = T.alloc_buffer((rows, cols), "float32", scope="shared", layout=a_layout)
+        pool = T.alloc_buffer((elems,), "float32", scope=a_scope, layout=TileLayout(S[elems]))
+        if dynamic:
+            T.attr({"tirx.dyn_smem_bytes": elems * 4})
+        As = T.decl_buffer((rows, cols), "float32", pool.data, layout=a_layout)
         Bs = T.alloc_buffer((rows,), "float32", scope="shared", layout=b_layout)
         Tx.cta.copy(As[tile], A[bx * rows:(bx + 1) * rows, 0:cols])
         T.cuda.cta_sync()
@@ -332,14 +343,22 @@ def cta_sum_expected(schedule, a: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([emulate(schedule, t).reshape(rows) for t in tiles])
 
 
-def hand_cta_sum_source(rows: int, cols: int, threads: int, combine: bool) -> str:
+def hand_cta_sum_source(
+    rows: int, cols: int, threads: int, combine: bool, dynamic: bool = False
+) -> str:
     """The 7a loop by hand, ``lanes = threads / rows`` consecutive threads per row, each
     thread's 16-byte vectors ``s * lanes + l`` of its row into 4 accumulators (a vector's
     element j into accumulator j), folded left. ``combine``: then the ``shfl.xor``
     butterfly over the row's lanes (masks 1, 2, .. lanes / 2) and lane 0 writes the row's
     sum (our plan's order, where the plan has no workspace); without it every thread
-    writes its own partial, the loads' and adds' bound with nothing combined."""
+    writes its own partial, the loads' and adds' bound with nothing combined.
+    ``dynamic``: the tile in dynamic shared memory, as ours puts it there."""
     lanes = threads // rows
+    tile = (
+        "extern __shared__ __align__(16) float As[]"
+        if dynamic
+        else (f"__shared__ __align__(16) float As[{rows * cols}]")
+    )
     out = rows if combine else threads
     butterfly = (
         f"for (int m = 1; m < {lanes}; m <<= 1) v = v + __shfl_xor_sync(0xffffffffu, v, m);\n"
@@ -349,7 +368,7 @@ def hand_cta_sum_source(rows: int, cols: int, threads: int, combine: bool) -> st
     )
     return f"""
 extern "C" __global__ void __launch_bounds__({threads}) cta_sum_hand(const float* __restrict__ A, float* __restrict__ B, int iters) {{
-  __shared__ __align__(16) float As[{rows * cols}];
+  {tile};
   __shared__ float Out[{out}];
   for (int i = threadIdx.x; i < {rows * cols // 4}; i += {threads})
     ((float4*)As)[i] = ((const float4*)A)[blockIdx.x * {rows * cols // 4} + i];
@@ -375,17 +394,20 @@ extern "C" __global__ void __launch_bounds__({threads}) cta_sum_hand(const float
 def _hand_cta_sum(gpu, a: np.ndarray, want: np.ndarray, shape, ctas: int, iters: int, combine):
     """The hand-written kernel, checked: with ``combine`` bit for bit against ``want`` (our
     plan's order), without it every thread's partial against numpy's float64 sum."""
-    rows, cols, threads = shape
+    rows, cols, threads, dynamic = shape
     cp = gpu.cupy
-    source = hand_cta_sum_source(rows, cols, threads, combine)
+    source = hand_cta_sum_source(rows, cols, threads, combine, dynamic)
     kernel = cp.RawKernel(source, "cta_sum_hand", options=("-std=c++17",))
+    smem = rows * cols * 4 if dynamic else 0
+    if dynamic:
+        kernel.max_dynamic_shared_size_bytes = smem
     if not combine:  # thread t of a CTA: row t // lanes, vectors s * lanes + t % lanes
         lanes = threads // rows
         v = a.reshape(ctas, rows, cols // 4 // lanes, lanes, 4).astype(np.float64)
         want = v.sum(axis=(2, 4)).reshape(-1).astype(np.float32)
     out = cp.asarray(runtime.poison_like(want))
     args = (cp.asarray(a), out, np.int32(iters))
-    kernel((ctas,), (threads,), args)
+    kernel((ctas,), (threads,), args, shared_mem=smem)
     cp.cuda.Device().synchronize()
     got = out.get()
     ok = (
@@ -396,7 +418,7 @@ def _hand_cta_sum(gpu, a: np.ndarray, want: np.ndarray, shape, ctas: int, iters:
     if not ok:
         what = "same schedule" if combine else "no combine"
         raise RuntimeError(f"cta_sum {shape}: the hand-written kernel ({what}) is wrong")
-    return lambda: kernel((ctas,), (threads,), args)
+    return lambda: kernel((ctas,), (threads,), args, shared_mem=smem)
 
 
 def _hand_lanes(schedule, rows: int, threads: int) -> int | None:
@@ -412,11 +434,12 @@ def part_cta_sum(gpu, args) -> list[dict]:
 
     rng = np.random.default_rng(12)
     rows_out = []
-    for rows, cols, threads, per_sm in CTA_SUM:
+    for rows, cols, threads, per_sm, dynamic in CTA_SUM:
         ctas = gpu.sms * per_sm
         name = f"{rows}x{cols} f32, {threads} threads, {per_sm} CTAs/SM"
+        name += ", dynamic shared" if dynamic else ""
         print(f"  build cta_sum {name}", file=sys.stderr, flush=True)
-        func = cta_sum_loop(rows, cols, ctas, threads)
+        func = cta_sum_loop(rows, cols, ctas, threads, dynamic)
         plan, schedule = cta_sum_plan(func)
         a = runtime.random_array((ctas * rows, cols), "float32", rng)
         want = cta_sum_expected(schedule, a, rows)
@@ -427,7 +450,7 @@ def part_cta_sum(gpu, args) -> list[dict]:
         dev.sync()
         if not np.array_equal(runtime.bits(tensors[1].numpy()), runtime.bits(want)):
             raise RuntimeError(f"cta_sum {name} computed a wrong result")
-        shape = (rows, cols, threads)
+        shape = (rows, cols, threads, dynamic)
         fns = {"ours": lambda f=fn, t=tensors: f(*t, args.iters)}
         if _hand_lanes(schedule, rows, threads):
             fns["hand"] = _hand_cta_sum(gpu, a, want, shape, ctas, args.iters, True)

@@ -23,7 +23,8 @@ Parts:
    in a few (rows, steps) shapes vs PyTorch eager, a plain Triton kernel and a device copy
    of the same bytes (checked against a torch reference in higher precision first).
 7. ``cta_sum``, ``warp_sum`` and ``warp_sum_sass`` (``norms.py``): ``Tx.cta.sum`` over a
-   resident shared tile in a loop against 128 B/clk/SM; ``Tx.warp.sum`` of 8 float32 per
+   resident shared tile in a loop against 128 B/clk/SM, beside hand-written CUDA of the
+   same schedule and of the loads alone; ``Tx.warp.sum`` of 8 float32 per
    lane against hand-written CUDA, timed in a loop and (no GPU needed) its SASS.
 8. ``mma_limit`` and ``gemm`` (``gemm.py``): the mma.sync m16n8k16 rate of this GPU from a
    hand-written loop of mma in registers; examples/gemm.py (C = relu(A B + bias), float16,

@@ -34,9 +34,12 @@ def hand_order(a: np.ndarray, rows: int, lanes: int, masks_down: bool = False) -
     return x[:, :, 0].reshape(-1)
 
 
-@pytest.mark.parametrize("rows,cols,threads", [(8, 1024, 256), (32, 256, 256), (8, 1024, 128)])
-def test_the_hand_written_kernel_adds_in_our_plans_order(norms, rows, cols, threads, rng):
-    func = norms.cta_sum_loop(rows, cols, 2, threads)
+@pytest.mark.parametrize(
+    "rows,cols,threads,dynamic",
+    [(8, 1024, 256, False), (32, 256, 256, False), (8, 1024, 128, False), (16, 1024, 128, True)],
+)
+def test_the_hand_written_kernel_adds_in_our_plans_order(norms, rows, cols, threads, dynamic, rng):
+    func = norms.cta_sum_loop(rows, cols, 2, threads, dynamic)
     _, schedule = norms.cta_sum_plan(func)
     lanes = norms._hand_lanes(schedule, rows, threads)
     assert lanes == threads // rows
@@ -55,11 +58,24 @@ def test_a_plan_with_a_workspace_gets_no_hand_written_twin(norms):
     assert norms._hand_lanes(schedule, 2, 256) is None
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("combine", [True, False])
-def test_the_hand_written_loop_loads_16_bytes_and_keeps_to_registers(norms, combine):
-    sass = toolchain.sass(toolchain.nvrtc_compile(norms.hand_cta_sum_source(8, 1024, 128, combine)))
+def test_the_hand_written_loop_loads_16_bytes_and_keeps_to_registers(norms, combine, dynamic):
+    source = norms.hand_cta_sum_source(8, 1024, 128, combine, dynamic)
+    assert ("extern __shared__" in source) == dynamic
+    sass = toolchain.sass(toolchain.nvrtc_compile(source))
     ops = toolchain.opcodes(sass)
     assert any(op.startswith("LDS.128") for op in ops)
     assert not any(op.startswith(("LDL", "STL")) for op in ops)
     shuffles = sum(n for op, n in ops.items() if op.startswith("SHFL"))
     assert shuffles == (4 if combine else 0)  # log2(16 lanes per row), or none
+
+
+def test_the_dynamic_tile_is_one_dynamic_allocation_of_ours(norms):
+    """The 64 KiB tile is over the static limit: ours declares it ``extern __shared__``."""
+    source = toolchain.cuda_source(
+        norms.cta_sum_loop(16, 1024, 2, 128, True), "sm_90a", norms.STRICT
+    )
+    assert "extern __shared__" in source
+    static = toolchain.cuda_source(norms.cta_sum_loop(8, 1024, 2, 128), "sm_90a", norms.STRICT)
+    assert "extern __shared__" not in static
