@@ -295,6 +295,60 @@ def test_a_write_over_bytes_in_flight_is_reported(second, rng):
         sim.run(write_over(second), [a, runtime.poison_like(a)])
 
 
+def write_source(when: str, src_size: int = 16):
+    """Thread t copies A's 16 bytes at 16 t (reading ``src_size`` of them) into shared
+    memory, and writes a float of A at byte 16 t + 4 (the float of byte 12 with
+    ``src_size`` 8: a byte the copy does not read) ``when``: "before" the wait (while the
+    copy may still read it) or "after" it; then B = what landed."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (THREADS * 4,), "float32")
+        B = T.match_buffer(B_ptr, (THREADS * 4,), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([THREADS])
+        pool = T.SMEMPool()
+        S = pool.alloc((THREADS * 4,), "float32")
+        pool.commit()
+        T.ptx["cp.async.cg.shared.global"](
+            T.address_of(S[tid * 4]), T.address_of(A[tid * 4]), 16, T.uint32(src_size))
+        if when == "before":
+            A[tid * 4 + (1 if src_size == 16 else 3)] = T.float32(1)
+        T.ptx.cp.async_.wait_all()
+        if when == "after":
+            A[tid * 4 + 1] = T.float32(1)
+        for i in range(4):
+            B[tid * 4 + i] = S[tid * 4 + i]
+    # fmt: on
+    return kernel
+
+
+def test_a_write_over_a_copys_source_in_flight_is_reported(rng):
+    """The copy may read its global source at any time until its group completes: a
+    store there before the wait may or may not reach shared memory, so it is an error
+    naming the copy and the fix."""
+    a = floats(THREADS * 4, rng)
+    out = sim.run(write_source("after"), [a.copy(), runtime.poison_like(a)])  # the control
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+    with pytest.raises(
+        SimError, match=r"thread 0 writes byte 4 of global A_ptr while cp.async.cg"
+    ) as err:
+        sim.run(write_source("before"), [a.copy(), runtime.poison_like(a)])
+    assert "still reads it" in str(err.value)
+    assert "complete its group (cp.async.wait_group) before writing its source" in str(err.value)
+
+
+def test_bytes_past_the_src_size_are_not_read(rng):
+    """With src-size 8 the copy reads bytes 0-7 of its 16: byte 12 is free to write."""
+    a = floats(THREADS * 4, rng)
+    out = sim.run(write_source("before", src_size=8), [a.copy(), runtime.poison_like(a)])
+    want = a.reshape(THREADS, 4).copy()
+    want[:, 2:] = 0  # the zero fill
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(want.ravel()))
+
+
 def ends_in_flight(wait: str):
     """A copy, then ``wait``: "none", "group" (wait_group 0 without a commit: the open
     group is not waited for) or "all" (wait_all commits it first)."""

@@ -5,7 +5,9 @@ An asynchronous instruction does not write when it is issued. Its writes are an
 are tied to completes, and only then land in memory. Until then their bytes are guarded
 (``Memory.guard``): a plain read of them, or a plain write over them, by any thread is a
 :class:`.SimError` that names the instruction which issued the pending write, the call it
-came from and what is missing. A CTA that exits with an effect still pending is an error.
+came from and what is missing. A copy's source bytes are read, as far as anyone can tell,
+at any time until it completes: a plain write over them before then is an error too. A
+CTA that exits with an effect still pending is an error.
 
 The completion objects, from the PTX ISA:
 
@@ -80,11 +82,25 @@ class Effect:
     values: np.ndarray
     group: np.ndarray | None = None
     tickets: list[Ticket] = field(default_factory=list)
+    # what a copy reads: ``source`` (a Memory), per row the byte indices it reads
+    # (``source_cells``, ``(rows, k)``) and which of them it does read (``source_read``)
+    source: Any = None
+    source_cells: np.ndarray | None = None
+    source_read: np.ndarray | None = None
+
+    def source_bytes(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The source bytes the rows (all: None) still read, with repeats."""
+        cells, read = self.source_cells, self.source_read
+        if rows is not None:
+            cells, read = cells[rows], read[rows]
+        return cells[read]
 
     def drop(self, rows: np.ndarray) -> None:
         keep = ~rows
         self.threads, self.values = self.threads[keep], self.values[keep]
         self.index = tuple(ix[keep] for ix in self.index)
+        if self.source is not None:
+            self.source_cells, self.source_read = self.source_cells[keep], self.source_read[keep]
         if self.group is not None:
             self.group = self.group[keep]
         for t in self.tickets:
@@ -152,9 +168,17 @@ class Asynchrony:
         if hit.any():
             raise self.hazard(target, effect.threads, effect.index, hit, "writes", effect.what)
         target.guard[effect.index] |= np.uint8(IN_FLIGHT)
+        if effect.source is not None:  # the copy may read its source until it completes
+            source = effect.source
+            if source.reading is None:
+                source.reading = np.zeros(source.data.shape, dtype=np.int32)
+            source.owner = self
+            np.add.at(source.reading, effect.source_bytes(), 1)
         self.effects.append(effect)
 
     def _land(self, m: Any, effect: Effect, rows: np.ndarray, steps: Any = None) -> None:
+        if effect.source is not None:
+            np.subtract.at(effect.source.reading, effect.source_bytes(rows), 1)
         index = tuple(ix[rows] for ix in effect.index)
         effect.target.land(effect.threads[rows], index, effect.values[rows], m.clocks, steps)
         effect.drop(rows)
@@ -238,6 +262,29 @@ class Asynchrony:
             f"{int(effect.threads[row])}, {effect.origin}) is still in flight there: "
             f"{effect.hint(row)}"
         )
+
+    def source_hazard(
+        self, source: Any, threads: np.ndarray, index: Any, busy: np.ndarray
+    ) -> SimError:
+        """The error for a plain write over bytes a pending copy still reads: which copy,
+        and that its group must complete first (the copy may read the old or the new
+        bytes: the GPU gives no order between them)."""
+        index = index if isinstance(index, tuple) else (index,)
+        first = tuple(int(i) for i in np.argwhere(busy)[0])
+        cell = tuple(int(np.broadcast_to(ix, busy.shape)[first]) for ix in index)
+        thread = int(np.broadcast_to(threads.reshape(-1, 1), busy.shape)[first])
+        for e in self.effects:
+            if e.source is source and e.source_read.any():
+                at = (e.source_cells == cell[-1]) & e.source_read
+                if at.any():
+                    row = int(np.argwhere(at)[0][0])
+                    return SimError(
+                        f"thread {thread} writes {source.describe(cell)} while {e.what} "
+                        f"(issued by thread {int(e.threads[row])}, {e.origin}) still reads "
+                        f"it: the copy may see the old or the new bytes; complete its group "
+                        f"(cp.async.wait_group) before writing its source"
+                    )
+        return SimError(f"simulator bug: {source.describe(cell)} is read, nothing in flight")
 
     def _effect_at(self, target: Any, cell: tuple[int, ...]) -> tuple[Effect, int]:
         for e in self.effects:

@@ -122,8 +122,10 @@ class Memory:
     """One allocation's bytes. Local memory has one row per thread.
 
     ``guard`` (allocated when first needed) marks bytes plain accesses may not touch
-    (:data:`IN_FLIGHT`, :data:`MBARRIER`); ``owner`` is the queue of pending effects that
-    set them and explains an access that hits one (``owner.hazard``).
+    (:data:`IN_FLIGHT`, :data:`MBARRIER`); ``reading`` counts, per byte, the pending
+    asynchronous copies that still read it (a ``cp.async`` source), which a plain write
+    may not touch; ``owner`` is the queue of pending effects that set them and explains an
+    access that hits one (``owner.hazard``, ``owner.source_hazard``).
     """
 
     def __init__(
@@ -149,6 +151,7 @@ class Memory:
             self.w_warp = np.full(shape, NONE, dtype=np.int32)
             self.r_step: np.ndarray | None = None  # (bytes, warps), 0: not read; sized on use
         self.guard: np.ndarray | None = None
+        self.reading: np.ndarray | None = None
         self.owner: Any = None
 
     def describe(self, cell: tuple[int, ...]) -> str:
@@ -222,6 +225,10 @@ class Memory:
         cells = self._cells(threads, offsets, raw.shape[1], "store")
         index = self._index(threads, cells)
         self._guarded(threads, index, "writes")
+        if self.reading is not None:
+            busy = self.reading[index] > 0
+            if busy.any():
+                raise self.owner.source_hazard(self, threads, index, busy)
         if self.space == "shared":
             self._track(threads, cells, clocks, write=True)
         self.data[index] = raw

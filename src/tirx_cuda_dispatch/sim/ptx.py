@@ -667,8 +667,11 @@ def cp_async(
     index = dst.memory.index(threads, cells)
     group = m.asynchrony.open_groups(m, threads)
     effect = Effect(
-        "cp.async", what, issued_at(m, call), m.call, dst.memory, threads, index, values, group
-    )
+        "cp.async", what, issued_at(m, call), m.call, dst.memory, threads, index, values, group,
+        source=src.memory,
+        source_cells=src_off[:, None] + np.arange(cp_size),
+        source_read=np.arange(cp_size) < read[:, None],
+    )  # fmt: skip
     m.asynchrony.issue(m, effect)
     # the copy may write at any time after it is issued: an unordered earlier access races
     dst.memory.track(threads, cells, m.clocks, write=True, stamp=False)
