@@ -404,6 +404,26 @@ def test_warp_reduce_with_lanes_missing_never_returns():
         sim.run(_warp_reduce_kernel("sum", 32, active=48), [a, np.zeros(64, np.float32)])
 
 
+def test_activemask_names_the_lanes_that_run_the_call():
+    """``__activemask()`` under ``if tid < 40`` over 64 threads: warp 0 all 32 lanes, warp
+    1 its first 8; the threads left out write nothing (the control: poison stays)."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (64,), "uint32")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([64])
+        if tid < 40:
+            B[tid] = T.cuda.__activemask()
+    # fmt: on
+    poison = np.full(64, 0xDEADBEEF, np.uint32)
+    out = sim.run(kernel, [poison.copy()]).arrays[0]
+    want = np.concatenate([np.full(32, 0xFFFFFFFF), np.full(8, 0xFF), poison[40:]])
+    np.testing.assert_array_equal(out, want.astype(np.uint32))
+
+
 def test_arguments_follow_the_host_function_where_the_kernel_drops_one(rng):
     """The C of an ldgsts round trip without ``init`` is never read: the device kernel
     drops it, the host function (what a user calls, and the GPU run) keeps it."""

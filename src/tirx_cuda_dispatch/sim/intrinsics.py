@@ -342,6 +342,21 @@ def _warp_reduce(m: Machine, call: Any) -> np.ndarray:
     return val
 
 
+@TABLE.entry("tirx.cuda.__activemask")
+def _activemask(m: Machine, call: Any) -> np.ndarray:
+    """``__activemask()`` (PTX ``activemask.b32``; CUDA Programming Guide "Warp Vote
+    Functions"): in each thread, one bit per lane of its warp that executes the call with
+    it. The simulator's warps run in lockstep, so that is every active lane of the warp
+    (a diverged warp on the GPU may report fewer: the guide promises no convergence)."""
+    active = np.broadcast_to(m.mask, m.tid.shape)
+    warp = m.tid // 32
+    bits = np.where(active, np.left_shift(np.uint32(1), (m.tid % 32).astype(np.uint32)), 0)
+    lanes = np.zeros(int(warp.max()) + 1, dtype=np.uint32)
+    np.bitwise_or.at(lanes, warp, bits.astype(np.uint32))
+    m.counters.instructions["activemask"] += len(m.warps())
+    return lanes[warp]
+
+
 @TABLE.entry("tirx.cuda.thread_rank")
 def _thread_rank(m: Machine, call: Any) -> np.ndarray:
     """``cooperative_groups::this_thread_block().thread_rank()`` (CUDA C++ Programming
