@@ -1,0 +1,67 @@
+"""bench/differential.py, what needs no GPU: how the GPU's output is compared with the
+simulator's. Bit for bit, except where the kernel ran a function the GPU approximates
+(TVM compiles with --use_fast_math; the simulator rounds correctly): there floats may
+differ by a couple of units in their last place."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modules import BENCH, load_file
+from tirx_cuda_dispatch import fuzz, sim
+from tirx_cuda_dispatch.runtime import bits, random_array
+from tirx_cuda_dispatch.sim.intrinsics import APPROXIMATE
+
+
+@pytest.fixture(scope="module")
+def differential():
+    return load_file("bench_differential_under_test", BENCH / "differential.py")
+
+
+def _steps(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` with element 0 moved ``n`` floats up (its bits plus n)."""
+    b = a.copy()
+    bits(b).reshape(-1)[0] += n
+    return b
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_approximate_math_may_differ_by_two_ulps_and_no_more(differential, dtype, rng):
+    a = np.abs(random_array((64,), dtype, rng)) + 1  # positive, away from 0
+    assert a.dtype.name == dtype
+    assert differential.disagreement([a], [a.copy()], approximate=False) is None
+    one = _steps(a, 1)
+    assert differential.disagreement([one], [a], approximate=True) is None
+    assert differential.disagreement([_steps(a, 2)], [a], approximate=True) is None
+    # the controls: exact math allows no step, and three steps are past the bound
+    assert "differ in 1 elements" in differential.disagreement([one], [a], approximate=False)
+    far = differential.disagreement([_steps(a, 3)], [a], approximate=True)
+    assert (
+        far
+        == "argument 0: GPU and simulator differ in 1 elements (beyond 2 ulps of approximate math)"
+    )
+
+
+def test_a_sign_or_an_integer_is_never_approximate(differential):
+    zero = np.zeros(4, np.float32)
+    negative = -zero  # one step away in the bits' sign, a different float
+    assert differential.disagreement([negative], [zero], approximate=True) is not None
+    ints = np.arange(4, dtype=np.int32)
+    assert differential.disagreement([ints + (ints == 0)], [ints], approximate=True) is not None
+
+
+def test_the_built_ins_sqrtf_counts_as_approximate_and_ours_does_not():
+    """The program the GPU differential flagged (seed 1942: sqrt of float32 into float16):
+    TVM's built-in calls sqrtf (a fast-math approximation on the GPU), ours the correctly
+    rounded __fsqrt_rn, so only the built-in's kernel is compared within the bound."""
+    chooser = fuzz.RandomChooser(1942)
+    case = fuzz.random_case(chooser, None)
+    assert case.kind == "mixed_elementwise" and case.params["op"] == "sqrt"
+    ran = {
+        pipeline: set(sim.run(case.func, [a.copy() for a in case.args], pipeline=pipeline)
+                      .counters.instructions)
+        for pipeline in ("tirx", "tirx_cuda_dispatch")
+    }  # fmt: skip
+    assert "sqrtf" in ran["tirx"] & APPROXIMATE
+    assert "__fsqrt_rn" in ran["tirx_cuda_dispatch"] and not ran["tirx_cuda_dispatch"] & APPROXIMATE
