@@ -65,3 +65,47 @@ def test_the_built_ins_sqrtf_counts_as_approximate_and_ours_does_not():
     }  # fmt: skip
     assert "sqrtf" in ran["tirx"] & APPROXIMATE
     assert "__fsqrt_rn" in ran["tirx_cuda_dispatch"] and not ran["tirx_cuda_dispatch"] & APPROXIMATE
+
+
+class _SimulatedGpu:
+    """A stand-in for the GPU in the harness: runs the kernel in the simulator, with
+    ``flip`` one bit of every output flipped (a GPU that disagrees)."""
+
+    def __init__(self, monkeypatch, flip: bool = False) -> None:
+        from tirx_cuda_dispatch import runtime
+
+        self.flip = flip
+        monkeypatch.setattr(runtime, "build", lambda func, arch, pipeline: (func, pipeline))
+        monkeypatch.setattr(runtime, "run", self.run)
+
+    def run(self, exe, name, arrays):
+        func, pipeline = exe
+        out = sim.run(func, [a.copy() for a in arrays], pipeline=pipeline).arrays
+        if self.flip:
+            bits(out[-1]).reshape(-1)[0] ^= 1
+        return out
+
+
+SEEDS = [1942, 0, 1, 2]  # the approximate sqrt, then a few others
+
+
+def test_the_harness_passes_a_gpu_that_agrees(differential, monkeypatch):
+    """``_worker``'s plumbing on the CPU: a GPU that computes what the simulator does
+    passes every case, the approximate one included."""
+    import time
+
+    _SimulatedGpu(monkeypatch)
+    rows = differential._worker((SEEDS, time.time() + 600))
+    assert [r["seed"] for r in rows] == SEEDS
+    assert not [r for r in rows if r["problems"]], rows
+
+
+def test_the_harness_fails_a_gpu_that_disagrees(differential, monkeypatch):
+    """The control: one bit off in the last output is a failure on every case whose
+    kernels ran (both pipelines' disagreements are reported)."""
+    import time
+
+    _SimulatedGpu(monkeypatch, flip=True)
+    rows = differential._worker((SEEDS[1:], time.time() + 600))
+    assert rows and all(r["problems"] for r in rows), rows
+    assert any("GPU and simulator differ" in p for r in rows for p in r["problems"])
