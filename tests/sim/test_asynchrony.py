@@ -258,9 +258,11 @@ def test_wait_group_1_leaves_the_newer_group_in_flight(rng):
     assert THREADS * 16 <= byte < 2 * THREADS * 16  # a byte of S1: the newer group's copy
 
 
-def write_over(second: str):
-    """A copy in flight, then ``second`` writes over its bytes before the wait: a plain
-    store ("store") or another cp.async ("copy")."""
+def write_over(second: str, src_size: int = 16):
+    """A copy in flight (reading ``src_size`` of its 16 bytes of A), then ``second`` writes
+    before the wait: over its shared bytes, a plain store ("store") or another cp.async
+    ("copy"); over its global source, a float it reads ("source") or, with ``src_size`` 8,
+    one it does not ("unread"); or a float of its source after the wait ("after")."""
 
     # fmt: off
     @T.prim_func
@@ -273,13 +275,20 @@ def write_over(second: str):
         pool = T.SMEMPool()
         S = pool.alloc((THREADS * 4,), "float32")
         pool.commit()
-        T.ptx["cp.async.cg.shared.global"](T.address_of(S[tid * 4]), T.address_of(A[tid * 4]), 16)
+        T.ptx["cp.async.cg.shared.global"](
+            T.address_of(S[tid * 4]), T.address_of(A[tid * 4]), 16, T.uint32(src_size))
         if second == "store":
             S[tid * 4 + 1] = T.float32(1)
         elif second == "copy":
             T.ptx["cp.async.ca.shared.global"](
                 T.address_of(S[tid * 4]), T.address_of(A[tid * 4]), 8)
+        elif second == "source":
+            A[tid * 4 + 1] = T.float32(1)
+        elif second == "unread":
+            A[tid * 4 + 3] = T.float32(1)
         T.ptx.cp.async_.wait_all()
+        if second == "after":
+            A[tid * 4 + 1] = T.float32(1)
         for i in range(4):
             B[tid * 4 + i] = S[tid * 4 + i]
     # fmt: on
@@ -295,47 +304,17 @@ def test_a_write_over_bytes_in_flight_is_reported(second, rng):
         sim.run(write_over(second), [a, runtime.poison_like(a)])
 
 
-def write_source(when: str, src_size: int = 16):
-    """Thread t copies A's 16 bytes at 16 t (reading ``src_size`` of them) into shared
-    memory, and writes a float of A at byte 16 t + 4 (the float of byte 12 with
-    ``src_size`` 8: a byte the copy does not read) ``when``: "before" the wait (while the
-    copy may still read it) or "after" it; then B = what landed."""
-
-    # fmt: off
-    @T.prim_func
-    def kernel(A_ptr: T.handle, B_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (THREADS * 4,), "float32")
-        B = T.match_buffer(B_ptr, (THREADS * 4,), "float32")
-        T.device_entry()
-        T.cta_id([1])
-        tid = T.thread_id([THREADS])
-        pool = T.SMEMPool()
-        S = pool.alloc((THREADS * 4,), "float32")
-        pool.commit()
-        T.ptx["cp.async.cg.shared.global"](
-            T.address_of(S[tid * 4]), T.address_of(A[tid * 4]), 16, T.uint32(src_size))
-        if when == "before":
-            A[tid * 4 + (1 if src_size == 16 else 3)] = T.float32(1)
-        T.ptx.cp.async_.wait_all()
-        if when == "after":
-            A[tid * 4 + 1] = T.float32(1)
-        for i in range(4):
-            B[tid * 4 + i] = S[tid * 4 + i]
-    # fmt: on
-    return kernel
-
-
 def test_a_write_over_a_copys_source_in_flight_is_reported(rng):
     """The copy may read its global source at any time until its group completes: a
     store there before the wait may or may not reach shared memory, so it is an error
     naming the copy and the fix."""
     a = floats(THREADS * 4, rng)
-    out = sim.run(write_source("after"), [a.copy(), runtime.poison_like(a)])  # the control
+    out = sim.run(write_over("after"), [a.copy(), runtime.poison_like(a)])  # the control
     np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
     with pytest.raises(
         SimError, match=r"thread 0 writes byte 4 of global A_ptr while cp.async.cg"
     ) as err:
-        sim.run(write_source("before"), [a.copy(), runtime.poison_like(a)])
+        sim.run(write_over("source"), [a.copy(), runtime.poison_like(a)])
     assert "still reads it" in str(err.value)
     assert "complete its group (cp.async.wait_group) before writing its source" in str(err.value)
 
@@ -343,7 +322,7 @@ def test_a_write_over_a_copys_source_in_flight_is_reported(rng):
 def test_bytes_past_the_src_size_are_not_read(rng):
     """With src-size 8 the copy reads bytes 0-7 of its 16: byte 12 is free to write."""
     a = floats(THREADS * 4, rng)
-    out = sim.run(write_source("before", src_size=8), [a.copy(), runtime.poison_like(a)])
+    out = sim.run(write_over("unread", src_size=8), [a.copy(), runtime.poison_like(a)])
     want = a.reshape(THREADS, 4).copy()
     want[:, 2:] = 0  # the zero fill
     np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(want.ravel()))
