@@ -43,12 +43,33 @@ def test_approximate_math_may_differ_by_two_ulps_and_no_more(differential, dtype
     )
 
 
-def test_a_sign_or_an_integer_is_never_approximate(differential):
+def test_a_sign_an_infinity_or_an_integer_is_never_approximate(differential):
     zero = np.zeros(4, np.float32)
     negative = -zero  # one step away in the bits' sign, a different float
     assert differential.disagreement([negative], [zero], approximate=True) is not None
+    biggest = np.full(4, np.finfo(np.float32).max, np.float32)
+    infinite = _steps(biggest, 1)  # the next bit pattern after FLT_MAX is +Inf
+    assert np.isinf(infinite[0])
+    assert differential.disagreement([infinite], [biggest], approximate=True) is not None
+    nan = _steps(infinite, 1)  # and after +Inf a NaN
+    assert differential.disagreement([nan], [infinite], approximate=True) is not None
     ints = np.arange(4, dtype=np.int32)
     assert differential.disagreement([ints + (ints == 0)], [ints], approximate=True) is not None
+
+
+def test_the_built_ins_reciprocal_divides_approximately_and_ours_does_not():
+    """Seed 1921 (1 / x of float32 into float16): the built-in writes ``1.0f / x``, a
+    float32 division fast math approximates; ours calls the correctly rounded __frcp_rn."""
+    chooser = fuzz.RandomChooser(1921)
+    case = fuzz.random_case(chooser, None)
+    assert case.kind == "mixed_elementwise" and case.params["op"] == "reciprocal"
+    ran = {
+        pipeline: set(sim.run(case.func, [a.copy() for a in case.args], pipeline=pipeline)
+                      .counters.instructions)
+        for pipeline in ("tirx", "tirx_cuda_dispatch")
+    }  # fmt: skip
+    assert "div.f32" in ran["tirx"] & APPROXIMATE
+    assert not ran["tirx_cuda_dispatch"] & APPROXIMATE
 
 
 def test_the_built_ins_sqrtf_counts_as_approximate_and_ours_does_not():

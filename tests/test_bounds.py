@@ -361,7 +361,8 @@ def test_a_pointer_let_before_a_call_is_not_bound_to_the_analyzer():
 def test_a_call_repeats_unless_a_cta_barrier_runs_between_its_runs():
     """``Enclosing.repeats`` (a reduction's wait before it reuses its workspace): a loop of
     more than one trip repeats the call; a loop of one trip does not; a CTA barrier every
-    iteration runs orders the runs, one inside an ``if`` or a ``while`` does not."""
+    iteration runs orders the runs, one inside an ``if`` or a ``while``, one a ``break``
+    or ``continue`` may skip, or a warp's barrier does not."""
 
     @T.prim_func
     def kernel(A_ptr: T.handle, n: T.int32):
@@ -393,5 +394,23 @@ def test_a_call_repeats_unless_a_cta_barrier_runs_between_its_runs():
             for _ in range(n):
                 T.cuda.cta_sync()
 
+        for _ in range(3):
+            Tx.warp.copy(A_s[:, :], A[:, :])  # 7: a continue may skip the barrier
+            if tid == 1:
+                continue
+            T.cuda.cta_sync()
+        for _ in range(n):
+            for i in range(3):
+                Tx.warp.copy(A_s[:, :], A[:, :])  # 8: a break may skip it
+                if i == 0:
+                    break
+                T.cuda.cta_sync()
+        while n > 0:
+            Tx.warp.copy(A_s[:, :], A[:, :])  # 9: a while whose body always syncs
+            T.tvm_storage_sync("shared")
+        for _ in range(3):
+            Tx.warp.copy(A_s[:, :], A[:, :])  # 10: __syncwarp is no CTA barrier
+            T.tvm_storage_sync("warp")
+
     repeats = [c.enclosing.repeats for c in bounds.scan(kernel)]
-    assert repeats == [False, False, True, False, False, True, True]
+    assert repeats == [False, False, True, False, False, True, True, True, True, False, True]

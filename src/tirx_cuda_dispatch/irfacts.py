@@ -28,13 +28,39 @@ def as_int(value: Any) -> int | None:
 CTA_BARRIERS = ("tirx.cuda.cta_sync", "tirx.tvm_storage_sync")  # __syncthreads
 
 
+LOOP_EXITS = ("tirx.break_loop", "tirx.continue_loop")  # T.break_loop(), T.continue_loop()
+
+
 def runs_cta_barrier(stmt: Any) -> bool:
-    """Whether every run of ``stmt`` passes a CTA barrier (``T.cuda.cta_sync()``,
-    ``tvm_storage_sync("shared")``) outside any ``if``, ``while`` or loop that may run
-    zero times: the barriers it is sure to reach."""
+    """Whether every run of ``stmt`` (a loop's body) passes a CTA barrier
+    (``T.cuda.cta_sync()``, ``tvm_storage_sync("shared")``) outside any ``if``, ``while``
+    or loop that may run zero times: the barriers it is sure to reach. A body that may
+    ``break`` or ``continue`` anywhere may skip its barrier: never sure."""
+    return not exits_early(stmt) and _reaches_barrier(stmt)
+
+
+def exits_early(stmt: Any) -> bool:
+    """Whether ``stmt`` holds a ``break`` or ``continue`` (a statement or TVM's
+    ``break_loop``/``continue_loop`` op) anywhere, in an inner loop too."""
+    kind = type(stmt).__name__
+    if kind in ("Break", "Continue"):
+        return True
+    if kind == "Evaluate":
+        return str(getattr(getattr(stmt.value, "op", None), "name", "")) in LOOP_EXITS
+    if kind == "SeqStmt":
+        return any(exits_early(s) for s in stmt.seq)
+    if kind == "IfThenElse":
+        return exits_early(stmt.then_case) or (
+            stmt.else_case is not None and exits_early(stmt.else_case)
+        )
+    body = getattr(stmt, "body", None)
+    return body is not None and exits_early(body)
+
+
+def _reaches_barrier(stmt: Any) -> bool:
     kind = type(stmt).__name__
     if kind == "SeqStmt":
-        return any(runs_cta_barrier(s) for s in stmt.seq)
+        return any(_reaches_barrier(s) for s in stmt.seq)
     if kind == "Evaluate":
         call = stmt.value
         name = str(getattr(getattr(call, "op", None), "name", ""))
@@ -42,11 +68,11 @@ def runs_cta_barrier(stmt: Any) -> bool:
             return str(getattr(call.args[0], "value", "")) == "shared"
         return name in CTA_BARRIERS
     if kind == "For":
-        return (as_int(stmt.extent) or 0) >= 1 and runs_cta_barrier(stmt.body)
+        return (as_int(stmt.extent) or 0) >= 1 and _reaches_barrier(stmt.body)
     if kind in ("IfThenElse", "While"):
         return False
     body = getattr(stmt, "body", None)  # AttrStmt, DeclBuffer, ...: their body runs once
-    return body is not None and runs_cta_barrier(body)
+    return body is not None and _reaches_barrier(body)
 
 
 def memory_kind(scope: str) -> str:

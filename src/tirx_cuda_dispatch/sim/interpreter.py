@@ -479,6 +479,8 @@ class Machine:
     def _e_Div(self, e: Any) -> np.ndarray:
         dtype = parse_dtype(_dtype_of(e))[0]
         if is_float(dtype):
+            if dtype == np.float32:  # an approximation under --use_fast_math (APPROXIMATE)
+                self.counters.instructions["div.f32"] += len(self.warps())
             return self._binary(e, np.divide)
         return self._binary(e, _trunc_div)
 
