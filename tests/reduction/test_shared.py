@@ -96,23 +96,30 @@ def test_16_bit_data_into_float32_statistics(dtype, where, gpu, rng):
     assert report.plan["accumulate"] == f"{dtype} -> float32 -> float32"
 
 
-def _looped(loop_sync: bool, repeat: int = 3):
-    """Two rows of 512 over 8 warps (4 per row, through the workspace), 3 runs in a loop,
-    each adding to dst; ``loop_sync``: a CTA barrier after the call in the loop."""
-    return demos.shared_reduction("sum", (2, 512), (-1,), (2,), cta_threads=256,
-                                  repeat=repeat, accum=True, loop_sync=loop_sync)  # fmt: skip
+NARROWED = {None: "cta", "wg0": "warpgroup", "warps0-3": "cta"}  # narrow -> scope
+
+
+def _looped(loop_sync: bool, repeat: int = 3, narrow: str | None = None):
+    """Two rows of 512 over the warps that run the call (8 warps at bar.sync 0; with
+    ``narrow``, 4 of them at a named barrier), 3 runs in a loop, each adding to dst;
+    ``loop_sync``: a CTA barrier after the call in the loop."""
+    return demos.shared_reduction("sum", (2, 512), (-1,), (2,), scope=NARROWED[narrow],
+                                  cta_threads=256, repeat=repeat, accum=True,
+                                  loop_sync=loop_sync, narrow=narrow)  # fmt: skip
 
 
 @pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("narrow", list(NARROWED))
 @pytest.mark.parametrize("loop_sync", [False, True])
-def test_call_in_a_loop_waits_before_reusing_its_workspace(loop_sync, where, gpu, rng):
+def test_call_in_a_loop_waits_before_reusing_its_workspace(loop_sync, narrow, where, gpu, rng):
     """With nothing else in the loop, the call waits at a barrier before it writes its
     workspace again; a CTA barrier in the loop body already orders the runs, so the call
-    adds none."""
-    kernel = _looped(loop_sync)
+    adds none (at bar.sync 0, and at a named barrier of the warps an ``if`` keeps)."""
+    kernel = _looped(loop_sync, narrow=narrow)
     report = report_of(kernel)
     want_sync = "1 per call" if loop_sync else "2 per call (it repeats)"
-    assert report.plan["sync"] == f"bar.sync 0, {want_sync}"
+    assert report.plan["sync"].endswith(want_sync), report.plan["sync"]
+    assert ("named barrier" in report.plan["sync"]) == (narrow is not None)
     src = random_array((2, 512), "float32", rng)
     old = random_array((2,), "float32", rng)
     out = _run(kernel, src, old, where, gpu)
@@ -129,17 +136,18 @@ def test_a_loop_of_one_trip_does_not_repeat():
     assert report.plan["sync"] == "bar.sync 0, 1 per call"
 
 
-def test_without_the_wait_the_simulator_names_the_workspace_race(monkeypatch, rng):
+@pytest.mark.parametrize("narrow", list(NARROWED))
+def test_without_the_wait_the_simulator_names_the_workspace_race(narrow, monkeypatch, rng):
     """Negative control of the wait: the loop without a barrier, its call planned as if it
     ran once, lets a leader's next partials overwrite what a slower warp still reads."""
     from tirx_cuda_dispatch import bounds
 
-    kernel = _looped(loop_sync=False)
+    kernel = _looped(loop_sync=False, narrow=narrow)
     src = random_array((2, 512), "float32", rng)
     old = random_array((2,), "float32", rng)
     _run(kernel, src, old, "sim", None)  # the control: as planned, no race
     monkeypatch.setattr(bounds.Enclosing, "repeats", property(lambda self: False))
-    assert report_of(kernel).plan["sync"] == "bar.sync 0, 1 per call"
+    assert report_of(kernel).plan["sync"].endswith("1 per call")
     with pytest.raises(tcd.sim.SimError, match="race") as err:
         _run(kernel, src, old, "sim", None)
     assert "partials" in str(err.value)

@@ -205,10 +205,11 @@ def test_a_src_size_above_cp_size_is_reported(rng):
 
 
 # -- commit groups --------------------------------------------------------------------------------
-def two_groups(read_newer_early: bool):
+def two_groups(read_newer_early: bool, write_source: str | None = None):
     """Group 0 copies A[:256] to S0, group 1 A[256:] to S1; after wait_group 1 the older
     group's bytes are read (and, ``read_newer_early``, the newer's); after wait_group 0
-    the newer's. B = A."""
+    the newer's. B = A. ``write_source``: after wait_group 1, each thread stores into the
+    source of its copy in the "older" (complete) or the "newer" (pending) group."""
     half = THREADS * 4
 
     # fmt: off
@@ -230,6 +231,10 @@ def two_groups(read_newer_early: bool):
             T.address_of(S1[tid * 4]), T.address_of(A[half + tid * 4]), 16)
         T.ptx.cp.async_.commit_group()
         T.ptx.cp.async_.wait_group(1)
+        if write_source == "older":
+            A[tid * 4] = T.float32(1)
+        elif write_source == "newer":
+            A[half + tid * 4] = T.float32(1)
         T.cuda.cta_sync()
         for i in range(4):
             B[other + i] = S0[other + i]
@@ -242,6 +247,16 @@ def two_groups(read_newer_early: bool):
             B[half + other + i] = S1[other + i]
     # fmt: on
     return kernel
+
+
+def test_wait_group_1_frees_the_older_groups_source_only(rng):
+    """A store into a copy's source is fine once its group completed (wait_group 1: the
+    older group) and an error while it is pending (the newer group)."""
+    a = floats(2 * THREADS * 4, rng)
+    out = sim.run(two_groups(False, write_source="older"), [a.copy(), runtime.poison_like(a)])
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))  # copied before
+    with pytest.raises(SimError, match=r"writes byte 1024 of global A_ptr .* still reads it"):
+        sim.run(two_groups(False, write_source="newer"), [a.copy(), runtime.poison_like(a)])
 
 
 def test_wait_group_1_completes_the_older_group(rng):
@@ -674,12 +689,13 @@ def test_mbarrier_misuse_is_reported(what, message):
         sim.run(misuse(what), [np.zeros(32, dtype=np.uint64)])
 
 
-def tracked_copies(noinc: bool, wait: bool):
+def tracked_copies(noinc: bool, wait: bool, write_source: bool = False):
     """Each thread copies 16 bytes with cp.async and has an mbarrier track them
     (cp.async.mbarrier.arrive{.noinc}); then, ``wait``, every thread waits for phase 0
     and reads the other warp's bytes: B = A. No wait_group at all. Without ``wait`` the
     phase expects one more arrival, which thread 0 makes last (so it is still open when
-    the bytes are read)."""
+    the bytes are read). ``write_source``: after the wait each thread stores into the
+    source of its copy (complete with the phase: allowed)."""
     arrivals = THREADS + (not wait)
 
     # fmt: off
@@ -705,6 +721,8 @@ def tracked_copies(noinc: bool, wait: bool):
             T.ptx["mbarrier.arrive.shared.b64"](T.address_of(bar[0]))
         if wait:
             T.cuda.mbarrier_wait(T.address_of(bar[0]), 0)
+        if write_source:
+            A[tid * 4] = T.float32(1)
         for i in range(4):
             B[(THREADS - 1 - tid) * 4 + i] = S[(THREADS - 1 - tid) * 4 + i]
         if not wait and tid == 0:
@@ -720,6 +738,20 @@ def test_an_mbarrier_tracks_cp_async_copies(noinc, rng):
     np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
     with pytest.raises(SimError, match="or wait for the mbarrier at byte 1024 .* phase 0"):
         sim.run(tracked_copies(noinc, wait=False), [a, runtime.poison_like(a)])
+
+
+def test_a_phase_that_completes_frees_its_copies_sources(rng):
+    """The copies land (and stop reading A) with the phase: a store into A after the wait
+    is fine; before the phase completes (no wait, one arrival still missing) it is not."""
+    a = floats(THREADS * 4, rng)
+    out = sim.run(
+        tracked_copies(True, wait=True, write_source=True), [a.copy(), runtime.poison_like(a)]
+    )
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+    with pytest.raises(SimError, match=r"writes byte 0 of global A_ptr .* still reads it"):
+        sim.run(
+            tracked_copies(True, wait=False, write_source=True), [a.copy(), runtime.poison_like(a)]
+        )
 
 
 # -- while loops ----------------------------------------------------------------------------------
