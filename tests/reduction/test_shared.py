@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import R, S, TileLayout, laneid, warpid, wg_local_layout
 
 import tirx_cuda_dispatch as tcd
@@ -128,6 +130,58 @@ def test_call_in_a_loop_waits_before_reusing_its_workspace(loop_sync, narrow, wh
     for _ in range(3):
         want = emulate(s, src, want)
     np.testing.assert_array_equal(out, want)
+
+
+def _continue_past_the_barrier():
+    """The loop barrier after the call, skipped by ``continue`` in iteration 1 (the
+    review's counterexample): runs 1 and 2 of the call meet no barrier between."""
+    shape, dshape = (2, 512), (2,)
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, shape, "float32")
+        B = T.match_buffer(B_ptr, dshape, "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warpgroup_id([2])
+        T.warp_id_in_wg([4])
+        T.warp_id([8])
+        T.lane_id([32])
+        T.thread_id([256])
+        A_s = T.alloc_buffer(shape, "float32", scope="shared", layout=TileLayout(S[shape]))
+        B_s = T.alloc_buffer(dshape, "float32", scope="shared", layout=TileLayout(S[dshape]))
+        Tx.cta.copy(A_s[:, :], A[:, :])
+        Tx.cta.copy(B_s[:], B[:])
+        T.cuda.cta_sync()
+        for i in range(3):
+            Tx.cta.sum(B_s[:], A_s[:, :], axes=(-1,), accum=True)
+            if i == 1:
+                continue
+            T.cuda.cta_sync()
+        T.cuda.cta_sync()
+        Tx.cta.copy(B[:], B_s[:])
+    # fmt: on
+    return kernel
+
+
+def test_a_continue_past_the_loop_barrier_keeps_the_wait(monkeypatch, rng):
+    kernel = _continue_past_the_barrier()
+    report = report_of(kernel)
+    assert report.plan["sync"] == "bar.sync 0, 2 per call (it repeats)"
+    src = random_array((2, 512), "float32", rng)
+    old = random_array((2,), "float32", rng)
+    out = _run(kernel, src, old, "sim", None)
+    want = old
+    for _ in range(3):
+        want = emulate(report.plan_object.schedule, src, want)
+    np.testing.assert_array_equal(out, want)
+    # the control: planned as if the barrier ordered the runs, the simulator finds the race
+    from tirx_cuda_dispatch import bounds
+
+    monkeypatch.setattr(bounds.Enclosing, "repeats", property(lambda self: False))
+    with pytest.raises(tcd.sim.SimError, match="race"):
+        _run(kernel, src, old, "sim", None)
 
 
 def test_a_loop_of_one_trip_does_not_repeat():

@@ -404,6 +404,60 @@ def test_warp_reduce_with_lanes_missing_never_returns():
         sim.run(_warp_reduce_kernel("sum", 32, active=48), [a, np.zeros(64, np.float32)])
 
 
+def _leaving_loop(form: str):
+    """Thread t sums A[t, i] over i, skipping negatives (``continue``) and stopping at the
+    first value over 90 (``break``); ``form``: Python's statements or TVM's
+    ``T.continue_loop()`` / ``T.break_loop()`` ops."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64, 8), "int32")
+        B = T.match_buffer(B_ptr, (64,), "int32")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([64])
+        acc = T.alloc_buffer((1,), "int32", scope="local")
+        acc[0] = 0
+        for i in range(8):
+            if A[tid, i] < 0:
+                if form == "ops":
+                    T.continue_loop()
+                else:
+                    continue
+            if A[tid, i] > 90:
+                if form == "ops":
+                    T.break_loop()
+                else:
+                    break
+            acc[0] = acc[0] + A[tid, i]
+        B[tid] = acc[0]
+    # fmt: on
+    return kernel
+
+
+@pytest.mark.parametrize("form", ["statements", "ops"])
+def test_break_and_continue_leave_per_thread(form, rng):
+    """Threads leave an iteration (continue) or the loop (break) on their own; the rest
+    go on, and all of them run what follows the loop."""
+    a = rng.integers(-50, 100, size=(64, 8)).astype(np.int32)
+    out = sim.run(_leaving_loop(form), [a, np.full(64, -1, np.int32)]).arrays[1]
+    want = []
+    for row in a.tolist():
+        total = 0
+        for v in row:
+            if v < 0:
+                continue
+            if v > 90:
+                break
+            total += v
+        want.append(total)
+    assert (a < 0).any() and (a > 90).any()  # both exits are taken
+    np.testing.assert_array_equal(out, np.array(want, np.int32))
+    # the control: a plain sum of the row is another answer
+    assert not np.array_equal(out, a.sum(axis=1))
+
+
 def test_activemask_names_the_lanes_that_run_the_call():
     """``__activemask()`` under ``if tid < 40`` over 64 threads: warp 0 all 32 lanes, warp
     1 its first 8; the threads left out write nothing (the control: poison stays)."""

@@ -17,6 +17,7 @@ or attribute is skipped.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,7 @@ class Machine:
         self.threads = 1
         self.mask = np.ones(1, dtype=bool)
         self.tid = np.zeros(1, dtype=np.int64)
+        self.loops: list[_Loop] = []  # the loops being run, innermost last
         self.clocks = Clocks(1)
         self.tmem: TensorMemory | None = None
         self.asynchrony = Asynchrony()
@@ -121,13 +123,38 @@ class Machine:
 
     def _s_SeqStmt(self, s: Any) -> None:
         for item in s.seq:
+            if not self.mask.any():  # every thread left by break or continue
+                return
             self.exec(item)
 
     def _s_Bind(self, s: Any) -> None:
         self.env[s.var] = self.eval(s.value)
 
     def _s_Evaluate(self, s: Any) -> None:
+        op = str(getattr(getattr(s.value, "op", None), "name", ""))
+        if op in ("tirx.break_loop", "tirx.continue_loop"):
+            self._leave(op == "tirx.break_loop", op)
+            return
         self.eval(s.value)
+
+    def _s_Break(self, s: Any) -> None:
+        self._leave(True, "break")
+
+    def _s_Continue(self, s: Any) -> None:
+        self._leave(False, "continue")
+
+    def _leave(self, breaks: bool, what: str) -> None:
+        """``break`` / ``continue`` of the innermost loop by the active threads: they run
+        nothing more of this iteration (``break``: of the loop) and go on after it with
+        the threads that stayed."""
+        if not self.loops:
+            raise SimError(f"{what} outside a loop")
+        loop = self.loops[-1]
+        leaving = np.broadcast_to(self.mask, self.tid.shape)
+        loop.left |= leaving
+        if breaks:
+            loop.broken |= leaving
+        self.mask = self.mask & ~leaving
 
     def _s_AssertStmt(self, s: Any) -> None:
         cond = np.broadcast_to(self.eval(s.condition), self.mask.shape)
@@ -237,30 +264,50 @@ class Machine:
         n = _as_int(self.eval(s.extent), f"trip count of loop {s.loop_var}")
         step = 1 if s.step is None else _as_int(self.eval(s.step), "loop step")
         dt = parse_dtype(_dtype_of(s.loop_var))[0]
-        for i in range(lo, lo + n * step, step):
-            self.env[s.loop_var] = np.array([i], dtype=dt)
-            self.exec(s.body)
+        with self._loop() as loop:
+            for i in range(lo, lo + n * step, step):
+                if not loop.start():
+                    break
+                self.env[s.loop_var] = np.array([i], dtype=dt)
+                self.exec(s.body)
+
+    @contextmanager
+    def _loop(self):
+        """A loop's frame: the threads that break out of it or continue its iteration;
+        the threads that entered it go on after it."""
+        entry = self.mask
+        loop = _Loop(self, entry)
+        self.loops.append(loop)
+        try:
+            yield loop
+        finally:
+            self.loops.pop()
+            self.mask = entry
 
     def _s_While(self, s: Any) -> None:
         """``while (cond) body``: every active thread must leave in the same iteration
         (lockstep has no way to park the threads that left). An iteration in which an
         mbarrier wait found its phase incomplete and nothing asynchronous changed (no
         arrival, transaction or landing) would repeat forever: a deadlock."""
-        for iteration in range(MAX_WHILE_ITERATIONS):
-            cond = np.broadcast_to(self.eval(s.condition).astype(bool), self.mask.shape)
-            staying = cond[self.mask]
-            if not staying.any():
-                return
-            if not staying.all():
-                raise SimError(
-                    f"while loop ({s.condition}): {int(staying.sum())} of {staying.size} "
-                    f"active threads stay for iteration {iteration} and the others leave; "
-                    f"the simulator needs every thread to leave in the same iteration"
-                )
-            version, self.asynchrony.unmet = self.asynchrony.version, None
-            self.exec(s.body)
-            if self.asynchrony.unmet is not None and self.asynchrony.version == version:
-                raise self.asynchrony.deadlock(f"the while loop ({s.condition})")
+        with self._loop() as loop:
+            for iteration in range(MAX_WHILE_ITERATIONS):
+                if not loop.start():
+                    return
+                cond = np.broadcast_to(self.eval(s.condition).astype(bool), self.mask.shape)
+                staying = cond[self.mask]
+                if not staying.any():
+                    return
+                if not staying.all():
+                    raise SimError(
+                        f"while loop ({s.condition}): {int(staying.sum())} of {staying.size} "
+                        f"active threads stay for iteration {iteration} and the others "
+                        f"leave; the simulator needs every thread to leave in the same "
+                        f"iteration"
+                    )
+                version, self.asynchrony.unmet = self.asynchrony.version, None
+                self.exec(s.body)
+                if self.asynchrony.unmet is not None and self.asynchrony.version == version:
+                    raise self.asynchrony.deadlock(f"the while loop ({s.condition})")
         raise SimError(
             f"while loop ({s.condition}) ran {MAX_WHILE_ITERATIONS} iterations: the "
             f"simulator stops it as endless"
@@ -278,7 +325,8 @@ class Machine:
                 if self.mask.any():
                     self.exec(s.else_case)
         finally:
-            self.mask = saved
+            # threads that left the loop's iteration inside the if stay out after it
+            self.mask = saved & ~self.loops[-1].left if self.loops else saved
 
     def _s_BufferStore(self, s: Any) -> None:
         b = self._bound(s.buffer)
@@ -587,3 +635,20 @@ def _shift(fn):
         return fn(a, np.asarray(b).astype(np.asarray(a).dtype))
 
     return op
+
+
+class _Loop:
+    """The frame of a loop being run: ``left``, the threads that ran ``break`` or
+    ``continue`` in the current iteration; ``broken``, those that ran ``break``."""
+
+    def __init__(self, interp: Any, entry: np.ndarray) -> None:
+        self.interp, self.entry = interp, entry
+        self.broken = np.zeros(interp.tid.shape, dtype=bool)
+        self.left = self.broken.copy()
+
+    def start(self) -> bool:
+        """Begin an iteration with the threads that entered and did not break; False when
+        none is left."""
+        self.left = self.broken.copy()
+        self.interp.mask = self.entry & ~self.broken
+        return bool(self.interp.mask.any())
