@@ -661,7 +661,9 @@ def _our_order(func: Any, src: np.ndarray, old: np.ndarray | None) -> np.ndarray
 def shared_reduction_case(c: Chooser, seed: int) -> Case:
     """A reduction of a shared tile into a shared dst: any op, dtype (16-bit data into
     float32 statistics too), rank, axes (negative or not), dst dropping or keeping the
-    reduced axes, every scope (narrowed ones too), odd extents, accum."""
+    reduced axes, every scope (narrowed ones too), odd extents, accum; without accum, the
+    call may run twice in a loop, with or without a CTA barrier after it (the workspace
+    reused: a wait the plan left out is a race the simulator reports)."""
     rng = np.random.default_rng(seed)
     op, dtype = c.pick(REDUCE_OPS), c.pick(REDUCE_DTYPES)
     dst_dtype = c.pick((dtype, "float32")) if dtype in ("float16", "bfloat16") else dtype
@@ -677,8 +679,11 @@ def shared_reduction_case(c: Chooser, seed: int) -> Case:
         dst_shape = tuple(e for i, e in enumerate(shape) if i not in axes) or (1,)
     scope, threads, narrow = c.pick(REDUCE_SCOPES)
     accum = bool(c.integer(0, 1))
+    repeat = 1 if accum else c.pick((1, 2))  # run twice, dst overwritten with the same
+    loop_sync = repeat == 1 or bool(c.integer(0, 1))
     func = demos.shared_reduction(op, shape, spelled, dst_shape, dtype, dst_dtype, scope,
-                                  threads, accum, narrow=narrow)  # fmt: skip
+                                  threads, accum, narrow=narrow, repeat=repeat,
+                                  loop_sync=loop_sync)  # fmt: skip
     src = runtime.random_array(shape, dtype, rng)
     if accum:
         old = runtime.random_array(dst_shape, dst_dtype, rng)
@@ -686,7 +691,7 @@ def shared_reduction_case(c: Chooser, seed: int) -> Case:
         old = runtime.poison_like(np.zeros(dst_shape, _np_type(dst_dtype)))
     params = dict(op=op, dtype=dtype, dst_dtype=dst_dtype, shape=shape, axes=spelled,
                   dst_shape=dst_shape, scope=scope, cta_threads=threads, narrow=narrow,
-                  accum=accum)  # fmt: skip
+                  accum=accum, repeat=repeat, loop_sync=loop_sync)  # fmt: skip
     prior = old if accum else None
     return Case(
         "shared_reduction", params, func, [src, old], 1, _our_order(func, src, prior),

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import tirx_cuda_dispatch as tcd
 from tirx_cuda_dispatch import fuzz, runtime
 
 EXAMPLES = int(os.environ.get("TIRX_FUZZ_EXAMPLES", "10"))
@@ -306,3 +307,25 @@ def test_a_summary_keeps_the_reason_behind_a_long_install_path():
     summary = fuzz._summary(SimError(message))
     assert summary.endswith("at demos.py:209: copy(B, A_s): read while cp.async"), summary
     assert "deep/" not in summary
+
+
+def test_a_reduction_that_skips_its_workspace_wait_in_a_loop_is_caught(monkeypatch):
+    """Negative control of the drawn loops: a case that runs a CTA reduction twice with no
+    barrier after it passes as planned (the call waits before reusing its workspace);
+    planned as if it ran once, the simulator reports the race and the case fails."""
+    from tirx_cuda_dispatch import bounds
+
+    def looping(case):
+        p = case.params
+        return p["repeat"] == 2 and not p["loop_sync"] and p["scope"] == "cta"
+
+    for seed in range(400):
+        case = fuzz.random_case(fuzz.RandomChooser(seed), "shared_reduction")
+        if looping(case) and "workspace" in str(tcd.explain(case.func, "sm_90a")):
+            break
+    else:
+        raise AssertionError("no looping CTA reduction with a workspace drawn")
+    assert fuzz.differential(case).ok
+    monkeypatch.setattr(bounds.Enclosing, "repeats", property(lambda self: False))
+    verdict = fuzz.differential(case)
+    assert not verdict.ok and "race" in verdict.problems[0], verdict.problems
