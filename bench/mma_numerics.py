@@ -45,7 +45,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tirx_cuda_dispatch.sim.numerics import (  # noqa: E402
@@ -55,12 +54,9 @@ from tirx_cuda_dispatch.sim.numerics import (  # noqa: E402
     mma_sum,
     mma_sum_sm90,
     mma_terms,
-    tf32_operand,
+    ptx_operand_values,
+    ptx_value_dtype,
 )
-
-BF16 = np.dtype(ml_dtypes.bfloat16)
-_TYPES = {"f16": np.dtype(np.float16), "bf16": BF16, "tf32": np.dtype(np.float32)}
-_OUT = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16)}
 
 
 @dataclass(frozen=True)
@@ -82,7 +78,7 @@ class Form:
 
     @property
     def out(self) -> np.dtype:
-        return _OUT[self.cd]
+        return ptx_value_dtype(self.cd)
 
     @property
     def precision(self) -> int:
@@ -212,17 +208,11 @@ def _random_bits(rng, shape, type_: str, exp_lo: int, exp_hi: int) -> np.ndarray
     return bits.astype(width)
 
 
-def _values(bits: np.ndarray, type_: str) -> np.ndarray:
-    if type_ == "tf32":
-        return tf32_operand(bits)
-    return bits.view(_TYPES[type_])
-
-
 def _normal(rng, shape, type_: str, scale: float = 1.0) -> np.ndarray:
     v = (rng.standard_normal(shape) * scale).astype(np.float32)
     if type_ == "tf32":
         return v.view(np.uint32)
-    return v.astype(_TYPES[type_]).view(np.uint16)
+    return v.astype(ptx_value_dtype(type_)).view(np.uint16)
 
 
 def datasets(form: Form, tiles: int, rng: np.random.Generator) -> dict[str, tuple]:
@@ -252,7 +242,7 @@ def datasets(form: Form, tiles: int, rng: np.random.Generator) -> dict[str, tupl
         "big_c": (_normal(rng, sa, ab), _normal(rng, sb, ab), c_normal(2.0**12)),
     }
     a, b, _ = sets["normal"]
-    av, bv = _values(a, ab), _values(b, ab)
+    av, bv = ptx_operand_values(a, ab), ptx_operand_values(b, ab)
     exact = mma_terms(av, bv, np.zeros(sc, np.float32))[..., 1:].sum(axis=-1)
     # c = -(the products' sum rounded): D is the tiny remainder only exact sums keep
     sets["cancel"] = (a, b, (-exact).astype(c_type).view(c_width))
@@ -288,7 +278,7 @@ def _bits(x: np.ndarray) -> np.ndarray:
 
 def compare(form: Form, a_bits, b_bits, c_bits, d_hw: np.ndarray) -> dict:
     """Statistics of the hardware's ``d_hw`` (values of ``form.out``) against every model."""
-    a, b = _values(a_bits, form.ab), _values(b_bits, form.ab)
+    a, b = ptx_operand_values(a_bits, form.ab), ptx_operand_values(b_bits, form.ab)
     c = c_bits.view(np.float32 if form.cd == "f32" else np.float16)
     u = 2.0**-form.precision
     scale = u * mma_magnitude(a, b, c)

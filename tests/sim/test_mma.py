@@ -32,12 +32,11 @@ from tirx_cuda_dispatch.sim.numerics import (
     mma_sum,
     mma_sum_sm90,
     mma_terms,
+    ptx_value_dtype,
     tf32_operand,
 )
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-NP = {"f16": np.dtype(np.float16), "bf16": BF16, "tf32": np.dtype(np.float32)}
-NP_OUT = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16)}
 TIR = {"f16": "float16", "bf16": "bfloat16", "tf32": "float32", "f32": "float32"}
 # (K, atype, dtype == ctype): every line the simulator executes
 FORMS = [
@@ -254,7 +253,11 @@ def _wide(rng, shape, type_: str) -> np.ndarray:
         return bits.view(np.float16)
     exp = rng.integers(127 - 60, 127 + 60, size=shape).astype(np.float64)
     v = rng.uniform(1, 2, size=shape) * 2.0 ** (exp - 127) * rng.choice([-1.0, 1.0], size=shape)
-    return v.astype(np.float32).astype(NP[type_]) if type_ == "bf16" else v.astype(np.float32)
+    return (
+        v.astype(np.float32).astype(ptx_value_dtype(type_))
+        if type_ == "bf16"
+        else v.astype(np.float32)
+    )
 
 
 def _inputs(rng, k: int, ab: str, cd: str, wide: bool):
@@ -277,14 +280,16 @@ def _inputs(rng, k: int, ab: str, cd: str, wide: bool):
 def test_mma_sum_is_the_exact_sum_rounded_once(form, wide, rng):
     k, ab, cd = form
     a, b, c = _inputs(rng, k, ab, cd, wide)
-    got = mma_sum(a, b, c, NP_OUT[cd])
-    assert np.array_equal(_bits(got), _bits(_reference(a, b, c, NP_OUT[cd])))
+    got = mma_sum(a, b, c, ptx_value_dtype(cd))
+    assert np.array_equal(_bits(got), _bits(_reference(a, b, c, ptx_value_dtype(cd))))
     # negative control: summing in the output type, one product at a time, is caught
     seq = c.astype(np.float64)
     for i in range(k):
         with np.errstate(over="ignore"):
-            seq = (seq + a[:, i : i + 1].astype(np.float64) * b[i : i + 1, :]).astype(NP_OUT[cd])
-    assert not np.array_equal(_bits(seq.astype(NP_OUT[cd])), _bits(got))
+            seq = (seq + a[:, i : i + 1].astype(np.float64) * b[i : i + 1, :]).astype(
+                ptx_value_dtype(cd)
+            )
+    assert not np.array_equal(_bits(seq.astype(ptx_value_dtype(cd))), _bits(got))
 
 
 def _sm90_reference(a, b, c, out) -> np.ndarray:
@@ -320,16 +325,18 @@ def _sm90_reference(a, b, c, out) -> np.ndarray:
 def test_mma_sum_sm90_is_the_measured_rule(form, wide, rng):
     k, ab, cd = form
     a, b, c = _inputs(rng, k, ab, cd, wide)
-    got = mma_sum_sm90(a, b, c, NP_OUT[cd])
-    assert np.array_equal(_bits(got), _bits(_sm90_reference(a, b, c, NP_OUT[cd])))
+    got = mma_sum_sm90(a, b, c, ptx_value_dtype(cd))
+    assert np.array_equal(_bits(got), _bits(_sm90_reference(a, b, c, ptx_value_dtype(cd))))
     # negative control: the exact model differs from it on the same data (into .f16 the
     # 25-bit grid rarely shows, as on the H200: there they agree on ordinary data)
     if cd == "f32":
-        assert not np.array_equal(_bits(got), _bits(mma_sum(a, b, c, NP_OUT[cd])))
+        assert not np.array_equal(_bits(got), _bits(mma_sum(a, b, c, ptx_value_dtype(cd))))
     # and it stays inside the bound docs/simulator.md states for the hardware
     ref = mma_terms(a, b, c).sum(axis=-1)
     fin = np.isfinite(got)
-    assert (np.abs(got.astype(np.float64) - ref)[fin] <= mma_bound(a, b, c, NP_OUT[cd])[fin]).all()
+    assert (
+        np.abs(got.astype(np.float64) - ref)[fin] <= mma_bound(a, b, c, ptx_value_dtype(cd))[fin]
+    ).all()
 
 
 def test_mma_sum_sm90_aligns_to_the_unnormalized_product_exponent():
@@ -522,7 +529,7 @@ def _operand(x: np.ndarray, ab: str) -> np.ndarray:
 def _check(d: np.ndarray, a, b, c, k: int, ab: str, cd: str, target: str = "sm_90a") -> None:
     """D bit for bit the target's model (sm_90: the measured H200 rule; otherwise the
     exact sum, from Fractions), and within the hardware bound of numpy's float64 product."""
-    out = NP_OUT[cd]
+    out = ptx_value_dtype(cd)
     for w in range(a.shape[0]):
         aw, bw = _operand(a[w], ab), _operand(b[w], ab)
         if target.startswith("sm_90"):
@@ -532,7 +539,7 @@ def _check(d: np.ndarray, a, b, c, k: int, ab: str, cd: str, target: str = "sm_9
         assert np.array_equal(_bits(d[w]), _bits(want)), f"warp {w}"
         ref = aw.astype(np.float64) @ bw.astype(np.float64) + c[w]
         err = np.abs(d[w].astype(np.float64) - ref)
-        assert (err <= mma_bound(aw, bw, c[w], NP_OUT[cd])).all(), f"warp {w}"
+        assert (err <= mma_bound(aw, bw, c[w], ptx_value_dtype(cd))).all(), f"warp {w}"
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
@@ -622,9 +629,9 @@ def test_mma_kernel_gpu_against_the_simulator(form, gpu, rng):
     for w in range(4):
         aw, bw = _operand(a[w], ab), _operand(b[w], ab)
         err = np.abs(got[w].astype(np.float64) - want[w].astype(np.float64))
-        assert (err <= mma_bound(aw, bw, c[w], NP_OUT[cd])).all(), f"warp {w}"
+        assert (err <= mma_bound(aw, bw, c[w], ptx_value_dtype(cd))).all(), f"warp {w}"
         if gpu.startswith("sm_90"):  # the rule measured on the H200, bit for bit
-            sm90 = mma_sum_sm90(aw, bw, c[w], NP_OUT[cd])
+            sm90 = mma_sum_sm90(aw, bw, c[w], ptx_value_dtype(cd))
             assert np.array_equal(_bits(got[w]), _bits(sm90)), f"warp {w}"
 
 

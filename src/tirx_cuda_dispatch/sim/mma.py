@@ -23,7 +23,7 @@ from . import fragments
 from .calls import Table, plain_ptx_operands, register_bits, write_register
 from .errors import SimError
 from .interpreter import Machine
-from .numerics import mma_sum, mma_sum_sm90, ptx_value_dtype, tf32_operand
+from .numerics import mma_sum, mma_sum_sm90, ptx_operand_values, ptx_value_dtype
 
 TABLE = Table()
 
@@ -96,9 +96,7 @@ def _operand_words(m: Machine, regs: list[Any], what: str) -> np.ndarray:
 
 def _values(form: MmaForm, operand: str, bits: np.ndarray) -> np.ndarray:
     type_ = {"a": form.atype, "b": form.btype, "c": form.ctype}[operand]
-    if type_ == "tf32":
-        return tf32_operand(bits)
-    return bits.view(ptx_value_dtype(type_))
+    return ptx_operand_values(bits, type_)
 
 
 def _require_whole_warps(m: Machine, what: str) -> None:

@@ -246,6 +246,15 @@ def tf32_operand(bits: np.ndarray) -> np.ndarray:
     return (b & ~_TF32_DROPPED).view(np.float32)
 
 
+def ptx_operand_values(bits: np.ndarray, type_: str) -> np.ndarray:
+    """An mma operand's values from its register bits: a ``.tf32`` one as
+    :func:`tf32_operand` reads it, others as their PTX float type (``f16``, ``bf16``,
+    ``f32``)."""
+    if type_ == "tf32":
+        return tf32_operand(bits)
+    return bits.view(ptx_value_dtype(type_))
+
+
 def mma_terms(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """The addends of every output of ``D = A B + C`` as float64, exactly: ``(..., M, N,
     K + 1)``, ``c`` first, then the products ``a[m, k] * b[k, n]`` in ``k`` order.
