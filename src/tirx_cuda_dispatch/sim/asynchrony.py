@@ -243,12 +243,7 @@ class Asynchrony:
     ) -> SimError:
         """The error for a plain access (or the asynchronous write ``by``) of guarded
         cells: which instruction's write is still in flight there, and what is missing."""
-        index = index if isinstance(index, tuple) else (index,)
-        first = tuple(int(i) for i in np.argwhere(hit)[0])
-        cell = tuple(int(np.broadcast_to(ix, hit.shape)[first]) for ix in index)
-        thread = int(
-            np.broadcast_to(threads.reshape(-1, *([1] * (hit.ndim - 1))), hit.shape)[first]
-        )
+        first, cell, thread = _first_hit(threads, index, hit)
         who = f"thread {thread}" + (f" ({by})" if by else "")
         if hit[first] & MBARRIER:
             bar = self._barrier_at(target, cell)
@@ -269,10 +264,7 @@ class Asynchrony:
         """The error for a plain write over bytes a pending copy still reads: which copy,
         and that its group must complete first (the copy may read the old or the new
         bytes: the GPU gives no order between them)."""
-        index = index if isinstance(index, tuple) else (index,)
-        first = tuple(int(i) for i in np.argwhere(busy)[0])
-        cell = tuple(int(np.broadcast_to(ix, busy.shape)[first]) for ix in index)
-        thread = int(np.broadcast_to(threads.reshape(-1, 1), busy.shape)[first])
+        _, cell, thread = _first_hit(threads, index, busy)
         for e in self.effects:
             if e.source is source and e.source_read.any():
                 at = (e.source_cells == cell[-1]) & e.source_read
@@ -445,3 +437,13 @@ class Asynchrony:
             f"program order has happened, and none after it can (an arrive in a later "
             f"statement or in a branch that runs after this one never releases it)"
         )
+
+
+def _first_hit(threads: np.ndarray, index: Any, hit: np.ndarray) -> tuple[tuple, tuple, int]:
+    """The first flagged access of ``hit`` (per thread row, as ``index`` gives the cells):
+    its position, its cell of the memory and the thread that made it."""
+    index = index if isinstance(index, tuple) else (index,)
+    first = tuple(int(i) for i in np.argwhere(hit)[0])
+    cell = tuple(int(np.broadcast_to(ix, hit.shape)[first]) for ix in index)
+    rows = threads.reshape(-1, *([1] * (hit.ndim - 1)))
+    return first, cell, int(np.broadcast_to(rows, hit.shape)[first])
