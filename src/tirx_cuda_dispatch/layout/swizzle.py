@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import tvm
+from tvm import sym
 from tvm.tirx.layout import ComposeLayout
 
 from ..errors import Decline
@@ -54,12 +56,66 @@ class Swizzle:
 
     def apply(self, offset: Any) -> Any:
         """The swizzled offset: on ints, or on a TIR expression (shift, and, xor: a few
-        integer ops per access)."""
+        integer ops per access).
+
+        On a TIR sum, the terms that are provably multiples of :attr:`period` (a stage's
+        or a warp's offset, the high part of a constant) are added after the swizzle
+        instead of going through it: ``apply(k * period + o)`` is ``k * period +
+        apply(o)``. The result is the same number; the kernel then swizzles only the part
+        that varies within a period (the lane's), which the compiler can compute once
+        outside the loops, and the rest becomes plain additions and immediate offsets."""
         if self.bits == 0:
             return offset
+        if isinstance(offset, tvm.tirx.Add):
+            outside, inside = self.split(offset)
+            if outside is not None:
+                return outside + self._xor(inside)
+        return self._xor(offset)
+
+    def _xor(self, offset: Any) -> Any:
         return offset ^ (
             ((offset >> (self.per_element + self.shift)) & self.mask) << self.per_element
         )
 
+    def split(self, offset: Any) -> tuple[Any, Any]:
+        """``(outside, inside)`` with ``outside + inside == offset`` and ``outside`` a
+        multiple of :attr:`period`, from the terms of the sum ``offset``; ``outside`` is
+        None when no term moves."""
+        analyzer = sym.Analyzer()
+        outside: list[Any] = []
+        inside: list[Any] = []
+        for term in _terms(offset):
+            if isinstance(term, tvm.tirx.IntImm):
+                value = int(term.value)
+                low = value % self.period
+                if value - low:
+                    outside.append(tvm.tirx.const(value - low, str(term.ty)))
+                if low:
+                    inside.append(tvm.tirx.const(low, str(term.ty)))
+            elif analyzer.can_prove_equal(tvm.tirx.floormod(term, self.period), 0):
+                outside.append(term)
+            else:
+                inside.append(term)
+        if not outside:
+            return None, offset
+        dtype = str(offset.ty)
+        return _sum(outside, dtype), _sum(inside, dtype)
+
     def __str__(self) -> str:
         return f"Swizzle<{self.bits},{self.per_element},{self.shift}>"
+
+
+def _terms(expr: Any) -> list[Any]:
+    """The addends of a TIR sum, outer ``Add`` nodes flattened."""
+    if isinstance(expr, tvm.tirx.Add):
+        return _terms(expr.a) + _terms(expr.b)
+    return [expr]
+
+
+def _sum(terms: list[Any], dtype: str) -> Any:
+    if not terms:
+        return tvm.tirx.const(0, dtype)
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
