@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import tvm
+from tvm import sym
 from tvm.tirx import Var
 
 
@@ -23,6 +24,17 @@ def as_int(value: Any) -> int | None:
     if isinstance(value, tvm.tirx.IntImm):
         return int(value.value)
     return None
+
+
+def prove_multiple(value: Any, factor: int) -> bool:
+    """True when ``value`` (int or TIR expression) is provably a multiple of ``factor``."""
+    if factor == 1:
+        return True
+    as_i = as_int(value)
+    if as_i is not None:
+        return as_i % factor == 0
+    analyzer = sym.Analyzer()
+    return bool(analyzer.can_prove_equal(tvm.tirx.floormod(value, factor), 0))
 
 
 CTA_BARRIERS = ("tirx.cuda.cta_sync", "tirx.tvm_storage_sync")  # __syncthreads

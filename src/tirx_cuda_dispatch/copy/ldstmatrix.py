@@ -41,7 +41,7 @@ from tvm.script import tirx as T
 from ..call import Operand, TileCall
 from ..codegen import impl_prim_func, storage_words, thread_index
 from ..errors import Decline
-from ..irfacts import as_int
+from ..irfacts import as_int, prove_multiple
 from ..isa.mma_fragments import (
     M8N8,
     MATRIX_NUMS,
@@ -50,7 +50,7 @@ from ..isa.mma_fragments import (
     MatrixTransfer,
     matrix_transfer,
 )
-from ..layout.atoms import element_offsets, memory_view, prove_multiple
+from ..layout.atoms import element_offsets, memory_view
 from ..layout.banks import conflict_ways, total_wavefronts
 from ..layout.partition import Access, MemoryAccesses
 from ..layout.register import register_table, register_view

@@ -41,8 +41,8 @@ from tvm.script import tirx as T
 from ..call import Operand, TileCall
 from ..codegen import round_loops
 from ..errors import Decline, check
-from ..irfacts import as_int
-from ..layout.atoms import memory_view, prove_multiple
+from ..irfacts import as_int, prove_multiple
+from ..layout.atoms import memory_view
 from ..layout.copy_partition import copy_partition
 from ..layout.partition import (
     MemoryAccesses,

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tvm
 from tvm import sym
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
 from ..call import Operand
 from ..errors import Decline
-from ..irfacts import as_int
+from ..irfacts import as_int, prove_multiple
 from .swizzle import Swizzle
 
 Atom = tuple[int, int]  # (extent, stride)
@@ -246,14 +245,3 @@ def _product(atoms: list[Atom]) -> int:
     for ext, _ in atoms:
         n *= ext
     return n
-
-
-def prove_multiple(value: Any, factor: int) -> bool:
-    """True when ``value`` (int or TIR expression) is provably a multiple of ``factor``."""
-    if factor == 1:
-        return True
-    as_i = as_int(value)
-    if as_i is not None:
-        return as_i % factor == 0
-    analyzer = sym.Analyzer()
-    return bool(analyzer.can_prove_equal(tvm.tirx.floormod(value, factor), 0))

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import tvm
-from tvm import sym
 from tvm.tirx.layout import ComposeLayout
 
 from ..errors import Decline
+from ..irfacts import as_int, prove_multiple
 
 
 @dataclass(frozen=True)
@@ -81,18 +81,17 @@ class Swizzle:
         """``(outside, inside)`` with ``outside + inside == offset`` and ``outside`` a
         multiple of :attr:`period`, from the terms of the sum ``offset``; ``outside`` is
         None when no term moves."""
-        analyzer = sym.Analyzer()
         outside: list[Any] = []
         inside: list[Any] = []
         for term in _terms(offset):
-            if isinstance(term, tvm.tirx.IntImm):
-                value = int(term.value)
+            value = as_int(term)
+            if value is not None:
                 low = value % self.period
                 if value - low:
                     outside.append(tvm.tirx.const(value - low, str(term.ty)))
                 if low:
                     inside.append(tvm.tirx.const(low, str(term.ty)))
-            elif analyzer.can_prove_equal(tvm.tirx.floormod(term, self.period), 0):
+            elif prove_multiple(term, self.period):
                 outside.append(term)
             else:
                 inside.append(term)

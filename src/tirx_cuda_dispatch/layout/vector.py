@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .atoms import prove_multiple
+from ..irfacts import prove_multiple
 
 VECTOR_BITS = (128, 64, 32, 16, 8)
 
