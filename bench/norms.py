@@ -275,15 +275,19 @@ def part_softmax(gpu, args) -> list[dict]:
 # 48 KiB of static shared memory a kernel may declare (TVM declares shared buffers
 # statically), and two in dynamic shared memory (``shared.dyn``, one allocation): the
 # same 8 x 1024 tile, and 16 x 1024 (64 KiB), whose threads fold 128 elements before
-# their butterfly. CTAs per SM stay resident at once (one wave): 4 x 256 threads (up to 64
-# registers each; NVRTC 13.5 gives 40), 6 x 128 (up to 85; 71), 6 x 34 KiB or 3 x 66 KiB
-# of shared memory of the 228 KiB an SM has.
+# their butterfly; and the 32 KiB tile over 64 threads, whose threads fold 128 elements
+# too (a butterfly of 3 steps for 2 KiB of each warp's loads, not 4 for 1 KiB). CTAs per
+# SM stay resident at once (one wave): 4 x 256 threads (up to 64 registers each; NVRTC
+# 13.5 gives 40), 6 x 128 (up to 85; 71), 6 x 64, 6 x 34 KiB or 3 x 66 KiB of shared
+# memory of the 228 KiB an SM has.
 CTA_SUM = [
     (8, 1024, 256, 4, False),
     (2, 4096, 256, 4, False),
     (32, 256, 256, 4, False),
     (8, 1024, 128, 6, False),
     (8, 1024, 128, 6, True),
+    (8, 1024, 64, 6, False),
+    (8, 1024, 64, 6, True),
     (16, 1024, 128, 3, True),
 ]
 
@@ -307,8 +311,9 @@ def cta_sum_loop(rows: int, cols: int, ctas: int, threads: int = 256, dynamic: b
         B = T.match_buffer(B_ptr, (ctas * rows,), "float32")
         T.device_entry()
         bx = T.cta_id([ctas])
-        T.warpgroup_id([warps // 4])
-        T.warp_id_in_wg([4])
+        if warps >= 4:
+            T.warpgroup_id([warps // 4])
+            T.warp_id_in_wg([4])
         T.warp_id([warps])
         T.lane_id([32])
         T.thread_id([threads])

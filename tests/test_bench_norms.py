@@ -36,7 +36,13 @@ def hand_order(a: np.ndarray, rows: int, lanes: int, masks_down: bool = False) -
 
 @pytest.mark.parametrize(
     "rows,cols,threads,dynamic",
-    [(8, 1024, 256, False), (32, 256, 256, False), (8, 1024, 128, False), (16, 1024, 128, True)],
+    [
+        (8, 1024, 256, False),
+        (32, 256, 256, False),
+        (8, 1024, 128, False),
+        (8, 1024, 64, True),
+        (16, 1024, 128, True),
+    ],
 )
 def test_the_hand_written_kernel_adds_in_our_plans_order(norms, rows, cols, threads, dynamic, rng):
     func = norms.cta_sum_loop(rows, cols, 2, threads, dynamic)
