@@ -1,6 +1,7 @@
-"""What bounds examples/gemm.py, for bench/run.py (part 8c, ``gemm_bounds``).
+"""What bounds examples/gemm.py, for bench/run.py (parts 8c ``gemm_bounds`` and 8d
+``gemm_sustained``).
 
-Two measurements in one run:
+Part 8c, two measurements in one run:
 
 - ``fill limit``: how fast the SMs can bring bytes from L2 into shared memory with
   ``cp.async.cg`` (16 bytes a thread), from a minimal hand-written CUDA kernel (CuPy): every
@@ -16,12 +17,24 @@ Two measurements in one run:
   kernel's time, the fill rate is the limit, and the fill limit times the tile's FLOP per
   byte is the most this tile shape can reach.
 
+Part 8d, ``gemm_sustained``: the timings above are medians of short interleaved batches,
+during which the GPU keeps its highest clock. Run for seconds, a GPU at its power limit
+lowers its clock. Each contender (examples/gemm.py plain whole and its two ablations, a
+bare ``torch.matmul``, and the mma.sync limit loop of part 8a's best configuration) runs
+back to back for ``SUSTAIN_S`` seconds, twice, while ``nvidia-smi`` samples the SM clock,
+the power draw, the temperature and the reasons the clock is held down every 50 ms; the
+table gives the sustained rate, the median clock of the window past its first fifth, and
+the FLOP each SM did a clock at that clock, also as a ratio to the limit loop's.
+
 Nothing of torch or CuPy is imported at module level.
 """
 
 from __future__ import annotations
 
+import statistics
+import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -187,6 +200,164 @@ def ablation_rows(gpu, args) -> list[dict]:
                 tflops = 2 * m * n * k / (t * 1e-3) / 1e12
                 row["TFLOP/s (GEMM's FLOP)"] = tflops
                 row["of mma.sync limit"] = tflops / limit
+            row["note"] = gemm.cell(notes.get(name, ""))
+            rows.append(row)
+    return rows
+
+
+# -- 8d. Sustained: the clock and the power limit ---------------------------------------------
+SUSTAIN_S = 4.0  # seconds each contender runs back to back
+SUSTAIN_ROUNDS = 2
+SMI_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
+SMI_PERIOD_MS = 50
+# NVML's clocksThrottleReason bits (nvidia-smi -q -d PERFORMANCE names them the same way)
+CLOCK_REASONS = {
+    0x1: "idle",
+    0x2: "applications clocks",
+    0x4: "SW power cap",
+    0x8: "HW slowdown",
+    0x10: "sync boost",
+    0x20: "SW thermal",
+    0x40: "HW thermal",
+    0x80: "HW power brake",
+    0x100: "display clock",
+}
+TORCH_MATMUL, LIMIT_LOOP = "torch matmul", "mma.sync limit loop"
+
+
+def clock_reasons(mask: int) -> str:
+    """The names of the bits set in an nvidia-smi ``clocks_throttle_reasons.active`` mask;
+    "none" for 0; unnamed bits as hex."""
+    names = [name for bit, name in CLOCK_REASONS.items() if mask & bit]
+    rest = mask & ~sum(CLOCK_REASONS)
+    return ", ".join(names + ([hex(rest)] if rest else [])) or "none"
+
+
+def parse_samples(text: str) -> list[tuple[float, float, float, int]]:
+    """``nvidia-smi --query-gpu=<SMI_FIELDS> --format=csv,noheader,nounits`` lines as
+    (SM MHz, W, degrees C, reasons mask); lines that do not parse (a field reading
+    "[N/A]", a line cut by the sampler's end) are left out."""
+    samples = []
+    for line in text.strip().splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(SMI_FIELDS):
+            continue
+        try:
+            samples.append((float(cells[0]), float(cells[1]), float(cells[2]), int(cells[3], 16)))
+        except ValueError:
+            continue
+    return samples
+
+
+def summarize(samples: list[tuple[float, float, float, int]]) -> dict:
+    """The window past its first fifth (the clock's ramp): median and lowest SM clock,
+    median power, highest temperature, every reason seen."""
+    steady = samples[len(samples) // 5 :]
+    if not steady:
+        raise RuntimeError("nvidia-smi gave no samples while the kernel ran")
+    mask = 0
+    for *_, m in steady:
+        mask |= m
+    return {
+        "SM MHz": statistics.median(s[0] for s in steady),
+        "SM MHz min": min(s[0] for s in steady),
+        "W": statistics.median(s[1] for s in steady),
+        "deg C max": max(s[2] for s in steady),
+        "clock held by": clock_reasons(mask),
+    }
+
+
+def sustained(torch, launch, seconds: float = SUSTAIN_S, per_sync: int = 10) -> dict:
+    """Launch ``launch`` back to back for ``seconds`` while nvidia-smi samples; launches per
+    second and :func:`summarize` of the samples."""
+    for _ in range(per_sync):
+        launch()
+    torch.cuda.synchronize()
+    query = ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}"]
+    query += ["--format=csv,noheader,nounits", "-lms", str(SMI_PERIOD_MS)]
+    sampler = subprocess.Popen(query, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.2)
+        start, launches = time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            for _ in range(per_sync):
+                launch()
+            torch.cuda.synchronize()
+            launches += per_sync
+        elapsed = time.perf_counter() - start
+    finally:
+        sampler.terminate()
+        text = sampler.communicate()[0]
+    return {"launches/s": launches / elapsed} | summarize(parse_samples(text))
+
+
+def sustained_contenders(gpu, args) -> tuple[dict, dict, dict]:
+    """(launch, FLOP a launch, note) of each contender; a contender that cannot be had is
+    a note."""
+    torch = gpu.torch
+    example = norms.example("gemm")
+    m, n, k = ABLATION_SHAPE
+    config = "128x256x64 s3"
+    kwargs = gemm.GEMM_CONFIGS[config]
+    gen = torch.Generator(device="cuda").manual_seed(43)
+    a = (2 * torch.rand(m, k, device="cuda", generator=gen) - 1).half()
+    b = (2 * torch.rand(k, n, device="cuda", generator=gen) - 1).half()
+    bias = (2 * torch.rand(n, device="cuda", generator=gen) - 1).half()
+    ref = a.double() @ b.double()
+    fns, flops, notes = {}, {}, {}
+    for what, ablate in ((WHOLE, None), (LOADS_ONLY, "math"), (MATH_ONLY, "loads")):
+        name = f"ours {config} plain {what}"
+        try:
+            func = example.gemm_kernel(m, n, k, epilogue="plain", ablate=ablate, **kwargs)
+            exe = runtime.build(func, runtime.gpu_arch(), gemm.STRICT)
+            launch, c = gemm._gemm_run(torch, exe[runtime.entry_name(func)], a, b, bias)
+        except Exception as exc:  # noqa: BLE001  # a contender that cannot be had is a row
+            notes[name] = gemm.first_line(exc)
+            continue
+        if ablate is None and (err := gemm.rel_error(torch, c, ref)) > gemm.GEMM_TOL:
+            notes[name] = f"wrong result: max err / max ref {err:.3g}"
+            continue
+        fns[name], flops[name] = launch, 2 * m * n * k
+    if (err := gemm.rel_error(torch, torch.matmul(a, b), ref)) > gemm.GEMM_TOL:
+        notes[TORCH_MATMUL] = f"wrong result: max err / max ref {err:.3g}"
+    else:
+        fns[TORCH_MATMUL], flops[TORCH_MATMUL] = (lambda: torch.matmul(a, b)), 2 * m * n * k
+    best = gemm.mma_limit(gpu, args, "float16")
+    tiles, warps = best["tiles/warp"], best["warps/SM"]
+    rng = np.random.default_rng(47)
+    _, fns[LIMIT_LOOP], ctas = gemm._mma_config(gpu, "float16", tiles, warps, rng)
+    warps_launched = ctas * gemm.MMA_CTA_THREADS // 32
+    flops[LIMIT_LOOP] = warps_launched * tiles * gemm.MMA_ITERS * gemm.MMA_FLOPS
+    return fns, flops, notes
+
+
+def part_gemm_sustained(gpu, args) -> list[dict]:
+    fns, flops, notes = sustained_contenders(gpu, args)
+    runs = {name: [] for name in fns}
+    for round_ in range(SUSTAIN_ROUNDS):
+        for name, launch in fns.items():
+            gemm._log(f"sustained {name}, round {round_ + 1}")
+            runs[name].append(sustained(gpu.torch, launch))
+    limit_per_clock = (
+        statistics.median(
+            r["launches/s"] * flops[LIMIT_LOOP] / (r["SM MHz"] * 1e6) / gpu.sms
+            for r in runs.get(LIMIT_LOOP, [])
+        )
+        if runs.get(LIMIT_LOOP)
+        else None
+    )
+    rows = []
+    for name in [*fns, *notes]:
+        for i, r in enumerate(runs.get(name, [None])):
+            row = {"contender": name, "round": i + 1 if r else ""}
+            if r:
+                tflops = r["launches/s"] * flops[name] / 1e12
+                per_clock = tflops * 1e12 / (r["SM MHz"] * 1e6) / gpu.sms
+                row |= {"TFLOP/s": tflops, **{k: v for k, v in r.items() if k != "launches/s"}}
+                row["FLOP/clk/SM"] = per_clock
+                row["per clock / limit loop"] = (
+                    per_clock / limit_per_clock if limit_per_clock else ""
+                )
             row["note"] = gemm.cell(notes.get(name, ""))
             rows.append(row)
     return rows

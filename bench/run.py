@@ -32,6 +32,8 @@ Parts:
    and that rate, every result checked against a float64 product first. ``gemm_bounds``
    (``gemm_bounds.py``): the L2 -> shared fill rate of this GPU from a hand-written cp.async
    loop, and examples/gemm.py with only its loads or only its math, to say which bounds it.
+   ``gemm_sustained``: the same kernels, torch.matmul and the limit loop each run for
+   seconds, with the SM clock and power nvidia-smi reads meanwhile (the power limit).
 9. ``cp_async_stream`` (``gemm.py``): global -> shared -> global through
    ``copy_async(dispatch="ldgsts")``, ours vs the built-in vs our synchronous copy, vs a
    device copy, on even and odd tiles.
@@ -699,16 +701,18 @@ TITLES = {
     "mma_limit": "8a. mma.sync.aligned.m16n8k16 (float32 accumulators) rate of this GPU: hand-written loop of independent mma per warp in registers, no memory traffic; the best row of each dtype is the limit 8b divides by",
     "gemm": "8b. GEMM C = relu(A B + bias), float16, float32 accumulation: examples/gemm.py with the strict pipeline (every call ours) vs the same TVMScript under the built-in pipeline, torch (cuBLAS) and the mma.sync limit (speeds: above 1, this row is faster)",
     "gemm_bounds": "8c. What bounds the GEMM: the L2 -> shared fill rate (hand-written cp.async loop over an L2-resident buffer, checked) and examples/gemm.py (plain, 4096^3, strict) whole, with only its loads into shared memory, and with only its fragment loads and mma",
+    "gemm_sustained": "8d. The GEMM run for seconds: examples/gemm.py (plain, 4096^3, strict, 128x256x64 s3) whole and its two halves, torch.matmul and the mma.sync limit loop, each launched back to back for 4 s (twice), with the SM clock, power and the reasons the clock is held down (nvidia-smi, every 50 ms)",
     "cp_async_stream": '9. cp.async streaming copy global -> shared -> global, one tile per CTA per step: copy_async(dispatch="ldgsts") ours vs built-in, and our synchronous copy, vs a device copy (GB/s: bytes read + written)',
 }
 DEFAULT_PARTS = (
     "stream,masked,paths,reg,reg_hand,ldst,eltwise,sass,compile,"
-    "rmsnorm,softmax,cta_sum,warp_sum,warp_sum_sass,mma_limit,gemm,gemm_bounds,cp_async_stream"
+    "rmsnorm,softmax,cta_sum,warp_sum,warp_sum_sass,mma_limit,gemm,gemm_bounds,gemm_sustained,"
+    "cp_async_stream"
 )
 GPU_PARTS = {
     "stream", "masked", "paths", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise",
     "rmsnorm", "softmax", "cta_sum", "warp_sum", "mma_limit", "gemm", "gemm_bounds",
-    "cp_async_stream",
+    "gemm_sustained", "cp_async_stream",
 }  # fmt: skip
 
 
@@ -794,6 +798,7 @@ def main() -> int:
         "mma_limit": lambda: gemm.part_mma_limit(gpu, args),
         "gemm": lambda: gemm.part_gemm(gpu, args),
         "gemm_bounds": lambda: gemm_bounds.part_gemm_bounds(gpu, args),
+        "gemm_sustained": lambda: gemm_bounds.part_gemm_sustained(gpu, args),
         "cp_async_stream": lambda: gemm.part_cp_async_stream(gpu, args),
     }
     unknown = [p for p in parts if p not in runners]

@@ -86,3 +86,30 @@ def test_run_registers_the_part():
     run_py = load_file("bench_run_for_bounds", BENCH / "run.py")
     assert "gemm_bounds" in run_py.TITLES and "gemm_bounds" in run_py.GPU_PARTS
     assert "gemm_bounds" in run_py.DEFAULT_PARTS.split(",")
+
+
+def test_clock_reasons_name_the_bits_set(bounds):
+    assert bounds.clock_reasons(0) == "none"
+    assert bounds.clock_reasons(0x4) == "SW power cap"
+    assert bounds.clock_reasons(0x4 | 0x20) == "SW power cap, SW thermal"
+    assert bounds.clock_reasons(0x4 | 0x1000) == "SW power cap, 0x1000"  # an unnamed bit
+
+
+def test_samples_parse_and_the_ramp_is_left_out(bounds):
+    """nvidia-smi lines as the sampler writes them; a cut or "[N/A]" line is left out, and
+    the first fifth (the ramp) does not count."""
+    lines = ["345, 90.1, 40, 0x0000000000000001"] * 2  # idle, at the start
+    lines += ["1725, 691.0, 61, 0x0000000000000004"] * 7 + ["1485, 700.2, 62, 0x0000000000000004"]
+    lines += ["[N/A], 650.0, 61, 0x0", "1725, 69"]
+    samples = bounds.parse_samples("\n".join(lines))
+    assert len(samples) == 10
+    got = bounds.summarize(samples)
+    assert got["SM MHz"] == 1725 and got["SM MHz min"] == 1485
+    assert got["clock held by"] == "SW power cap" and got["deg C max"] == 62
+    # the control: with the ramp counted, the idle samples would show
+    assert bounds.summarize(samples[2:] + samples[:2])["clock held by"] != "SW power cap"
+
+
+def test_no_samples_is_an_error_not_a_row_of_zeros(bounds):
+    with pytest.raises(RuntimeError, match="no samples"):
+        bounds.summarize(bounds.parse_samples("garbage\n"))
