@@ -208,7 +208,15 @@ def ablation_rows(gpu, args) -> list[dict]:
 # -- 8d. Sustained: the clock and the power limit ---------------------------------------------
 SUSTAIN_S = 4.0  # seconds each contender runs back to back
 SUSTAIN_ROUNDS = 2
-SMI_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
+# power.draw is a one-second average on recent drivers (it lags a change of kernel);
+# power.draw.instant, where the driver has it, is read at the sample
+SMI_FIELDS = (
+    "clocks.sm",
+    "power.draw.instant",
+    "temperature.gpu",
+    "clocks_throttle_reasons.active",
+)
+SMI_FIELDS_OLD_DRIVER = ("clocks.sm", "power.draw", *SMI_FIELDS[2:])
 SMI_PERIOD_MS = 50
 # NVML's clocksThrottleReason bits (nvidia-smi -q -d PERFORMANCE names them the same way)
 CLOCK_REASONS = {
@@ -267,13 +275,28 @@ def summarize(samples: list[tuple[float, float, float, int]]) -> dict:
     }
 
 
+def smi_fields() -> tuple[str, ...]:
+    """:data:`SMI_FIELDS`, or with the averaged power where the driver has no instant one;
+    an error naming nvidia-smi where it cannot be run."""
+    try:
+        probe = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"nvidia-smi cannot be run here: {exc}") from None
+    return SMI_FIELDS if probe.returncode == 0 else SMI_FIELDS_OLD_DRIVER
+
+
 def sustained(torch, launch, seconds: float = SUSTAIN_S, per_sync: int = 10) -> dict:
     """Launch ``launch`` back to back for ``seconds`` while nvidia-smi samples; launches per
     second and :func:`summarize` of the samples."""
     for _ in range(per_sync):
         launch()
     torch.cuda.synchronize()
-    query = ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}"]
+    query = ["nvidia-smi", f"--query-gpu={','.join(smi_fields())}"]
     query += ["--format=csv,noheader,nounits", "-lms", str(SMI_PERIOD_MS)]
     sampler = subprocess.Popen(query, stdout=subprocess.PIPE, text=True)
     try:
