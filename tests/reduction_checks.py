@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import tirx_cuda_dispatch as tcd
-from tirx_cuda_dispatch.reduction.ops import axes_of
+from tirx_cuda_dispatch.reduction.ops import shape_of
 
 UNIT = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
@@ -29,9 +29,10 @@ def check_against_numpy(report, got, src, old=None, axes=None) -> None:
     max/min exactly (rounded to dst's dtype); a sum within ``(n + 1) u |x|_1 + u_dst |s|``
     (n elements accumulated with unit roundoff ``u`` of float32, one rounding into dst).
     ``axes`` overrides the call's (a dst that keeps a reduced axis: the test says which
-    of src's values meet in each output)."""
+    of src's values meet in each output); else the axes the call reduces (``shape_of``:
+    its axes argument, or src's lane dimensions in TVM's lane form)."""
     op, call = report.op, report.call_object
-    axes = axes_of(call) if axes is None else axes
+    axes = shape_of(call).axes if axes is None else axes
     if np.issubdtype(got.dtype, np.integer):  # exact, wrapping as CUDA's int32 adds do
         fn = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op]
         with np.errstate(over="ignore"):

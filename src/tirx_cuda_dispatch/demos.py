@@ -882,6 +882,14 @@ def register_reductions() -> dict[str, RegisterReduction]:
                           TileLayout(S[1:1] + R[32 : 1 @ laneid]), (1,), None, "warp", 32),
         RegisterReduction("warp_multi_elem", TileLayout(S[(32, 4) : (1 @ laneid, 1)]), (128,),
                           TileLayout(S[4:1] + R[32 : 1 @ laneid]), (4,), None, "warp", 32),
+        # TVM's lane form: dst drops src's lane dimension, axes left at the default (-1);
+        # the second's registers are sparse (slots 0, 4, 2, 6 of 7)
+        RegisterReduction("warp_lane_dim", TileLayout(S[(32, 2, 4) : (1 @ laneid, 4, 1)]),
+                          (32, 2, 4), TileLayout(S[(2, 4) : (4, 1)] + R[32 : 1 @ laneid]),
+                          (2, 4), None, "warp", 32),
+        RegisterReduction("warp_lane_dim_gapped", TileLayout(S[(32, 2, 2) : (1 @ laneid, 2, 4)]),
+                          (32, 2, 2), TileLayout(S[(2, 2) : (2, 4)] + R[32 : 1 @ laneid]),
+                          (2, 2), None, "warp", 32),
         RegisterReduction("lane_rows", TileLayout(S[(32, 64) : (1 @ laneid, 1)]), (32, 64),
                           TileLayout(S[(32, 1) : (1 @ laneid, 1)]), (32, 1), (-1,), "warp", 32),
         RegisterReduction("wg_local", wg_local_layout(16), (128, 16), wg_local_layout(1),

@@ -142,6 +142,42 @@ def test_dst_placed_apart_from_where_outputs_are_computed_is_filled(name, accum,
     check_against_numpy(report, got, x, old if accum else None)
 
 
+def test_tvms_lane_form_reduces_the_lane_dimension_dst_drops():
+    """src [32, 2, 4] with dimension 0 on the lanes into dst [2, 4] replicated over them,
+    axes left at -1: only the lane dimension fits dst, so it is the one reduced (a
+    butterfly over all 32 lanes), and explain() says where the axes came from."""
+    report = report_of(_kernel(_case("warp_lane_dim"), "sum"))
+    assert report.variant == "local"
+    assert report.plan_object.schedule.lane_masks == (1, 2, 4, 8, 16)
+    assert "dimension over threads" in report.plan["axes"]
+    assert "axes [-1] does not fit" in report.plan["axes"]
+
+
+def test_the_lane_form_is_only_read_where_the_last_axis_does_not_fit():
+    """Controls: the last axis, where dst has its reduced shape, stays the axis (no note);
+    explicit axes other than the last are never reinterpreted; and a dst that fits
+    neither reading is declined with the last axis's rule."""
+    src = TileLayout(S[(32, 2, 4) : (1 @ laneid, 4, 1)])
+    rows = TileLayout(S[(32, 2) : (1 @ laneid, 1)])
+    last = demos.RegisterReduction("x", src, (32, 2, 4), rows, (32, 2), None, "warp", 32)
+    report = report_of(_kernel(last, "sum"))
+    assert report.variant == "local" and "axes" not in report.plan
+    assert not report.plan_object.schedule.lane_masks  # each lane's own rows
+    other = demos.RegisterReduction(
+        "x", src, (32, 2, 4), TileLayout(S[(2, 4) : (4, 1)] + R[32 : 1 @ laneid]), (2, 4),
+        (1,), "warp", 32,
+    )  # fmt: skip
+    report = report_of(_kernel(other, "sum"))
+    assert report.variant is None
+    assert "not the reduced shape" in next(c.reason for c in report.candidates)
+    neither = demos.RegisterReduction(
+        "x", src, (32, 2, 4), TileLayout(S[2:1] + R[32 : 1 @ laneid]), (2,), None, "warp", 32
+    )
+    report = report_of(_kernel(neither, "sum"))
+    assert report.variant is None
+    assert "over axes [2]" in next(c.reason for c in report.candidates)
+
+
 def test_lanes_a_power_of_two_apart_reduce_by_a_butterfly_over_those_bits():
     """4 lanes 8 apart (the others hold nothing: they skip, out of the shuffle mask)."""
     case = demos.RegisterReduction(

@@ -169,6 +169,7 @@ class Reduction:
     fill: ScopePartition | None = None  # dst's registers from the outputs workspace
     fill_because: str | None = None  # why dst's layout cannot take the outputs directly
     barrier_group: str = ""  # the threads that meet: calls of the same threads share ids
+    axes_note: str | None = None  # the axes read from src's layout (ops.shape_of)
 
     @property
     def op(self) -> str:
@@ -198,7 +199,8 @@ class Reduction:
 
     def common_facts(self) -> dict:
         s = self.schedule
-        facts = {
+        facts = {"axes": self.axes_note} if self.axes_note else {}
+        facts |= {
             "schedule": s.describe(),
             "order": s.order(),
             "accumulate": f"{s.src_dtype} -> {s.acc_dtype} -> {s.dst_dtype}",

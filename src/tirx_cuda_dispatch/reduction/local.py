@@ -391,7 +391,10 @@ def plan(call: TileCall) -> LocalReducePlan:
     if schedule.warp_partials > 1 or fill is not None:
         sync = combine.make_sync(call, threads)
     group = f"{call.scope} x {threads} threads"
-    return LocalReducePlan(schedule, dst.memory, sync, _lane_mask(schedule), fill, why_fill, group)
+    return LocalReducePlan(
+        schedule, dst.memory, sync, _lane_mask(schedule), fill, why_fill, group,
+        axes_note=shape.axes_note,
+    )  # fmt: skip
 
 
 def _lane_mask(s: Schedule) -> int:

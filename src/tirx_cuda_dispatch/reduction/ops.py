@@ -16,14 +16,16 @@ wants, where TVM requires equal dtypes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from tvm import tirx
 
 from ..call import TileCall
+from ..errors import Decline
 from ..irfacts import as_int
+from ..layout.register import MEMORY_AXIS, atoms_by_dim, register_view
 from ..registry import predicate
 
 # data dtype -> the dtype it is combined in
@@ -123,6 +125,8 @@ class ReduceShape:
     axes: tuple[int, ...]
     dst_dims: tuple[int | None, ...]
     kept: tuple[tuple[int, int], ...] = ()
+    # set where the axes come from src's layout, not the axes argument (see shape_of)
+    axes_note: str | None = None
 
 
 def reduce_shape(src: tuple[int, ...], dst: tuple[int, ...], axes: tuple[int, ...]):
@@ -164,11 +168,49 @@ def reduce_shape(src: tuple[int, ...], dst: tuple[int, ...], axes: tuple[int, ..
 
 
 def shape_of(call: TileCall) -> ReduceShape | str:
+    """The call's :class:`ReduceShape`, or why its extents do not fit its axes.
+
+    TVM's lane form: a register src whose dimensions over the warp's lanes dst does not
+    have, e.g. src ``[32, 2, 2]`` with dimension 0 on the lanes into dst ``[2, 2]``
+    replicated over them, written with the default ``axes=-1``. dst's extents fit no
+    reading of the last axis, so the reduced axes are those lane dimensions (TVM's
+    built-in reads that form from the layouts the same way); ``axes_note`` says so, and
+    explain() shows it."""
     axes = axes_of(call)
     if isinstance(axes, str):
         return axes
     src, dst = call.operand("src"), call.operand("dst")
-    return reduce_shape(tuple(src.extents), tuple(dst.extents), axes)
+    src_ext, dst_ext = tuple(src.extents), tuple(dst.extents)
+    shape = reduce_shape(src_ext, dst_ext, axes)
+    if not isinstance(shape, str) or axes != (len(src_ext) - 1,):
+        return shape
+    lanes = _thread_only_dims(src)
+    if not lanes or axes[0] in lanes or len(dst_ext) != len(src_ext) - len(lanes):
+        return shape
+    by_lanes = reduce_shape(src_ext, dst_ext, lanes)
+    if isinstance(by_lanes, str):
+        return shape
+    note = (
+        f"{list(lanes)}: src {src.name}'s dimension{'s' if len(lanes) > 1 else ''} over "
+        f"threads, which dst {dst.name} drops (axes [-1] does not fit dst's extents)"
+    )
+    return replace(by_lanes, axes_note=note)
+
+
+def _thread_only_dims(src) -> tuple[int, ...]:
+    """The dimensions of a register src all of whose atoms lie on thread axes."""
+    if src.memory != "local":
+        return ()
+    try:
+        view = register_view(src)
+        dims = atoms_by_dim(view.atoms, src.extents, src.name)
+    except Decline:
+        return ()
+    return tuple(
+        i
+        for i, atoms in enumerate(dims)
+        if atoms and all(axis != MEMORY_AXIS for _, _, axis in atoms)
+    )
 
 
 def thread_reduce(call: TileCall) -> bool:

@@ -367,8 +367,9 @@ def plan(call: TileCall) -> SharedReducePlan:
         sync = combine.make_sync(call, s.threads)
     group = f"{call.scope} {parts}"
     return SharedReducePlan(
-        s, dst.memory, sync, lane_mask, fill, None, group, clocks, waves, placement
-    )
+        s, dst.memory, sync, lane_mask, fill, None, group, axes_note=shape.axes_note,
+        est_clocks=clocks, wavefronts=waves, placement=placement,
+    )  # fmt: skip
 
 
 def _schedule(call: TileCall, shape: ReduceShape, digits, vec, vec_cell, threads) -> Schedule:
