@@ -736,7 +736,7 @@ def register_reduction_case(c: Chooser, seed: int) -> Case:
     params = dict(layouts=case.name, op=op, dtype=dtype, dst_dtype=dst_dtype, accum=accum)
     close = None
     if not kept:  # TVM's kept forms reduce what the layout says: judged bit for bit only
-        axes = tuple(a % len(case.src_shape) for a in (case.axes or (-1,)))
+        axes = case.reduced or tuple(a % len(case.src_shape) for a in (case.axes or (-1,)))
 
         def held_outputs(out_b):
             got = np.zeros(int(np.prod(case.dst_shape)), dtype=out_b.dtype)
