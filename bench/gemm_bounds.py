@@ -155,32 +155,48 @@ def _filled_bytes(shape, kwargs) -> tuple[int, float]:
     return nbytes, 2 * m * n * k / nbytes
 
 
-def ablation_rows(gpu, args) -> list[dict]:
-    torch = gpu.torch
-    example = norms.example("gemm")
+def _ablation_operands(torch, seed: int) -> tuple:
+    """A, B and bias of :data:`ABLATION_SHAPE` (uniform in [-1, 1), float16) and the
+    float64 product."""
     m, n, k = ABLATION_SHAPE
-    gen = torch.Generator(device="cuda").manual_seed(41)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     a = (2 * torch.rand(m, k, device="cuda", generator=gen) - 1).half()
     b = (2 * torch.rand(k, n, device="cuda", generator=gen) - 1).half()
     bias = (2 * torch.rand(n, device="cuda", generator=gen) - 1).half()
-    ref = a.double() @ b.double()
+    return a, b, bias, a.double() @ b.double()
+
+
+def _ablations(torch, operands, kwargs: dict, name_of, fns: dict, notes: dict) -> None:
+    """examples/gemm.py (plain, strict) whole and with each half ablated, for ``kwargs``:
+    the launch of each into ``fns`` under ``name_of(what)``, or why not into ``notes``;
+    the whole kernel's result checked against the float64 product first."""
+    example = norms.example("gemm")
+    a, b, bias, ref = operands
+    m, n, k = ABLATION_SHAPE
+    for what, ablate in ((WHOLE, None), (LOADS_ONLY, "math"), (MATH_ONLY, "loads")):
+        name = name_of(what)
+        try:
+            func = example.gemm_kernel(m, n, k, epilogue="plain", ablate=ablate, **kwargs)
+            exe = runtime.build(func, runtime.gpu_arch(), gemm.STRICT)
+            launch, c = gemm._gemm_run(torch, exe[runtime.entry_name(func)], a, b, bias)
+        except Exception as exc:  # noqa: BLE001  # a contender that cannot be had is a row
+            notes[name] = gemm.first_line(exc)
+            continue
+        if ablate is None and (err := gemm.rel_error(torch, c, ref)) > gemm.GEMM_TOL:
+            notes[name] = f"wrong result: max err / max ref {err:.3g}"
+            continue
+        fns[name] = launch
+
+
+def ablation_rows(gpu, args) -> list[dict]:
+    torch = gpu.torch
+    m, n, k = ABLATION_SHAPE
+    operands = _ablation_operands(torch, 41)
     limit = gemm.mma_limit(gpu, args, "float16")["TFLOP/s"]
     fns, notes, filled = {}, {}, {}
     for config, kwargs in gemm.GEMM_CONFIGS.items():
         filled[config] = _filled_bytes(ABLATION_SHAPE, kwargs)
-        for what, ablate in ((WHOLE, None), (LOADS_ONLY, "math"), (MATH_ONLY, "loads")):
-            name = f"{config} {what}"
-            try:
-                func = example.gemm_kernel(m, n, k, epilogue="plain", ablate=ablate, **kwargs)
-                exe = runtime.build(func, runtime.gpu_arch(), gemm.STRICT)
-                launch, c = gemm._gemm_run(torch, exe[runtime.entry_name(func)], a, b, bias)
-            except Exception as exc:  # noqa: BLE001  # a contender that cannot be had is a row
-                notes[name] = gemm.first_line(exc)
-                continue
-            if ablate is None and (err := gemm.rel_error(torch, c, ref)) > gemm.GEMM_TOL:
-                notes[name] = f"wrong result: max err / max ref {err:.3g}"
-                continue
-            fns[name] = launch
+        _ablations(torch, operands, kwargs, lambda what, c=config: f"{c} {what}", fns, notes)
     ms = norms.time_queued(torch, fns, batch=10, reps=args.reps) if fns else {}
     rows = []
     for config in gemm.GEMM_CONFIGS:
@@ -318,29 +334,16 @@ def sustained_contenders(gpu, args) -> tuple[dict, dict, dict]:
     """(launch, FLOP a launch, note) of each contender; a contender that cannot be had is
     a note."""
     torch = gpu.torch
-    example = norms.example("gemm")
     m, n, k = ABLATION_SHAPE
     config = "128x256x64 s3"
-    kwargs = gemm.GEMM_CONFIGS[config]
-    gen = torch.Generator(device="cuda").manual_seed(43)
-    a = (2 * torch.rand(m, k, device="cuda", generator=gen) - 1).half()
-    b = (2 * torch.rand(k, n, device="cuda", generator=gen) - 1).half()
-    bias = (2 * torch.rand(n, device="cuda", generator=gen) - 1).half()
-    ref = a.double() @ b.double()
-    fns, flops, notes = {}, {}, {}
-    for what, ablate in ((WHOLE, None), (LOADS_ONLY, "math"), (MATH_ONLY, "loads")):
-        name = f"ours {config} plain {what}"
-        try:
-            func = example.gemm_kernel(m, n, k, epilogue="plain", ablate=ablate, **kwargs)
-            exe = runtime.build(func, runtime.gpu_arch(), gemm.STRICT)
-            launch, c = gemm._gemm_run(torch, exe[runtime.entry_name(func)], a, b, bias)
-        except Exception as exc:  # noqa: BLE001  # a contender that cannot be had is a row
-            notes[name] = gemm.first_line(exc)
-            continue
-        if ablate is None and (err := gemm.rel_error(torch, c, ref)) > gemm.GEMM_TOL:
-            notes[name] = f"wrong result: max err / max ref {err:.3g}"
-            continue
-        fns[name], flops[name] = launch, 2 * m * n * k
+    a, b, bias, ref = operands = _ablation_operands(torch, 43)
+    fns, notes = {}, {}
+
+    def name_of(what: str) -> str:
+        return f"ours {config} plain {what}"
+
+    _ablations(torch, operands, gemm.GEMM_CONFIGS[config], name_of, fns, notes)
+    flops = dict.fromkeys(fns, 2 * m * n * k)
     if (err := gemm.rel_error(torch, torch.matmul(a, b), ref)) > gemm.GEMM_TOL:
         notes[TORCH_MATMUL] = f"wrong result: max err / max ref {err:.3g}"
     else:
