@@ -170,12 +170,12 @@ def reduce_shape(src: tuple[int, ...], dst: tuple[int, ...], axes: tuple[int, ..
 def shape_of(call: TileCall) -> ReduceShape | str:
     """The call's :class:`ReduceShape`, or why its extents do not fit its axes.
 
-    TVM's lane form: a register src whose dimensions over the warp's lanes dst does not
-    have, e.g. src ``[32, 2, 2]`` with dimension 0 on the lanes into dst ``[2, 2]``
-    replicated over them, written with the default ``axes=-1``. dst's extents fit no
-    reading of the last axis, so the reduced axes are those lane dimensions (TVM's
-    built-in reads that form from the layouts the same way); ``axes_note`` says so, and
-    explain() shows it."""
+    TVM's lane form: a register src with dimensions wholly over threads (the warp's lanes,
+    or the scope's warps) that dst does not have, e.g. src ``[32, 2, 2]`` with dimension
+    0 on the lanes into dst ``[2, 2]`` replicated over them, written with the default
+    ``axes=-1``. dst's extents fit no reading of the last axis, so the reduced axes are
+    those thread dimensions (TVM's built-in reads the warp's form from the layouts the
+    same way); ``axes_note`` says so, and explain() shows it."""
     axes = axes_of(call)
     if isinstance(axes, str):
         return axes
