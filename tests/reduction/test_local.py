@@ -153,6 +153,22 @@ def test_tvms_lane_form_reduces_the_lane_dimension_dst_drops():
     assert "axes [-1] does not fit" in report.plan["axes"]
 
 
+@pytest.mark.parametrize("where", WHERE)
+def test_the_lane_form_over_warps_and_lanes_combines_through_the_workspace(where, gpu, rng):
+    """At CTA scope, src [4, 32, 2] with dimension 0 on the warps and 1 on the lanes into
+    dst [2] replicated over all 128 threads: both thread dimensions are reduced (shuffles,
+    then the 4 warps through the workspace)."""
+    case = demos.RegisterReduction(
+        "x", TileLayout(S[(4, 32, 2) : (1 @ warpid, 1 @ laneid, 1)]), (4, 32, 2),
+        TileLayout(S[2:1] + R[4 : 1 @ warpid] + R[32 : 1 @ laneid]), (2,), None, "cta", 128,
+        reduced=(0, 1),
+    )  # fmt: skip
+    report, x, _, got = _round_trip(case, "sum", "float32", where, gpu, rng)
+    assert report.plan["axes"].startswith("[0, 1]")
+    assert report.plan_object.schedule.warp_partials == 4
+    check_against_numpy(report, got, x, axes=(0, 1))
+
+
 def test_the_lane_form_is_only_read_where_the_last_axis_does_not_fit():
     """Controls: the last axis, where dst has its reduced shape, stays the axis (no note);
     explicit axes other than the last are never reinterpreted; and a dst that fits
