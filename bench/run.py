@@ -34,6 +34,8 @@ Parts:
    loop, and examples/gemm.py with only its loads or only its math, to say which bounds it.
    ``gemm_sustained``: the same kernels, torch.matmul and the limit loop each run for
    seconds, with the SM clock and power nvidia-smi reads meanwhile (the power limit).
+   ``gemm_hand`` (``gemm_hand.py``): examples/gemm.py against its design written by hand
+   in CUDA.
 9. ``cp_async_stream`` (``gemm.py``): global -> shared -> global through
    ``copy_async(dispatch="ldgsts")``, ours vs the built-in vs our synchronous copy, vs a
    device copy, on even and odd tiles.
@@ -59,6 +61,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import gemm_bounds  # noqa: E402
+import gemm_hand  # noqa: E402
 import loops  # noqa: E402
 import norms  # noqa: E402
 import numpy as np  # noqa: E402
@@ -702,17 +705,18 @@ TITLES = {
     "gemm": "8b. GEMM C = relu(A B + bias), float16, float32 accumulation: examples/gemm.py with the strict pipeline (every call ours) vs the same TVMScript under the built-in pipeline, torch (cuBLAS) and the mma.sync limit (speeds: above 1, this row is faster)",
     "gemm_bounds": "8c. What bounds the GEMM: the L2 -> shared fill rate (hand-written cp.async loop over an L2-resident buffer, checked) and examples/gemm.py (plain, 4096^3, strict) whole, with only its loads into shared memory, and with only its fragment loads and mma",
     "gemm_sustained": "8d. The GEMM run for seconds: examples/gemm.py (plain, 4096^3, strict, 128x256x64 s3) whole and its two halves, torch.matmul and the mma.sync limit loop, each launched back to back for 4 s (twice), with the SM clock, power and the reasons the clock is held down (nvidia-smi, every 50 ms)",
+    "gemm_hand": "8e. examples/gemm.py (128x256x64 s3, plain, 4096^3, strict) against the same design written by hand in CUDA (cp.async ring, swizzle, ldmatrix, mma.sync), in two orders of its main loop",
     "cp_async_stream": '9. cp.async streaming copy global -> shared -> global, one tile per CTA per step: copy_async(dispatch="ldgsts") ours vs built-in, and our synchronous copy, vs a device copy (GB/s: bytes read + written)',
 }
 DEFAULT_PARTS = (
     "stream,masked,paths,reg,reg_hand,ldst,eltwise,sass,compile,"
     "rmsnorm,softmax,cta_sum,warp_sum,warp_sum_sass,mma_limit,gemm,gemm_bounds,gemm_sustained,"
-    "cp_async_stream"
+    "gemm_hand,cp_async_stream"
 )
 GPU_PARTS = {
     "stream", "masked", "paths", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise",
     "rmsnorm", "softmax", "cta_sum", "warp_sum", "mma_limit", "gemm", "gemm_bounds",
-    "gemm_sustained", "cp_async_stream",
+    "gemm_sustained", "gemm_hand", "cp_async_stream",
 }  # fmt: skip
 
 
@@ -799,6 +803,7 @@ def main() -> int:
         "gemm": lambda: gemm.part_gemm(gpu, args),
         "gemm_bounds": lambda: gemm_bounds.part_gemm_bounds(gpu, args),
         "gemm_sustained": lambda: gemm_bounds.part_gemm_sustained(gpu, args),
+        "gemm_hand": lambda: gemm_hand.part_gemm_hand(gpu, args),
         "cp_async_stream": lambda: gemm.part_cp_async_stream(gpu, args),
     }
     unknown = [p for p in parts if p not in runners]
