@@ -8,14 +8,6 @@ warp, the warps through a shared workspace), ``exp2((x - max) * log2 e)`` per el
 reciprocal per row and thread, the product, rounded to float16 and stored. Every call is
 lowered by ``tirx_cuda_dispatch.strict``.
 
-x is read once and y written once, so both copies carry cache hints (the config keys TVM
-0.27's copies read): the load ``ld.global.nc.L1::no_allocate`` with L2 evict-first, the
-store L1 no-allocate with L2 evict-first. Measured on the H200 (N = 8192): 0.985-0.991 of
-a device copy with them against 0.973-0.975 without (1.015-1.021x the Triton kernel
-against 1.003-1.005x). Either hint alone measured slower than none, and the same hints
-on examples/rmsnorm.py slower too (0.95 against 0.99 of the copy), so they are this
-kernel's, not a rule.
-
 ``python examples/softmax.py`` prints the explain() report, checks the kernel against
 numpy in the CPU simulator (a few rows), and on a CUDA GPU checks N = 8192 rows.
 """
@@ -34,9 +26,6 @@ from tirx_cuda_dispatch import runtime, sim
 
 D = 4096
 THREADS = 256
-# x is read once, y written once: keep neither in L1, and let L2 evict them first
-LOAD_HINTS = {"cache": "nc", "l1_evict": "L1::no_allocate", "l2_evict": "L2::evict_first"}
-STORE_HINTS = {"l1_evict": "L1::no_allocate", "l2_evict": "L2::evict_first"}
 LOG2E = 1.4426950408889634
 
 
@@ -69,7 +58,7 @@ def softmax_kernel(n: int, rows: int = 2, steps: int = 1, threads: int = THREADS
         s = T.alloc_buffer((rows, 1), "float32", scope="local", layout=TileLayout(S[(rows, 1)]))
         for step in range(steps):
             r0 = (bx * steps + step) * rows
-            Tx.cta.copy(x16[:, :], X[r0 : r0 + rows, :], **LOAD_HINTS)
+            Tx.cta.copy(x16[:, :], X[r0 : r0 + rows, :])
             Tx.cta.cast(x[:, :], x16[:, :])
             Tx.cta.max(m[:, :], x[:, :], axes=[-1])
             Tx.cta.sub(x[:, :], x[:, :], m[:, :])
@@ -78,7 +67,7 @@ def softmax_kernel(n: int, rows: int = 2, steps: int = 1, threads: int = THREADS
             Tx.reciprocal(s[:, :], s[:, :])  # per thread: every thread holds the row sums
             Tx.cta.mul(x[:, :], x[:, :], s[:, :])
             Tx.cta.cast(x16[:, :], x[:, :])
-            Tx.cta.copy(Y[r0 : r0 + rows, :], x16[:, :], **STORE_HINTS)
+            Tx.cta.copy(Y[r0 : r0 + rows, :], x16[:, :])
     # fmt: on
     return softmax
 

@@ -50,13 +50,6 @@ def test_simulator_equals_numpy_and_the_check_can_fail(example):
     assert not _check(example, bad, args, 4)
 
 
-def test_softmax_loads_and_stores_with_its_cache_hints():
-    copies = [r for r in explain(softmax.kernel, "sm_90a") if r.op == "copy"]
-    hints = [r.plan.get("cache_hints", "") for r in copies]
-    assert any("cache=nc" in h and "L2::evict_first" in h for h in hints)  # the load
-    assert any("cache=nc" not in h and "L1::no_allocate" in h for h in hints)  # the store
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "example, build",
