@@ -4,26 +4,15 @@ within each example's bound, into outputs poisoned with NaN first."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from modules import ROOT, load_file
 from tirx_cuda_dispatch import explain, runtime, sim
 
 STRICT = "tirx_cuda_dispatch.strict"
-
-
-def _example(name: str):
-    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rmsnorm, softmax = _example("rmsnorm"), _example("softmax")
+rmsnorm = load_file("example_rmsnorm", ROOT / "examples" / "rmsnorm.py")
+softmax = load_file("example_softmax", ROOT / "examples" / "softmax.py")
 
 
 def _check(example, out: np.ndarray, args: list[np.ndarray], rows: int) -> bool:
