@@ -52,16 +52,13 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import gemm_hand  # noqa: E402
-import norms  # noqa: E402
 import numpy as np  # noqa: E402
 
-import gemm  # noqa: E402
-from tirx_cuda_dispatch import runtime, toolchain  # noqa: E402
+from tirx_cuda_dispatch import toolchain  # noqa: E402
 
 BM, BN, BK = 128, 256, 64
 A_TILE, B_TILE = BM * BK * 2, BK * BN * 2  # bytes a stage
-SHAPE = (4096, 4096, 4096)
-CONFIG = "128x256x64 s3"
+CONFIG = gemm_hand.CONFIG
 DESIGNS = {  # name -> (stages, threads); "cp.async + mma.sync" is part 8e's kernel
     "cp.async + wgmma": (3, 256),
     "TMA + mma.sync": (3, 256),
@@ -441,58 +438,18 @@ def _design_launch(gpu, name: str, a, b, c):
 
 
 def part_gemm_designs(gpu, args) -> list[dict]:
-    torch = gpu.torch
-    m, n, k = SHAPE
-    gen = torch.Generator(device="cuda").manual_seed(53)
-    a = (2 * torch.rand(m, k, device="cuda", generator=gen) - 1).half()
-    b = (2 * torch.rand(k, n, device="cuda", generator=gen) - 1).half()
-    bias = (2 * torch.rand(n, device="cuda", generator=gen) - 1).half()
-    ref = a.double() @ b.double()
-    limit = gemm.mma_limit(gpu, args, "float16")["TFLOP/s"]
-    fns, notes, errors, regs = {}, {}, {}, {}
     ours = f"ours {CONFIG} plain (examples/gemm.py): cp.async + mma.sync"
-    hand = "hand-written: cp.async + mma.sync (part 8e, example order)"
-    names = [ours, hand, *(f"hand-written: {d}" for d in DESIGNS), "torch.matmul (cuBLAS)"]
-    try:
-        func = norms.example("gemm").gemm_kernel(
-            m, n, k, epilogue="plain", **gemm.GEMM_CONFIGS[CONFIG]
+    launches = {
+        "hand-written: cp.async + mma.sync (part 8e, example order)": (
+            lambda a, b, c: gemm_hand._hand_launch(gpu, "example", a, b, c)
         )
-        exe = runtime.build(func, runtime.gpu_arch(), gemm.STRICT)
-        fns[ours], c = gemm._gemm_run(torch, exe[runtime.entry_name(func)], a, b, bias)
-        errors[ours] = gemm.rel_error(torch, c, ref)
-    except Exception as exc:  # noqa: BLE001  # a contender that cannot be had is a row
-        notes[ours] = gemm.first_line(exc)
-    launches = {hand: lambda c: gemm_hand._hand_launch(gpu, "example", a, b, c)}
+    }
     for design in DESIGNS:
-        launches[f"hand-written: {design}"] = lambda c, d=design: _design_launch(gpu, d, a, b, c)
-    for name, make in launches.items():
-        c = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
-        try:
-            launch, regs[name] = make(c)
-            launch()
-            torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001
-            notes[name] = gemm.first_line(exc)
-            continue
-        fns[name], errors[name] = launch, gemm.rel_error(torch, c, ref)
-    torch_name = names[-1]
-    fns[torch_name] = lambda: torch.matmul(a, b)
-    errors[torch_name] = gemm.rel_error(torch, torch.matmul(a, b), ref)
-    for name, err in errors.items():
-        if not err <= gemm.GEMM_TOL:  # NaN (an unwritten output) fails too
-            notes[name] = f"wrong result: max err / max ref {err:.3g}"
-            fns.pop(name, None)
-    ms = norms.time_queued(torch, fns, batch=10, reps=args.reps) if fns else {}
-    rows = []
-    for name in names:
-        row = {"design": name}
-        if name in ms:
-            t = ms[name]
-            tflops = 2 * m * n * k / (t * 1e-3) / 1e12
-            row |= {"us": t * 1e3, "TFLOP/s": tflops, "of mma.sync limit": tflops / limit}
-            row["speed / ours"] = ms[ours] / t if ours in ms else ""
-        row["regs"] = regs.get(name, "")
-        row["max err / max ref"] = gemm.sci(errors[name]) if name in errors else ""
-        row["note"] = gemm.cell(notes.get(name, ""))
-        rows.append(row)
-    return rows
+        launches[f"hand-written: {design}"] = lambda a, b, c, d=design: _design_launch(
+            gpu, d, a, b, c
+        )
+    others = {"torch.matmul (cuBLAS)": lambda a, b: gpu.torch.matmul(a, b)}
+    result = gemm_hand.contest(gpu, args, ours, launches, others)
+    baseline = result["ms"].get(ours)
+    names = [ours, *launches, *others]
+    return [gemm_hand.contest_row(result, n, "speed / ours", baseline, "design") for n in names]

@@ -220,7 +220,13 @@ def _hand_launch(gpu, order: str, a, b, c):
     return launch, kernel.num_regs
 
 
-def part_gemm_hand(gpu, args) -> list[dict]:
+def contest(gpu, args, ours: str, launches: dict, others: dict | None = None) -> dict:
+    """examples/gemm.py (``CONFIG``, plain, strict) as ``ours`` and each hand-written kernel
+    of ``launches`` (name -> ``make(a, b, c)`` returning its launch and registers), and
+    ``others`` (name -> ``fn(a, b)`` returning C), over the same seeded float16 operands at
+    :data:`SHAPE`; every result checked against the float64 product (C poisoned with NaN
+    first), the right ones timed in one queue. Returns ``ms``, ``notes``, ``errors``,
+    ``regs`` and the mma.sync ``limit`` (TFLOP/s)."""
     torch = gpu.torch
     m, n, k = SHAPE
     gen = torch.Generator(device="cuda").manual_seed(53)
@@ -230,7 +236,6 @@ def part_gemm_hand(gpu, args) -> list[dict]:
     ref = a.double() @ b.double()
     limit = gemm.mma_limit(gpu, args, "float16")["TFLOP/s"]
     fns, notes, errors, regs = {}, {}, {}, {}
-    ours = f"ours {CONFIG} plain (examples/gemm.py)"
     try:
         func = norms.example("gemm").gemm_kernel(
             m, n, k, epilogue="plain", **gemm.GEMM_CONFIGS[CONFIG]
@@ -240,33 +245,56 @@ def part_gemm_hand(gpu, args) -> list[dict]:
         errors[ours] = gemm.rel_error(torch, c, ref)
     except Exception as exc:  # noqa: BLE001  # a contender that cannot be had is a row
         notes[ours] = gemm.first_line(exc)
-    for order in ORDERS:
-        name = f"hand-written CUDA, {order} order"
+    for name, make in launches.items():
         c = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
         try:
-            launch, regs[name] = _hand_launch(gpu, order, a, b, c)
+            launch, regs[name] = make(a, b, c)
             launch()
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001
             notes[name] = gemm.first_line(exc)
             continue
         fns[name], errors[name] = launch, gemm.rel_error(torch, c, ref)
+    for name, fn in (others or {}).items():
+        fns[name] = lambda fn=fn: fn(a, b)
+        errors[name] = gemm.rel_error(torch, fn(a, b), ref)
     for name, err in errors.items():
         if not err <= gemm.GEMM_TOL:  # NaN (an unwritten output) fails too
             notes[name] = f"wrong result: max err / max ref {err:.3g}"
             fns.pop(name, None)
     ms = norms.time_queued(torch, fns, batch=10, reps=args.reps) if fns else {}
-    best_hand = min((t for name, t in ms.items() if name.startswith("hand")), default=None)
-    rows = []
-    for name in [ours, *(f"hand-written CUDA, {o} order" for o in ORDERS)]:
-        row = {"contender": name}
-        if name in ms:
-            t = ms[name]
-            tflops = 2 * m * n * k / (t * 1e-3) / 1e12
-            row |= {"us": t * 1e3, "TFLOP/s": tflops, "of mma.sync limit": tflops / limit}
-            row["speed / best hand-written"] = best_hand / t if best_hand else ""
-        row["regs"] = regs.get(name, "")
-        row["max err / max ref"] = gemm.sci(errors[name]) if name in errors else ""
-        row["note"] = gemm.cell(notes.get(name, ""))
-        rows.append(row)
-    return rows
+    return {"ms": ms, "notes": notes, "errors": errors, "regs": regs, "limit": limit}
+
+
+def contest_row(
+    result: dict, name: str, key: str, baseline: float | None, first: str = "contender"
+) -> dict:
+    """A row of :func:`contest`'s ``result`` for ``name`` (under ``first``): time, rate,
+    share of the limit, speed against ``baseline`` (ms) under ``key``, registers, error
+    and note."""
+    m, n, k = SHAPE
+    row = {first: name}
+    if name in result["ms"]:
+        t = result["ms"][name]
+        tflops = 2 * m * n * k / (t * 1e-3) / 1e12
+        row |= {"us": t * 1e3, "TFLOP/s": tflops, "of mma.sync limit": tflops / result["limit"]}
+        row[key] = baseline / t if baseline else ""
+    row["regs"] = result["regs"].get(name, "")
+    errors = result["errors"]
+    row["max err / max ref"] = gemm.sci(errors[name]) if name in errors else ""
+    row["note"] = gemm.cell(result["notes"].get(name, ""))
+    return row
+
+
+def part_gemm_hand(gpu, args) -> list[dict]:
+    ours = f"ours {CONFIG} plain (examples/gemm.py)"
+    names = [f"hand-written CUDA, {o} order" for o in ORDERS]
+    launches = {
+        name: lambda a, b, c, o=o: _hand_launch(gpu, o, a, b, c)
+        for name, o in zip(names, ORDERS, strict=True)
+    }
+    result = contest(gpu, args, ours, launches)
+    best_hand = min((t for name, t in result["ms"].items() if name in names), default=None)
+    return [
+        contest_row(result, name, "speed / best hand-written", best_hand) for name in [ours, *names]
+    ]
