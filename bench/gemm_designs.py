@@ -299,38 +299,7 @@ def _tma_mma_sync() -> str:
         + _prologue(stages, threads, init)
         + f"""
   const int wm = warp >> 2, wn = warp & 3;
-  unsigned af[2][4][4], bf[2][8][2];
-  float acc[4][8][4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
-  unsigned a_ld[4], b_ld[4];  // the lane's swizzled offsets, once
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    a_ld[kk] = ((wm * 64 + (lane & 15)) << 7) + (((kk * 2 + (lane >> 4)) ^ (lane & 7)) << 4);
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    b_ld[j] = wn * {BK * 128} + ((lane & 15) << 7) + (((j * 2 + (lane >> 4)) ^ (lane & 7)) << 4);
-  auto frag = [&](int s, int kk, int buf) {{
-#pragma unroll
-    for (int i = 0; i < 4; ++i) ldsm_x4(af[buf][i], sA + s * {A_TILE} + a_ld[kk] + i * 2048);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {{
-      unsigned r4[4];
-      ldsm_x4_t(r4, sB + s * {B_TILE} + kk * 2048 + b_ld[j]);
-      bf[buf][2 * j][0] = r4[0]; bf[buf][2 * j][1] = r4[1];
-      bf[buf][2 * j + 1][0] = r4[2]; bf[buf][2 * j + 1][1] = r4[3];
-    }}
-  }};
-  auto mmas = [&](int buf) {{
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) mma(acc[i][j], af[buf][i], bf[buf][j]);
-  }};
+{gemm_hand.WARP_TILE}
   mbar_wait(bars, 0);
   frag(0, 0, 0);
   for (int kt = 0; kt < KT; ++kt) {{
@@ -353,16 +322,7 @@ def _tma_mma_sync() -> str:
     }}
     mmas(1);
   }}
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {{
-      size_t row = (size_t)blockIdx.y * {BM} + wm * 64 + i * 16 + g;
-      size_t col = (size_t)blockIdx.x * {BN} + wn * 64 + j * 8 + 2 * t;
-      *(half2*)(C + row * N + col) = __floats2half2_rn(acc[i][j][0], acc[i][j][1]);
-      *(half2*)(C + (row + 8) * N + col) = __floats2half2_rn(acc[i][j][2], acc[i][j][3]);
-    }}
+{gemm_hand.WARP_STORE}
 }}
 """
     )

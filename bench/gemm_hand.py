@@ -46,6 +46,61 @@ SHAPE = (4096, 4096, 4096)
 CONFIG = "128x256x64 s3"  # examples/gemm.py's configuration of the same design
 
 
+# The example's 8 warps of 64 x 64 (2 x 4) in CUDA, shared by part 8e's kernel and part 8f's
+# TMA + mma.sync: the registers, each lane's swizzled ldmatrix offsets computed once,
+# ``frag(stage, kk, buf)`` loading a K step's fragments and ``mmas(buf)`` its 32 mma; then C
+# stored from ``acc`` as float16 pairs. They use ``sA``, ``sB``, ``lane``, ``wm``, ``wn``, ``C``,
+# ``N`` and the ldsm/mma helpers of the kernel they are put in.
+WARP_TILE = f"""  unsigned af[2][4][4], bf[2][8][2];
+  float acc[4][8][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
+
+  // Fragments: A rows wm 64 + 16 i + lane % 16, unit 2 kk + lane / 16 (the swizzle reads
+  // row % 8 = lane % 8); B rows 16 kk + lane % 16, columns wn 64 + 16 j + 8 (lane / 16):
+  // block wn, unit 2 j + lane / 16.
+  unsigned a_ld[4], b_ld[4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    a_ld[kk] = ((wm * 64 + (lane & 15)) << 7) + (((kk * 2 + (lane >> 4)) ^ (lane & 7)) << 4);
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    b_ld[j] = wn * {BK * 128} + ((lane & 15) << 7) + (((j * 2 + (lane >> 4)) ^ (lane & 7)) << 4);
+  auto frag = [&](int s, int kk, int buf) {{
+    const unsigned fa = sA + s * {BM * BK * 2} + a_ld[kk];
+    const unsigned fb = sB + s * {BK * BN * 2} + kk * 2048;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ldsm_x4(af[buf][i], fa + i * 2048);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {{
+      unsigned r4[4];
+      ldsm_x4_t(r4, fb + b_ld[j]);
+      bf[buf][2 * j][0] = r4[0]; bf[buf][2 * j][1] = r4[1];
+      bf[buf][2 * j + 1][0] = r4[2]; bf[buf][2 * j + 1][1] = r4[3];
+    }}
+  }};
+  auto mmas = [&](int buf) {{
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) mma(acc[i][j], af[buf][i], bf[buf][j]);
+  }};"""
+WARP_STORE = f"""  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {{
+      size_t row = (size_t)blockIdx.y * {BM} + wm * 64 + i * 16 + g;
+      size_t col = (size_t)blockIdx.x * {BN} + wn * 64 + j * 8 + 2 * t;
+      *(half2*)(C + row * N + col) = __floats2half2_rn(acc[i][j][0], acc[i][j][1]);
+      *(half2*)(C + (row + 8) * N + col) = __floats2half2_rn(acc[i][j][2], acc[i][j][3]);
+    }}"""
+
+
 def hand_gemm_source(order: str) -> str:
     """``gemm_hand(A, B, C, M, N, K)``: C = A B, float16 row-major, M, N, K multiples of
     128, 256, 64; grid (N / 256, M / 128), 256 threads, :data:`SMEM_BYTES` of dynamic
@@ -112,44 +167,7 @@ gemm_hand(const half* __restrict__ A, const half* __restrict__ B, half* __restri
 #pragma unroll
     for (int i = 0; i < 8; ++i) cp_async16(db + i * 1024, qb + (size_t)i * 8 * N);
   }};
-  unsigned af[2][4][4], bf[2][8][2];
-  float acc[4][8][4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
-
-  // Fragments: A rows wm 64 + 16 i + lane % 16, unit 2 kk + lane / 16 (the swizzle reads
-  // row % 8 = lane % 8); B rows 16 kk + lane % 16, columns wn 64 + 16 j + 8 (lane / 16):
-  // block wn, unit 2 j + lane / 16.
-  unsigned a_ld[4], b_ld[4];
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    a_ld[kk] = ((wm * 64 + (lane & 15)) << 7) + (((kk * 2 + (lane >> 4)) ^ (lane & 7)) << 4);
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    b_ld[j] = wn * {BK * 128} + ((lane & 15) << 7) + (((j * 2 + (lane >> 4)) ^ (lane & 7)) << 4);
-  auto frag = [&](int s, int kk, int buf) {{
-    const unsigned fa = sA + s * {BM * BK * 2} + a_ld[kk];
-    const unsigned fb = sB + s * {BK * BN * 2} + kk * 2048;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) ldsm_x4(af[buf][i], fa + i * 2048);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {{
-      unsigned r4[4];
-      ldsm_x4_t(r4, fb + b_ld[j]);
-      bf[buf][2 * j][0] = r4[0]; bf[buf][2 * j][1] = r4[1];
-      bf[buf][2 * j + 1][0] = r4[2]; bf[buf][2 * j + 1][1] = r4[3];
-    }}
-  }};
-  auto mmas = [&](int buf) {{
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) mma(acc[i][j], af[buf][i], bf[buf][j]);
-  }};
+{WARP_TILE}
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {{
@@ -190,16 +208,7 @@ gemm_hand(const half* __restrict__ A, const half* __restrict__ B, half* __restri
   }}
 #endif
   wait_group<0>();
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {{
-      size_t row = (size_t)blockIdx.y * {BM} + wm * 64 + i * 16 + g;
-      size_t col = (size_t)blockIdx.x * {BN} + wn * 64 + j * 8 + 2 * t;
-      *(half2*)(C + row * N + col) = __floats2half2_rn(acc[i][j][0], acc[i][j][1]);
-      *(half2*)(C + (row + 8) * N + col) = __floats2half2_rn(acc[i][j][2], acc[i][j][3]);
-    }}
+{WARP_STORE}
 }}
 """
 
