@@ -100,6 +100,8 @@ class Enclosing:
     scope_ids: list[tuple[Var, tuple[str, str]]] = field(default_factory=list)
     # (buffer, the data its DeclBuffer names): T.decl_buffer(data=X.data), SMEMPool buffers
     declared: list[tuple[Var, Any]] = field(default_factory=list)
+    # (buffer, bytes): the allocations in scope and the alignment each declares
+    allocated: list[tuple[Var, int]] = field(default_factory=list)
     # the loops around the call, innermost last: For and While statements
     loops: list[Any] = field(default_factory=list)
     function: Any = None  # the PrimFunc the call is in
@@ -112,6 +114,7 @@ class Enclosing:
             list(self.conditions),
             list(self.scope_ids),
             list(self.declared),
+            list(self.allocated),
             list(self.loops),
             self.function,
         )
@@ -124,6 +127,14 @@ class Enclosing:
         holds no CTA barrier that every one of its iterations runs."""
         looping = [loop for loop in self.loops if as_int(getattr(loop, "extent", None)) != 1]
         return bool(looping) and not runs_cta_barrier(looping[-1].body)
+
+    def alignment_of(self, buffer: Any) -> int | None:
+        """The alignment in bytes declared for the allocation ``buffer`` lies in
+        (``T.alloc_buffer(..., align=N)``), None where that allocation is not in scope."""
+        var = self.storage_of(buffer)
+        if var is None:
+            return None
+        return next((a for v, a in reversed(self.allocated) if v.same_as(var)), None)
 
     def storage_of(self, buffer: Any) -> Var | None:
         """The buffer whose memory ``buffer`` lies in: the allocation or parameter at the
@@ -189,6 +200,10 @@ def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
         # a helper returns or a descriptor, says nothing about regions and cannot be bound)
         if str(stmt.var.ty).startswith(("int", "uint", "bool")):
             env.lets.append((stmt.var, stmt.value))
+    elif kind == "AllocBuffer":
+        var = buffer_var(stmt.buffer.data)
+        if var is not None:
+            env.allocated.append((var, int(stmt.buffer.data_alignment)))
     elif kind == "DeclBuffer":
         var = buffer_var(stmt.buffer.data)
         if var is not None:

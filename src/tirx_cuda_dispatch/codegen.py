@@ -21,6 +21,7 @@ from tvm.script.parser._core import utils as parser_utils
 
 from .call import TileCall
 from .errors import Decline
+from .resources import TensorMap
 from .scopes import SCOPES
 
 # Element type of a ``vec_bits``-wide access: the bits only travel, so the element type of
@@ -491,3 +492,33 @@ def round_loops(
         return impl
 
     return sequence([one(run) for run in runs])
+
+
+# CUDA driver enums (cuda.h: CUtensorMapSwizzle, CUtensorMapL2promotion), by bytes.
+_SWIZZLE_ENUM = {0: 0, 32: 1, 64: 2, 128: 3}
+_L2_PROMOTION_ENUM = {0: 0, 64: 1, 128: 2, 256: 3}
+
+
+def encode_tensor_map(var: Any, buffer: Any, tm: TensorMap) -> Any:
+    """The host statements that encode ``tm`` over ``buffer``'s data into ``var`` before the
+    launch: a descriptor on the host stack, then TVM 0.27's ``tensormap_encode_tiled``
+    (``cuTensorMapEncodeTiled``); the kernel receives it as a ``__grid_constant__``."""
+    wide = [tirx.const(v, "int64") if isinstance(v, int) else v for v in (*tm.dims, *tm.strides)]
+    narrow = [tirx.const(v, "int32") for v in (*tm.box, *([1] * tm.rank))]
+    encode = T.tensormap_encode_tiled(
+        var,
+        buffer.data,
+        *wide,
+        *narrow,
+        descriptor_dtype=tm.dtype,
+        rank=tm.rank,
+        swizzle=_SWIZZLE_ENUM[tm.swizzle],
+        l2_promotion=_L2_PROMOTION_ENUM[tm.l2_promotion],
+    )
+    return tirx.SeqStmt(
+        [
+            tirx.Bind(var, T.tvm_stack_alloca("tensormap", 1)),
+            tirx.Evaluate(encode),
+            tirx.Evaluate(T.tvm_kernel_replace_point()),
+        ]
+    )

@@ -211,6 +211,84 @@ def ldgsts_roundtrip(
     return ldgsts_copy
 
 
+def tma_shared_layout(dtype: str, tile: tuple[int, int], swizzle: int) -> Any:
+    """The shared layout a TMA box lands in: the tile in column blocks as wide as the
+    swizzle (``swizzle`` bytes; 0: no swizzle, one block of the whole row), each block's
+    rows dense, under the swizzle TMA applies (16-byte units, ``Swizzle<B, 4, 3>`` on
+    bytes)."""
+    from tvm.tirx.layout import ComposeLayout
+
+    rows, cols = tile
+    size = np.dtype(dtype if dtype != "bfloat16" else "uint16").itemsize
+    width = swizzle // size if swizzle else cols
+    blocked = TileLayout(S[(rows, cols // width, width) : (width, rows * width, 1)])
+    if not swizzle:
+        return blocked
+    per_element = (16 // size).bit_length() - 1
+    return ComposeLayout(per_element, (swizzle // 16).bit_length() - 1, 3, blocked)
+
+
+def tma_roundtrip(
+    dtype: str = "float16",
+    tile: tuple[int, int] = (64, 128),
+    swizzle: int = 128,
+    scope: str = "cta",
+    shape: tuple[int, int] = (256, 256),
+    start: tuple[int, int] = (64, 128),
+    shared_layout: Any = None,
+    align: int = 1024,
+    expect: bool = True,
+    wait: bool = True,
+) -> Any:
+    """A[start : start + tile] -> a shared tile with ``copy_async`` (TMA: ``mbar=``) at
+    ``scope`` (thread: under ``if tid == 0``), completed on an mbarrier (one thread's
+    ``arrive.expect_tx`` of the tile's bytes, every thread's wait), then the tile -> B
+    (arguments A, B). ``expect=False`` leaves out the expect-tx, ``wait=False`` the wait (broken
+    kernels); ``start`` may put the tile partly outside A (TMA reads zeros there)."""
+    rows, cols = tile
+    threads = 32 if scope == "warp" else 128
+    layout = shared_layout if shared_layout is not None else tma_shared_layout(dtype, tile, swizzle)
+    size = np.dtype(dtype if dtype != "bfloat16" else "uint16").itemsize
+    nbytes = rows * cols * size
+    r0, c0 = start
+    copy_async = Tx.copy_async if scope == "thread" else getattr(Tx, scope).copy_async
+
+    # fmt: off
+    @T.prim_func
+    def tma_copy(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, shape, dtype)
+        B = T.match_buffer(B_ptr, (rows, cols), dtype)
+        T.device_entry()
+        T.cta_id([1])
+        if scope == "warp":
+            T.warp_id([1])
+            T.lane_id([32])
+        tid = T.thread_id([threads])
+        pool = T.alloc_buffer((rows * cols + 8 // size,), dtype, scope="shared.dyn", align=align)
+        A_s = T.decl_buffer((rows, cols), dtype, pool.data, scope="shared.dyn", layout=layout)
+        bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=nbytes // 8, scope="shared.dyn")
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+        T.cuda.cta_sync()
+        if scope == "thread":
+            if tid == 0:
+                copy_async(A_s[:, :], A[r0:r0 + rows, c0:c0 + cols], mbar=bar.ptr_to([0]))
+        else:
+            copy_async(A_s[:, :], A[r0:r0 + rows, c0:c0 + cols], mbar=bar.ptr_to([0]))
+        if expect:
+            if tid == 0:
+                T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), nbytes)
+        else:
+            if tid == 0:
+                T.ptx["mbarrier.arrive.shared.b64"](bar.ptr_to([0]))
+        if wait:
+            T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+        Tx.cta.copy(B[:, :], A_s[:, :])
+    # fmt: on
+
+    return tma_copy
+
+
 def _scope_threads(scope: str, cta_threads: int | None) -> int:
     threads = cta_threads or SCOPE_THREADS.get(scope, 32)
     if threads % 32:

@@ -31,12 +31,19 @@ from tvm.tirx.operator.tile_primitive.dispatcher import DispatchFail
 from . import bounds
 from .builtin import BRIDGE_PREDICATE, builtin_names, probe
 from .call import TileCall
-from .codegen import CALL_MARK, impl_prim_func
+from .codegen import CALL_MARK, encode_tensor_map, impl_prim_func
 from .dispatch import Outcome, choose
 from .errors import DispatchError, VariantError
 from .participation import DivergentScopeError
 from .registry import variants_for
-from .resources import BarrierPool, NamedBarrier, Workspace, barrier_ids_in, resources_of
+from .resources import (
+    BarrierPool,
+    NamedBarrier,
+    TensorMap,
+    Workspace,
+    barrier_ids_in,
+    resources_of,
+)
 from .signatures import SIGNATURES
 
 BRIDGE_NAME = "tirx_cuda_dispatch"
@@ -94,12 +101,38 @@ class Session:
                 )
             elif isinstance(r, NamedBarrier):
                 given[r.name] = self._pool(call).take(self._key(r, call), r.instances)
+            elif isinstance(r, TensorMap):
+                given[r.name] = self._tensor_map(r, call)
         call.resources = given
 
+    @staticmethod
+    def _tensor_map_key(r: TensorMap, call: TileCall) -> str:
+        data = call.operand(r.operand).buffer.data
+        return f"{BRIDGE_NAME}.tensormap:{hash(data)}:{r.key}"
+
+    def _tensor_map(self, r: TensorMap, call: TileCall) -> Any:
+        """The kernel's variable for descriptor ``r``: the one an earlier call of the kernel
+        got for an equal descriptor over the same buffer, else a new one (encoded on the
+        host at commit). TVM's dispatch cache is per kernel and lives across its calls."""
+        if self.mode == "lower":
+            cached = call.ctx.cache_get(self._tensor_map_key(r, call))
+            if cached is not None:
+                return cached
+        name = f"{call.operand(r.operand).name}_tensormap"
+        return tvm.tirx.Var(name, T.handle("tensormap").ty)
+
     def commit(self, plan: Any, call: TileCall) -> None:
+        if self.mode != "lower":
+            return
         for r in resources_of(plan):
-            if isinstance(r, Workspace) and self.mode == "lower":
+            if isinstance(r, Workspace):
                 call.ctx.add_alloc_buffer(call.resources[r.name])
+            elif isinstance(r, TensorMap):
+                key = self._tensor_map_key(r, call)
+                if call.ctx.cache_get(key) is None:
+                    var, buffer = call.resources[r.name], call.operand(r.operand).buffer
+                    call.ctx.add_init_stmt(encode_tensor_map(var, buffer, r), host=True)
+                    call.ctx.cache_set(key, var)
 
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(

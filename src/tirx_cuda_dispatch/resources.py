@@ -1,5 +1,5 @@
-"""What a plan needs besides its operands, as data: workspace buffers, named barriers, and
-what completes asynchronously (and who waits for it).
+"""What a plan needs besides its operands, as data: workspace buffers, named barriers, tensor
+maps the host encodes, and what completes asynchronously (and who waits for it).
 
 A plan lists these in ``resources()``; the lowering bridge provides them (a buffer per
 :class:`Workspace`, barrier ids per :class:`NamedBarrier`) before the emitter runs, hands
@@ -8,6 +8,11 @@ TVM's dispatch context only once the emitter returned. explain() lists every res
 with why the plan needs it. A :class:`Completion` is not provided: it states a contract
 (``tcgen05.ld`` results are valid after ``tcgen05.wait::ld``, which the caller issues),
 shown by explain() and checked by the simulator.
+
+A :class:`TensorMap` is a TMA descriptor (``CUtensorMap``) over a global operand: the bridge
+has the host encode it before the launch (``cuTensorMapEncodeTiled``, through TVM 0.27's
+``tensormap_encode_tiled``; one per kernel for equal descriptors) and hands the emitter the
+variable the kernel receives it in.
 
 Named barriers (PTX ISA "bar, barrier": ids 0-15 per CTA; ``bar.sync 0`` is
 ``__syncthreads``) are allocated per kernel from the ids the kernel itself never names,
@@ -79,7 +84,50 @@ class Completion:
         return f"completion: {self.mechanism} completes asynchronously; {self.waiter}"
 
 
-Resource = Workspace | NamedBarrier | Completion
+@dataclass(frozen=True)
+class TensorMap:
+    """A tiled TMA descriptor the host encodes before the launch (CUDA driver
+    ``cuTensorMapEncodeTiled``), over the global buffer of operand ``operand``. Every
+    array is in the driver's order, dimension 0 innermost: ``dims`` the tensor's extents
+    (``globalDim``), ``strides`` the byte strides of dimensions 1 and up
+    (``globalStrides``; dimension 0 is contiguous), ``box`` the box one instruction moves
+    (``boxDim``); every element stride is 1. ``swizzle`` is 0 (none), 32, 64 or 128
+    bytes; ``l2_promotion`` 0, 64, 128 or 256 bytes. Elements out of the tensor read as
+    zeros."""
+
+    name: str
+    operand: str  # the role of the global operand whose buffer's data is the base
+    dtype: str
+    dims: tuple[Any, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle: int
+    l2_promotion: int
+    why: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def key(self) -> tuple:
+        """Equal keys over the same buffer are one descriptor."""
+        dims = tuple(str(d) for d in self.dims)
+        return (self.dtype, dims, self.strides, self.box, self.swizzle, self.l2_promotion)
+
+    def __str__(self) -> str:
+        dims = "x".join(str(d) for d in self.dims)
+        box = "x".join(str(b) for b in self.box)
+        strides = ", ".join(str(s) for s in self.strides)
+        swz = f"{self.swizzle}B swizzle" if self.swizzle else "no swizzle"
+        return (
+            f"tensor map {self.name}: {self.dtype} over {self.operand} (dims {dims}, byte "
+            f"strides [{strides}], box {box}, {swz}; encoded by the host before the launch; "
+            f"{self.why})"
+        )
+
+
+Resource = Workspace | NamedBarrier | Completion | TensorMap
 
 
 def resources_of(plan: Any) -> tuple[Resource, ...]:

@@ -89,8 +89,19 @@ def nvrtc_ptx(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> str
     return _nvrtc(source, arch, name, "ptx").rstrip(b"\0").decode()
 
 
+# cuda.h's CUtensorMap (64-byte aligned, 128 opaque bytes): generated code includes cuda.h
+# only outside NVRTC, and a kernel takes a tensor map by value, which needs the complete type.
+_TENSOR_MAP_TYPE = (
+    "struct alignas(64) CUtensorMap_st { unsigned long long opaque[16]; };\n"
+    "typedef struct CUtensorMap_st CUtensorMap;\n"
+)
+
+
 def _nvrtc(source: str, arch: str, name: str, output: str) -> bytes:
     from cuda.bindings import nvrtc
+
+    if "CUtensorMap" in source and "CUtensorMap_st {" not in source:
+        source = _TENSOR_MAP_TYPE + source
 
     def ok(result, what: str):
         if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -169,6 +180,12 @@ def lowered_tir(func_or_mod, arch: Any = "sm_90a", pipeline: str = "tirx_cuda_di
     """The device IRModule after ``pipeline`` and TVM's device finalization, right before
     CUDA codegen (the form ``tvm.compile`` hands to the code generator); ``arch`` is any
     target form :func:`..targets.as_target` accepts."""
+    return lowered(func_or_mod, arch, pipeline)[1]
+
+
+def lowered(func_or_mod, arch: Any = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> tuple:
+    """``(host, device)``: the host IRModule after ``pipeline`` (what runs before the
+    launch: tensor maps are encoded there) and the device IRModule of :func:`lowered_tir`."""
     from tvm.tirx.build import split_host_device_mods
 
     target = as_target(arch)
@@ -179,11 +196,58 @@ def lowered_tir(func_or_mod, arch: Any = "sm_90a", pipeline: str = "tirx_cuda_di
         mod = tvm.tirx.transform.BindTarget(target.with_host("c"))(mod)
         passes, _, finalize_device = tvm.tirx.get_tir_pipeline(pipeline)
         mod = passes(mod)
-        _, device_mods = split_host_device_mods(mod)
-        lowered = [finalize_device()(m) for m in device_mods.values()]
-    if len(lowered) != 1:
-        raise ToolchainError(f"expected one CUDA device module, got {len(lowered)}")
-    return lowered[0]
+        host, device_mods = split_host_device_mods(mod)
+        lowered_mods = [finalize_device()(m) for m in device_mods.values()]
+    if len(lowered_mods) != 1:
+        raise ToolchainError(f"expected one CUDA device module, got {len(lowered_mods)}")
+    return host, lowered_mods[0]
+
+
+ENCODE_TILED = "tirx.tensormap_encode_tiled"
+SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}  # CUtensorMapSwizzle -> bytes
+
+
+def encoded_tensor_maps(host: Any) -> dict[str, dict]:
+    """The tensor maps a host module encodes before the launch (``tensormap_encode_tiled``),
+    by the name of the variable the kernel receives each in: the data variable of the
+    mapped buffer (its name), dtype, and the driver's arrays (dims, byte strides of
+    dimensions 1 and up, box, element strides) and swizzle (bytes) as ints."""
+    found: dict[str, dict] = {}
+    for func in host.functions.values():
+        for call in _calls(getattr(func, "body", None)):
+            if getattr(call.op, "name", None) != ENCODE_TILED:
+                continue
+            rank = int(call.attrs.rank)
+            args = list(call.args)
+            ints = [int(a.value) if hasattr(a, "value") else None for a in args[2:]]
+            found[str(args[0].name)] = {
+                "data": args[1],
+                "dtype": str(call.attrs.descriptor_dtype),
+                "dims": tuple(ints[:rank]),
+                "strides": tuple(ints[rank : 2 * rank - 1]),
+                "box": tuple(ints[2 * rank - 1 : 3 * rank - 1]),
+                "element_strides": tuple(ints[3 * rank - 1 :]),
+                "swizzle": SWIZZLE_BYTES[int(call.attrs.swizzle)],
+            }
+    return found
+
+
+def _calls(stmt: Any):
+    """The calls a statement tree evaluates as statements."""
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        if node is None:
+            continue
+        kind = type(node).__name__
+        if kind == "SeqStmt":
+            stack.extend(node.seq)
+        elif kind == "Evaluate":
+            if type(node.value).__name__ == "Call":
+                yield node.value
+        else:
+            for attr in ("body", "then_case", "else_case"):
+                stack.append(getattr(node, attr, None))
 
 
 def kernel_sass(func_or_mod, arch: Any = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> str:

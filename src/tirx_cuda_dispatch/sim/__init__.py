@@ -26,11 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from . import helpers, intrinsics, mma, ptx
+from . import helpers, intrinsics, mma, ptx, tma
 from .calls import Instruction, merge
 from .errors import SimError
 from .interpreter import Machine
 from .memory import BankRecord, Counters
+from .values import TensorMapArg
 
 __all__ = [
     "CALLS",
@@ -43,7 +44,7 @@ __all__ = [
     "simulate",
 ]
 
-CALLS = merge(intrinsics.TABLE, ptx.TABLE, mma.TABLE, helpers.TABLE)
+CALLS = merge(intrinsics.TABLE, ptx.TABLE, mma.TABLE, tma.TABLE, helpers.TABLE)
 """Every call the simulator executes, by TIR op name, with its meaning."""
 
 
@@ -77,16 +78,17 @@ def run(
     (None), the first ``n``, or the given block indices. ``seed`` fills uninitialized
     memory with different garbage (reading it is an error either way).
     """
-    from ..toolchain import lowered_tir
+    from ..toolchain import encoded_tensor_maps, lowered
 
-    device_mod = lowered_tir(func_or_mod, target, pipeline)
+    host_mod, device_mod = lowered(func_or_mod, target, pipeline)
     host = func_or_mod
     if hasattr(host, "functions"):
         host = next(iter(host.functions.values()))
     # the device kernel may list its parameters in another order than the user's function
     names = [p.name for p in host.params]
     try:
-        return simulate(device_mod, args, grid=grid, seed=seed, names=names)
+        maps = encoded_tensor_maps(host_mod)
+        return simulate(device_mod, args, grid=grid, seed=seed, names=names, tensor_maps=maps)
     except SimError as err:
         raise _located(err, func_or_mod, target) from None
 
@@ -115,9 +117,12 @@ def simulate(
     grid: int | Iterable[int] | None = None,
     seed: int = 0,
     names: Sequence[str] | None = None,
+    tensor_maps: dict[str, dict] | None = None,
 ) -> SimResult:
     """Simulate an already lowered device module (or its one PrimFunc). ``args`` are in
-    the device function's parameter order, or in the order of ``names`` if given."""
+    the device function's parameter order, or in the order of ``names`` if given.
+    ``tensor_maps``: what the host encodes for the kernel's tensor-map parameters, by
+    parameter name (:func:`..toolchain.encoded_tensor_maps`); each maps one of ``args``."""
     func = device
     if hasattr(device, "functions"):
         funcs = list(device.functions.values())
@@ -132,7 +137,7 @@ def simulate(
     if names is not None:  # by name: the device kernel may have dropped an unused parameter
         if len(arrays) != len(names):
             raise SimError(f"the function takes {len(names)} arguments, got {len(arrays)}")
-        device_args = [arrays[_argument_of(p.name, names)] for p in func.params]
+        device_args = [_device_arg(p.name, arrays, names, tensor_maps or {}) for p in func.params]
     elif len(arrays) != len(func.params):
         raise SimError(f"the kernel takes {len(func.params)} arguments, got {len(arrays)}")
     blocks = range(grid) if isinstance(grid, int) else (list(grid) if grid is not None else None)
@@ -140,6 +145,17 @@ def simulate(
     machine.run()
     arrays_out = [a for a in arrays if isinstance(a, np.ndarray)]
     return SimResult(arrays_out, machine.total_counters(), dict(machine.by_call))
+
+
+def _device_arg(name: str, arrays: list, names: Sequence[str], maps: dict[str, dict]) -> Any:
+    """The argument of the device parameter ``name``: one of ``arrays``, or a tensor map
+    over one (the array of the buffer whose data the host encoded it over)."""
+    fields = maps.get(name)
+    if fields is None:
+        return arrays[_argument_of(name, names)]
+    data = fields["data"]
+    buffer = data.args[0] if getattr(getattr(data, "op", None), "name", "") else data
+    return TensorMapArg(arrays[_argument_of(str(buffer.name), names)], fields)
 
 
 def _argument_of(device_name: str, names: Sequence[str]) -> int:

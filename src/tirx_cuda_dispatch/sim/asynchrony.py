@@ -11,6 +11,8 @@ CTA that exits with an effect still pending is an error.
 
 The completion objects, from the PTX ISA:
 
+- an ``mbarrier`` phase for a bulk tensor copy (TMA, 9.7.9.25.5.1): its bytes land when
+  the phase they complete (``.mbarrier::complete_tx::bytes``) completes;
 - a thread's ``cp.async`` groups (9.7.10.28.3): the copies a thread issues join its open
   group; ``cp.async.commit_group`` closes it, ``cp.async.wait_group N`` completes all
   but the ``N`` most recent committed groups of the thread, ``cp.async.wait_all`` all;
@@ -48,6 +50,7 @@ _HINTS = {
     "cp.async": "cp.async group not waited: add cp.async.wait_group before reading",
     "tcgen05.ld": "tcgen05.wait::ld is missing before the use",
     "tcgen05.st": "tcgen05.wait::st is missing between them",
+    "cp.async.bulk.tensor": "wait for the mbarrier phase its bytes complete before the access",
 }
 
 
@@ -400,6 +403,18 @@ class Asynchrony:
         bar.arrivals = None
         bar.phase += 1
         bar.pending, bar.tx = bar.expected, 0
+
+    def issue_on_barrier(self, m: Any, effect: Effect, bar: MBarrier, nbytes: int) -> None:
+        """A copy that completes ``nbytes`` as transactions on ``bar``'s current phase
+        (``.mbarrier::complete_tx::bytes``): its writes land when that phase completes.
+        In lockstep its bytes are counted at once; the phase still waits for every
+        arrival (and any expect-tx the copy's bytes do not cover)."""
+        warps = effect.threads // 32
+        steps = m.clocks.known[warps, warps].copy()
+        rows = np.ones(effect.threads.size, dtype=bool)
+        effect.tickets.append(Ticket(bar, bar.phase, rows, steps))
+        self.issue(m, effect)
+        self.transaction(m, bar, 0, nbytes)
 
     def track_copies(self, m: Any, bar: MBarrier, threads: np.ndarray) -> None:
         """``cp.async.mbarrier.arrive``: every cp.async of ``threads`` still in flight also

@@ -28,7 +28,7 @@ from .errors import NotModeled, SimError
 from .memory import BankRecord, Clocks, Counters, Memory, bank_ways
 from .numerics import cast, fma, from_bits, is_float, parse_dtype, to_bits
 from .tmem import TensorMemory
-from .values import Binding, Pointer
+from .values import Binding, Pointer, TensorMapArg
 
 DYNAMIC_SHARED_BYTES = 232448  # the most a CTA may have on sm_90 / sm_100 (227 KB)
 MAX_WHILE_ITERATIONS = 100_000
@@ -83,6 +83,11 @@ class Machine:
                 mem = Memory(param.name, "global", flat.size, data=flat)
                 self.globals.append(mem)
                 self.env[param] = Pointer(mem, np.zeros(1, dtype=np.int64), arg.dtype.itemsize)
+            elif isinstance(arg, TensorMapArg):  # a CUtensorMap over a global array
+                flat = arg.array.reshape(-1).view(np.uint8)
+                mem = Memory(param.name, "global", flat.size, data=flat)
+                self.globals.append(mem)
+                self.env[param] = arg.bind(param.name, mem)
             else:
                 self.env[param] = np.array([arg])
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import SimError
+from .errors import NotModeled, SimError
 from .memory import Memory
 
 
@@ -56,3 +56,68 @@ class Binding:
     @property
     def elem_bytes(self) -> int:
         return self.dtype.itemsize * self.lanes
+
+
+@dataclass(frozen=True)
+class TensorMapValue:
+    """A ``CUtensorMap`` the kernel received, as the host encoded it: the global memory it
+    maps and its fields in the driver's order (dimension 0 innermost; ``strides`` in
+    bytes for dimensions 1 and up; ``swizzle`` in bytes, 0 for none)."""
+
+    name: str
+    memory: Memory
+    dtype: str
+    elem_bytes: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    swizzle: int
+
+
+MAX_BOX = 256  # boxDim
+
+
+@dataclass(frozen=True)
+class TensorMapArg:
+    """A tensor-map argument of a kernel: the global array it maps and the fields the host
+    encodes (:func:`...toolchain.encoded_tensor_maps`)."""
+
+    array: np.ndarray
+    fields: dict
+
+    def bind(self, name: str, memory: Memory) -> TensorMapValue:
+        dtype = self.fields["dtype"]
+        size = np.dtype(dtype if dtype != "bfloat16" else "uint16").itemsize
+        return _checked(name, memory, dtype, size, self.fields)
+
+
+def _checked(
+    name: str, memory: Memory, dtype: str, elem_bytes: int, fields: dict
+) -> TensorMapValue:
+    """The tensor map ``fields`` over ``memory``, after the rules ``cuTensorMapEncodeTiled``
+    checks (CUDA driver API): a :class:`SimError` naming the broken one."""
+    dims, strides, box = fields["dims"], fields["strides"], fields["box"]
+    estrides, swizzle = fields["element_strides"], fields["swizzle"]
+    what = f"tensor map {name} (cuTensorMapEncodeTiled fails on the host)"
+    if any(v is None for v in (*dims, *strides, *box, *estrides)):
+        raise NotModeled(f"{what}: a field is not a constant")
+    if not 1 <= len(dims) <= 5:
+        raise SimError(f"{what}: rank {len(dims)} is not in 1..5")
+    if any(d <= 0 or d > 1 << 32 for d in dims):
+        raise SimError(f"{what}: globalDim {dims} must lie in (0, 2^32]")
+    if any(s % 16 or s >= 1 << 40 for s in strides):
+        raise SimError(f"{what}: globalStrides {strides} must be multiples of 16 below 2^40")
+    if any(not 1 <= b <= MAX_BOX for b in box):
+        raise SimError(f"{what}: boxDim {box} must lie in [1, 256]")
+    if any(e != 1 for e in estrides):
+        raise NotModeled(f"{what}: element strides {estrides} other than 1")
+    inner = box[0] * elem_bytes
+    if inner % 16:
+        raise SimError(f"{what}: the inner box is {inner} bytes, not a multiple of 16")
+    if swizzle and inner > swizzle:
+        raise SimError(f"{what}: the inner box is {inner} bytes, over the {swizzle}-byte swizzle")
+    return TensorMapValue(
+        name, memory, dtype, elem_bytes, tuple(dims), tuple(strides), tuple(box),
+        tuple(estrides), swizzle,
+    )  # fmt: skip

@@ -1,0 +1,457 @@
+"""copy_async -> tma_auto: global -> shared memory with the Tensor Memory Accelerator.
+
+Accepts: a CUDA target of sm_90 or newer (``cp.async.bulk.tensor``, PTX ISA 9.7.9.25.5.1,
+target notes); scope thread (the calling thread issues: write the call under ``if tid ==
+0``) or warp / warpgroup / cta (the scope's first participating thread issues; the
+others skip it); a valid copy from global to shared memory with an ``mbar=`` config: the
+mbarrier whose phase the copy's bytes complete (``mbar=bar.ptr_to([0])``), as TVM 0.27's
+``tma_auto`` takes it. A call without ``mbar`` is copy -> ldgsts's (cp.async), one with
+``mbar`` is ours: cp.async has no transaction count.
+
+Plans the box from the shared layout, as the variant name says: the tensor map's
+dimensions are the global buffer's (innermost first, dimension 0 contiguous, byte strides
+multiples of 16), and its box takes, from the innermost shared element outwards, each
+dimension's innermost run of the region while the shared offsets stay dense (a box lands
+in shared memory row after row, dimension 0 fastest), at most 256 elements a dimension.
+What the box leaves of the region (the column blocks of a 64-column-blocked tile, a
+second stage) becomes issues, one instruction each, their coordinates and shared offsets
+stepped. A swizzled shared layout (``ComposeLayout``) must be one TMA applies itself:
+16-byte units whose index bits 4-6 take bits 7-9 of the address (``Swizzle<B, 4, 3>``
+on bytes: 32, 64 or 128 bytes), with the inner box no wider than the swizzle; the TMA
+unit computes it from the shared address, so the allocation must be aligned to the
+swizzle's 256, 512 or 1024 bytes (``T.alloc_buffer(..., align=1024)``) and every issue's
+offset a multiple of it; without a swizzle every issue starts 128-byte aligned.
+
+Emits, per issue, ``cp.async.bulk.tensor.<r>d.shared::cluster.global.mbarrier::
+complete_tx::bytes [dst], [tensorMap, {c0, ..}], [mbar]`` from the issuing thread; the
+host encodes the tensor map before the launch (a :class:`..resources.TensorMap`, one per
+kernel for equal descriptors). Elements of a box outside the tensor read as zeros.
+
+Completion is the caller's mbarrier: the copy does not arrive on it, it only completes
+its bytes as transactions (complete-tx). Before reading dst the caller has one thread
+announce them (``T.ptx.mbarrier.arrive.expect_tx(bar, bytes)``; explain() says how many)
+and every reader wait for the phase (``T.cuda.mbarrier_wait(bar, phase)``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tvm import tirx
+from tvm.script import tirx as T
+
+from ..call import Operand, TileCall
+from ..codegen import impl_prim_func, participant_index
+from ..errors import Decline, check
+from ..irfacts import as_int, prove_multiple
+from ..layout.atoms import memory_view, refine_tagged
+from ..layout.swizzle import Swizzle
+from ..predicates import (
+    requires_cuda,
+    requires_known_participants,
+    requires_scope,
+    requires_valid_copy,
+    sm_at_least,
+)
+from ..registry import variant
+from ..resources import Completion, TensorMap
+
+TMA_MIN_SM = 90
+MAX_RANK = 5  # tensor-map dimensions (cuTensorMapEncodeTiled: tensorRank 1..5)
+MAX_BOX = 256  # elements of one box dimension
+MAX_STRIDE = 1 << 40  # globalStrides < 2^40 bytes
+STRIDE_ALIGN = 16  # globalStrides and the global address: multiples of 16 bytes
+INNER_BOX_ALIGN = 16  # boxDim[0] * element size: a multiple of 16 bytes
+SHARED_ALIGN = 128  # a box's shared address without a swizzle
+SWIZZLE_SPAN = {1: 32, 2: 64, 3: 128}  # Swizzle<B, 4, 3> on bytes -> swizzle mode (bytes)
+L2_PROMOTION = 256  # bytes: the L2 sector promotion of every descriptor
+MAX_ISSUES = 64  # unrolled instructions of one call
+
+CONFIG_KEYS = {
+    "mbar": "the mbarrier (a pointer, bar.ptr_to([0])) whose phase the copy's bytes complete",
+}
+
+
+# -- predicates ------------------------------------------------------------------------------
+def requires_tma_arch(call: TileCall) -> tuple[bool, str | None]:
+    """The Tensor Memory Accelerator came with Hopper (sm_90)."""
+    instead = "use cp.async (copy_async without mbar=, copy -> ldgsts) there"
+    return sm_at_least(call, TMA_MIN_SM, "cp.async.bulk.tensor (TMA)", instead)
+
+
+def requires_global_to_shared(call: TileCall) -> tuple[bool, str | None]:
+    """src in global memory, dst in shared memory (the load direction)."""
+    dst, src = call.operand("dst"), call.operand("src")
+    if (src.memory, dst.memory) != ("global", "shared"):
+        return False, (
+            f"src {src.name} is {src.scope} and dst {dst.name} is {dst.scope}; this variant "
+            "loads global -> shared (a TMA store, shared -> global, is not lowered here: "
+            "write it with a synchronous Tx.copy)"
+        )
+    return True, None
+
+
+def requires_mbarrier(call: TileCall) -> tuple[bool, str | None]:
+    """An ``mbar=`` config names the barrier the bytes complete, and no other key is given."""
+    cfg = call.config
+    unknown = [k for k in cfg if str(k) not in CONFIG_KEYS]
+    if unknown:
+        seen = ", ".join(f"{k}={cfg[k]}" for k in unknown)
+        accepted = "; ".join(f"{k} ({v})" for k, v in CONFIG_KEYS.items())
+        return False, f"config {seen} is not a key this TMA load takes; accepted: {accepted}"
+    if cfg.get("mbar") is None:
+        return False, (
+            "no mbar= config: a TMA load completes its bytes on an mbarrier; pass "
+            "mbar=bar.ptr_to([0]) (without it, copy_async is cp.async: copy -> ldgsts)"
+        )
+    return True, None
+
+
+# -- the plan --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TmaDim:
+    """One tensor-map dimension (driver order): the global buffer's dimension ``axis``."""
+
+    axis: int
+    extent: Any  # globalDim (int, or the buffer's symbolic extent)
+    stride: int  # bytes (dimension 0: the element size)
+    box: int
+
+
+@dataclass(frozen=True)
+class IssueAxis:
+    """What the box leaves of the region: ``count`` instructions that step the coordinate
+    of buffer dimension ``axis`` by ``step`` and the shared offset by ``shared_stride``
+    elements."""
+
+    count: int
+    axis: int
+    step: int
+    shared_stride: int
+
+
+@dataclass(frozen=True)
+class TmaPlan:
+    """The tensor map, the issues that cover the region, and the bytes they complete."""
+
+    dtype: str
+    elem_bits: int
+    dims: tuple[TmaDim, ...]  # driver order, dimension 0 innermost
+    issues: tuple[IssueAxis, ...]  # outer -> inner
+    swizzle: int  # bytes: 0, 32, 64, 128
+    shared_align: int  # bytes every issue's shared address is a multiple of
+    issuer: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def box_elements(self) -> int:
+        return math.prod(d.box for d in self.dims)
+
+    @property
+    def count(self) -> int:
+        return math.prod(a.count for a in self.issues)
+
+    @property
+    def box_bytes(self) -> int:
+        return self.box_elements * self.elem_bits // 8
+
+    @property
+    def total_bytes(self) -> int:
+        """The transaction bytes one call completes on the mbarrier (what expect_tx gets)."""
+        return self.box_bytes * self.count
+
+    @property
+    def instruction(self) -> str:
+        return (
+            f"cp.async.bulk.tensor.{self.rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        )
+
+    def tensor_map(self) -> TensorMap:
+        return TensorMap(
+            "tensor_map",
+            "src",
+            self.dtype,
+            tuple(d.extent for d in self.dims),
+            tuple(d.stride for d in self.dims[1:]),
+            tuple(d.box for d in self.dims),
+            self.swizzle,
+            L2_PROMOTION,
+            f"the box of every {self.instruction.split('.global')[0]}",
+        )
+
+    def resources(self) -> tuple[TensorMap | Completion, ...]:
+        return (
+            self.tensor_map(),
+            Completion(
+                "mbarrier complete-tx",
+                f"the copy completes {self.total_bytes} bytes on mbar's current phase and "
+                f"does not arrive: one thread announces them (T.ptx.mbarrier.arrive."
+                f"expect_tx(mbar, {self.total_bytes})) and every reader waits for the phase "
+                "(T.cuda.mbarrier_wait) before reading dst",
+            ),
+        )
+
+    def facts(self) -> dict:
+        return {
+            "ptx": f"{self.instruction} [dst], [tensor_map, {{coords}}], [mbar]",
+            "issues": self.count,
+            "issue_axes": [
+                f"{a.count} x (dim {a.axis} +{a.step}, shared +{a.shared_stride})"
+                for a in self.issues
+            ],
+            "box": "x".join(str(d.box) for d in self.dims),
+            "box_bytes": self.box_bytes,
+            "expect_tx_bytes": self.total_bytes,
+            "swizzle": f"{self.swizzle}B" if self.swizzle else "none",
+            "shared_align": self.shared_align,
+            "issuer": self.issuer,
+        }
+
+    def __str__(self) -> str:
+        box = "x".join(str(d.box) for d in self.dims)
+        swz = f", {self.swizzle}B swizzle" if self.swizzle else ""
+        return (
+            f"tma_auto global->shared {self.dtype}: {self.count} x box {box}{swz} "
+            f"({self.total_bytes} bytes on mbar; {self.issuer} issues)"
+        )
+
+
+def _global_axes(src: Operand) -> list[tuple[Any, int]]:
+    """(extent, element stride) of every dimension of src's buffer, or Decline."""
+    layout = src.layout
+    shard = getattr(layout, "shard", None)
+    if shard is None or len(shard) != len(src.shape):
+        raise Decline(
+            f"src {src.name}'s layout {layout} does not give one stride per dimension of its "
+            f"shape {list(src.shape)}; a tensor map needs a strided global buffer"
+        )
+    axes = []
+    for axis, (it, extent) in enumerate(zip(shard, src.shape, strict=True)):
+        stride = as_int(it.stride)
+        if str(it.axis.name) != "m" or stride is None or stride < 0:
+            raise Decline(
+                f"src {src.name}'s dimension {axis} has stride {it.stride}; a tensor map needs "
+                "constant non-negative strides"
+            )
+        axes.append((extent, stride))
+    return axes
+
+
+def _swizzle_bytes(view_swizzle: Swizzle | None, elem_bytes: int, dst: Operand) -> int:
+    """The TMA swizzle mode (bytes) the shared layout's swizzle is, or Decline."""
+    if view_swizzle is None or view_swizzle.bits == 0:
+        return 0
+    unit_bytes = view_swizzle.unit * elem_bytes
+    if unit_bytes == 16 and view_swizzle.shift == 3 and view_swizzle.bits in SWIZZLE_SPAN:
+        return SWIZZLE_SPAN[view_swizzle.bits]
+    raise Decline(
+        f"dst {dst.name}'s swizzle {view_swizzle} ({unit_bytes}-byte units) is not one TMA "
+        "applies: TMA swizzles 16-byte units by 32, 64 or 128 bytes (Swizzle<B,4,3> on "
+        f"bytes; for {dst.dtype} per_element={int(math.log2(16 // elem_bytes))}, atom_len=3)"
+    )
+
+
+def _box(src: Operand, dst: Operand) -> tuple[dict[int, int], list[IssueAxis]]:
+    """Each buffer dimension's box extent and the issue axes that cover the rest."""
+    view = memory_view(dst)
+    axes = [d for d, ext in enumerate(src.extents) if ext != 1]
+    strides, run = {}, 1
+    for d in reversed(axes):
+        strides[d] = run
+        run *= src.extents[d]
+    region = tuple((src.extents[d], strides[d], d) for d in axes)
+    shared = tuple((ext, stride, None) for ext, stride in view.atoms)
+    rows = [
+        (ext, cells[0][1], cells[0][0] // strides[cells[0][1]], cells[1][0])
+        for ext, cells in refine_tagged(region, shared)
+    ]  # (extent, buffer dimension, coordinate step, shared stride), outer -> inner
+    box = {d: 1 for d in range(len(src.shape))}
+    dense = 1
+    for d in reversed(range(len(src.shape))):
+        if src.extents[d] == 1:
+            continue
+        # the row that holds dimension d's innermost run where the box has reached in
+        # shared memory (any position of the region's order: a blocked tile interleaves)
+        at = next((i for i, r in enumerate(rows) if r[1:] == (d, 1, dense)), None)
+        if at is None:
+            break
+        ext, _, _, stride = rows.pop(at)
+        take = max(b for b in range(1, min(ext, MAX_BOX) + 1) if ext % b == 0)
+        box[d], dense = take, dense * take
+        if take < ext:
+            rows.insert(at, (ext // take, d, take, stride * take))
+            break
+    return box, [IssueAxis(ext, axis, step, stride) for ext, axis, step, stride in rows]
+
+
+def _issuer(call: TileCall) -> str:
+    if call.scope == "thread":
+        return "the calling thread"
+    return f"the first participating thread of the {call.scope}"
+
+
+def plan(call: TileCall) -> TmaPlan:
+    dst, src = call.operand("dst"), call.operand("src")
+    elem_bytes = src.elem_bits // 8
+    check(
+        src.elem_bits % 8 == 0 and src.elem_bits <= 64,
+        f"src {src.name} holds {src.dtype}; a tensor map holds elements of 1 to 8 bytes",
+    )
+    axes = _global_axes(src)
+    check(
+        len(axes) <= MAX_RANK,
+        f"src {src.name} has {len(axes)} dimensions; a tensor map has at most {MAX_RANK}",
+    )
+    inner = len(axes) - 1
+    check(
+        axes[inner][1] == 1,
+        f"src {src.name}'s innermost dimension has stride {axes[inner][1]}; a tensor map's "
+        "dimension 0 is contiguous (stride 1)",
+    )
+    view = memory_view(dst)
+    swizzle = _swizzle_bytes(view.swizzle, elem_bytes, dst)
+    box, issues = _box(src, dst)
+    inner_bytes = box[inner] * elem_bytes
+    check(
+        inner_bytes % INNER_BOX_ALIGN == 0,
+        f"the box's inner dimension is {box[inner]} elements ({inner_bytes} bytes) of "
+        f"{src.name}'s dimension {inner}; TMA moves rows of a multiple of 16 bytes: the "
+        f"shared layout of {dst.name} must keep {16 // elem_bytes}k elements of a global row "
+        "contiguous",
+    )
+    if swizzle:
+        check(
+            inner_bytes <= swizzle,
+            f"the box's inner dimension is {inner_bytes} bytes, wider than the {swizzle}-byte "
+            f"swizzle of {dst.name}; block the tile into {swizzle}-byte columns",
+        )
+    dims = []
+    for d in reversed(range(len(axes))):
+        extent, stride = axes[d]
+        bytes_ = stride * elem_bytes
+        if d != inner:
+            check(
+                bytes_ % STRIDE_ALIGN == 0 and 0 < bytes_ < MAX_STRIDE,
+                f"src {src.name}'s dimension {d} has a stride of {bytes_} bytes; a tensor map "
+                f"needs strides that are multiples of {STRIDE_ALIGN} bytes below 2^40 (pad "
+                "the rows)",
+            )
+        dims.append(TmaDim(d, extent if as_int(extent) is None else as_int(extent), bytes_, box[d]))
+    strides = [d.stride for d in dims[1:]]
+    check(
+        strides == sorted(strides),
+        f"src {src.name}'s strides {[a[1] for a in axes]} do not grow outwards; the tensor map "
+        "keeps the buffer's dimension order",
+    )
+    count = math.prod(a.count for a in issues)
+    check(
+        count <= MAX_ISSUES,
+        f"the region takes {count} TMA boxes of {'x'.join(str(d.box) for d in dims)}; at most "
+        f"{MAX_ISSUES} per call: the shared layout of {dst.name} breaks the box early "
+        "(keep each global row's elements contiguous and rows dense)",
+    )
+    align = max(SHARED_ALIGN, swizzle * 8)  # a swizzle repeats every 8 rows of its span
+    _check_shared_alignment(call, dst, view.base, issues, align, elem_bytes)
+    return TmaPlan(
+        src.dtype, src.elem_bits, tuple(dims), tuple(issues), swizzle, align, _issuer(call)
+    )
+
+
+def _check_shared_alignment(
+    call: TileCall, dst: Operand, base: Any, issues: list[IssueAxis], align: int, size: int
+) -> None:
+    """Every issue's shared address is a multiple of ``align`` bytes: the allocation is
+    declared so aligned, the region starts at a multiple and the issues step by one."""
+    declared = call.enclosing.alignment_of(dst.buffer) if call.enclosing else None
+    how = f"T.alloc_buffer(..., align={align})"
+    check(
+        declared is not None and declared >= align,
+        f"dst {dst.name} lies in an allocation aligned to {declared or 'an unknown number of'} "
+        f"bytes; a TMA box lands at a {align}-byte aligned shared address: declare it {how}",
+    )
+    check(
+        prove_multiple(base, align // size),
+        f"dst {dst.describe} starts at element {base}, not provably a multiple of {align} bytes "
+        f"({align // size} elements); TMA needs every box at a {align}-byte aligned address",
+    )
+    for a in issues:
+        check(
+            (a.shared_stride * size) % align == 0,
+            f"the boxes of dst {dst.name} are {a.shared_stride * size} bytes apart, not a multiple "
+            f"of the {align} bytes TMA needs",
+        )
+
+
+# -- emission --------------------------------------------------------------------------------
+def _issue_offsets(plan: TmaPlan, index: Any) -> tuple[dict[int, Any], Any]:
+    """Coordinate steps per buffer dimension and the shared element offset of issue
+    ``index`` (the issue axes' mixed radix, outer -> inner)."""
+    steps: dict[int, Any] = {}
+    shared: Any = 0
+    rest = index
+    for a in reversed(plan.issues):
+        digit = tirx.floormod(rest, a.count) if a is not plan.issues[0] else rest
+        rest = tirx.floordiv(rest, a.count)
+        steps[a.axis] = steps.get(a.axis, 0) + digit * a.step
+        shared = shared + digit * a.shared_stride
+    return steps, shared
+
+
+@variant(
+    "copy_async",
+    "tma_auto",
+    priority=10,
+    predicates=[
+        requires_cuda,
+        requires_tma_arch,
+        requires_scope("thread", "warp", "warpgroup", "cta"),
+        requires_known_participants,
+        requires_valid_copy,
+        requires_global_to_shared,
+        requires_mbarrier,
+    ],
+    plan=plan,
+)
+def emit(plan: TmaPlan, call: TileCall):
+    """One thread issues every box: an unrolled loop over the issue axes."""
+    dst, src = call.operand("dst"), call.operand("src")
+    tensor_map = call.resources["tensor_map"]
+    mbar = call.config["mbar"]
+    view = memory_view(dst)
+    starts = {d: lo for d, (lo, _) in enumerate(src.region)}
+    issuing = call.scope == "thread"
+    first = participant_index(call) if not issuing else None
+    instruction = T.ptx[plan.instruction]
+
+    def issue(index):
+        steps, offset = _issue_offsets(plan, index)
+        coords = []
+        for d in plan.dims:
+            c = starts[d.axis] + steps[d.axis] if d.axis in steps else starts[d.axis]
+            coords.append(T.cast(c, "int32"))
+        flat = T.decl_buffer((1,), dst.dtype, data=dst.buffer.data, scope=dst.scope)
+        ptr = flat.ptr_to([view.base + offset])
+        T.evaluate(instruction(ptr, T.address_of(tensor_map), *coords, mbar))
+
+    count = plan.count
+    if issuing:
+
+        @impl_prim_func
+        def by_caller():
+            for i in T.unroll(count):
+                issue(i)
+
+        return by_caller
+
+    @impl_prim_func
+    def by_first():
+        if first == 0:
+            for i in T.unroll(count):
+                issue(i)
+
+    return by_first

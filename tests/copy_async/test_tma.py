@@ -1,0 +1,259 @@
+"""copy_async -> tma_auto: box plans, declines, the tensor map the host encodes, the emitted
+cp.async.bulk.tensor (CUDA text and SASS), and round trips in the simulator and on the GPU,
+with the missing expect-tx / wait / alignment controls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.tirx.layout import ComposeLayout, S, TileLayout
+
+import tirx_cuda_dispatch as tcd
+from executors import execute
+from tirx_cuda_dispatch import demos, runtime, sim, toolchain
+from tirx_cuda_dispatch.copy_async.tma import TmaPlan
+from tirx_cuda_dispatch.resources import Completion, TensorMap
+from tirx_cuda_dispatch.sim import SimError
+
+WHERE = ["sim", pytest.param("gpu", marks=pytest.mark.gpu)]
+roundtrip = demos.tma_roundtrip
+
+
+def _report(func, arch="sm_90a") -> tcd.CallReport:
+    [report] = [r for r in tcd.explain(func, arch) if r.op == "copy_async"]
+    return report
+
+
+def _plan(func, arch="sm_90a") -> TmaPlan:
+    report = _report(func, arch)
+    assert report.variant == "tma_auto", report
+    return report.plan_object
+
+
+def _reason(func, arch="sm_90a") -> str:
+    report = _report(func, arch)
+    assert report.variant != "tma_auto"
+    [cand] = [c for c in report.candidates if c.variant == "tma_auto"]
+    return cand.reason
+
+
+def _expected(a: np.ndarray, tile, start) -> np.ndarray:
+    r0, c0 = start
+    return a[r0 : r0 + tile[0], c0 : c0 + tile[1]]
+
+
+# -- plans ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "dtype, tile, swizzle, box, issues",
+    [
+        ("float16", (64, 128), 128, (64, 64), 2),  # two 128-byte column blocks
+        ("float16", (128, 64), 128, (64, 128), 1),  # the example's A tile: one box
+        ("float16", (64, 256), 128, (64, 64), 4),  # the example's B tile
+        ("float16", (64, 128), 64, (32, 64), 4),
+        ("float16", (64, 128), 32, (16, 64), 8),
+        ("float32", (32, 64), 128, (32, 32), 2),
+        ("int8", (16, 128), 128, (128, 16), 1),
+        ("float16", (32, 64), 0, (64, 32), 1),  # no swizzle: the whole row
+    ],
+)
+def test_the_box_is_the_shared_layout_s_dense_column_block(dtype, tile, swizzle, box, issues):
+    plan = _plan(roundtrip(dtype, tile, swizzle, start=(0, 0)))
+    size = np.dtype(dtype).itemsize
+    assert tuple(d.box for d in plan.dims) == box
+    assert plan.count == issues and plan.swizzle == swizzle
+    assert plan.total_bytes == tile[0] * tile[1] * size  # what expect_tx must announce
+    assert plan.shared_align == max(128, 8 * swizzle)
+    tm = plan.tensor_map()
+    assert tm.dims == (256, 256) and tm.strides == (256 * size,) and tm.box == box
+
+
+def test_a_row_of_256_elements_is_one_box_and_a_longer_one_is_split():
+    assert tuple(d.box for d in _plan(roundtrip("int8", (16, 256), 0)).dims) == (256, 16)
+    plan = _plan(roundtrip("int8", (8, 512), 0, shape=(512, 512), start=(0, 0)))
+    assert tuple(d.box for d in plan.dims) == (256, 1)
+    assert plan.count == 16  # 2 halves of each of the 8 rows
+
+
+def test_column_blocks_step_the_shared_offset_and_the_coordinates():
+    """The example's B tile (64 x 256 in four 64-column blocks): four boxes, each 64
+    columns further in A and one block (64 x 64 elements) further in shared memory."""
+    plan = _plan(roundtrip("float16", (64, 256), 128, start=(0, 0)))
+    [axis] = plan.issues
+    assert (axis.count, axis.axis, axis.step, axis.shared_stride) == (4, 1, 64, 64 * 64)
+
+
+@pytest.mark.parametrize("scope", ["thread", "warp", "cta"])
+def test_one_thread_issues(scope):
+    plan = _plan(roundtrip(scope=scope))
+    assert ("calling thread" in plan.issuer) == (scope == "thread")
+
+
+def test_explain_shows_the_tensor_map_and_the_completion_contract():
+    report = _report(roundtrip())
+    kinds = {type(r) for r in report.plan_object.resources()}
+    assert kinds == {TensorMap, Completion}
+    text = str(report)
+    assert "tensor map tensor_map: float16 over src (dims 256x256" in text
+    assert "box 64x64, 128B swizzle" in text
+    assert "expect_tx(mbar, 16384)" in text
+
+
+# -- declines -------------------------------------------------------------------------------
+def test_a_copy_async_without_mbar_is_cp_async():
+    """No mbar=: TMA declines, cp.async (ldgsts) takes it; with mbar=, ldgsts declines."""
+    func = demos.ldgsts_roundtrip("float16", (64, 64), dispatch=None)
+    assert _report(func).variant == "ldgsts"
+    assert "no mbar= config" in _reason(func)
+    assert "mbar" in next(
+        c.reason for c in _report(roundtrip()).candidates if c.variant == "ldgsts"
+    )
+
+
+def test_declines_before_hopper():
+    assert "needs sm_90 or newer; target is sm_80" in _reason(roundtrip(), "sm_80")
+
+
+def test_an_allocation_not_aligned_to_the_swizzle_declines_with_the_fix():
+    why = _reason(roundtrip(align=64))
+    assert "aligned to 64 bytes" in why and "align=1024" in why
+
+
+def test_a_swizzle_tma_cannot_apply_declines():
+    layout = ComposeLayout(2, 3, 3, demos.tma_shared_layout("float16", (64, 128), 0))
+    why = _reason(roundtrip(shared_layout=layout))
+    assert "is not one TMA applies" in why and "per_element=3" in why
+
+
+def test_an_inner_box_wider_than_the_swizzle_declines():
+    layout = ComposeLayout(3, 3, 3, TileLayout(S[64, 128]))  # rows of 256 bytes, not blocked
+    assert "wider than the 128-byte swizzle" in _reason(roundtrip(shared_layout=layout))
+
+
+def test_a_transposing_shared_layout_declines():
+    layout = TileLayout(S[(64, 128) : (1, 64)])  # column-major: no global row stays together
+    why = _reason(roundtrip(swizzle=0, shared_layout=layout))
+    assert "multiple of 16 bytes" in why
+
+
+def test_an_unknown_config_key_declines_naming_the_accepted_ones():
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64, 64), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        T.thread_id([128])
+        pool = T.alloc_buffer((64 * 64 + 4,), "float16", scope="shared.dyn", align=1024)
+        A_s = T.decl_buffer((64, 64), "float16", pool.data, scope="shared.dyn")
+        bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=1024, scope="shared.dyn")
+        Tx.cta.copy_async(A_s[:, :], A[0:64, 0:64], mbar=bar.ptr_to([0]), cta_mask=3)
+        Tx.cta.copy(A[0:64, 0:64], A_s[:, :])
+
+    why = _reason(kernel)
+    assert "cta_mask=3 is not a key this TMA load takes" in why and "accepted: mbar" in why
+
+
+# -- emitted code -----------------------------------------------------------------------------
+def test_the_host_encodes_one_tensor_map_the_kernel_takes_as_a_grid_constant():
+    func = roundtrip()
+    source = toolchain.cuda_source(func, "sm_90a")
+    assert "const __grid_constant__ CUtensorMap A_tensormap" in source
+    assert source.count("cp_async_bulk_tensor") == 2 + 1  # the helper and its 2 issues
+    host, _ = toolchain.lowered(func)
+    [(name, fields)] = toolchain.encoded_tensor_maps(host).items()
+    assert name == "A_tensormap"
+    assert (fields["dims"], fields["strides"], fields["box"]) == ((256, 256), (512,), (64, 64))
+    assert fields["swizzle"] == 128 and fields["dtype"] == "float16"
+
+
+def test_sass_issues_utmaldg_and_no_per_thread_loads():
+    ops = toolchain.opcodes(toolchain.kernel_sass(roundtrip(), "sm_90a"))
+    assert any(op.startswith("UTMALDG") for op in ops), ops
+    assert not any(op.startswith(("LDGSTS", "LDG", "LDL", "STL")) for op in ops), ops
+
+
+def test_the_sass_check_catches_cp_async():
+    """Negative control: the cp.async round trip has LDGSTS and no UTMALDG."""
+    func = demos.ldgsts_roundtrip("float16", (64, 64), dispatch=None)
+    ops = toolchain.opcodes(toolchain.kernel_sass(func, "sm_90a"))
+    assert any(op.startswith("LDGSTS") for op in ops)
+    assert not any(op.startswith("UTMALDG") for op in ops)
+
+
+# -- round trips ------------------------------------------------------------------------------
+ROUNDTRIPS = [
+    dict(dtype="float16", tile=(64, 128), swizzle=128),
+    dict(dtype="float16", tile=(128, 64), swizzle=128),
+    dict(dtype="float16", tile=(64, 256), swizzle=128, start=(192, 0)),
+    dict(dtype="float16", tile=(64, 128), swizzle=64),
+    dict(dtype="bfloat16", tile=(64, 128), swizzle=32),
+    dict(dtype="float16", tile=(32, 64), swizzle=0),
+    dict(dtype="float32", tile=(32, 64), swizzle=128, start=(0, 32)),
+    dict(dtype="int8", tile=(16, 256), swizzle=128, start=(240, 0)),
+    dict(dtype="float16", tile=(64, 128), swizzle=128, scope="thread"),
+    dict(dtype="float16", tile=(64, 128), swizzle=128, scope="warp"),
+]
+
+
+def _case_id(case: dict) -> str:
+    return "-".join(str(v).replace(" ", "") for v in case.values())
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("case", ROUNDTRIPS, ids=_case_id)
+def test_roundtrip(case, rng, where, gpu):
+    start = case.get("start", (64, 128))
+    a = runtime.random_array((256, 256), case["dtype"], rng)
+    b = runtime.poison_like(np.zeros(case["tile"], a.dtype))
+    _, out = execute(roundtrip(**case), [a, b], where, gpu)
+    np.testing.assert_array_equal(
+        runtime.bits(out), runtime.bits(_expected(a, case["tile"], start))
+    )
+
+
+def test_the_simulator_counts_one_instruction_per_box():
+    a = runtime.random_array((256, 256), "float16", np.random.default_rng(3))
+    out = sim.run(roundtrip(), [a, np.zeros((64, 128), a.dtype)])
+    assert out.counters.instructions["cp.async.bulk.tensor"] == 2
+    assert out.counters.bytes["global.load"] >= 64 * 128 * 2
+
+
+def test_a_missing_expect_tx_is_a_deadlock_naming_the_negative_tx_count():
+    a = runtime.random_array((256, 256), "float16", np.random.default_rng(4))
+    with pytest.raises(SimError, match=r"deadlock: .*tx-count -16384"):
+        sim.run(roundtrip(expect=False), [a, np.zeros((64, 128), a.dtype)])
+
+
+def test_a_missing_wait_is_reported_at_the_read():
+    a = runtime.random_array((256, 256), "float16", np.random.default_rng(5))
+    with pytest.raises(SimError, match=r"call \[1\] Tx.cta.copy .*(race|in flight)"):
+        sim.run(roundtrip(wait=False), [a, np.zeros((64, 128), a.dtype)])
+
+
+def test_a_read_before_the_phase_completes_names_the_copy():
+    """The tile is read between the copy and the expect-tx (the phase is still open):
+    the simulator says which copy is in flight there and what to wait for."""
+
+    @T.prim_func
+    def early(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (256, 256), "float16")
+        B = T.match_buffer(B_ptr, (64, 64), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([128])
+        pool = T.alloc_buffer((64 * 64 + 4,), "float16", scope="shared.dyn", align=1024)
+        A_s = T.decl_buffer((64, 64), "float16", pool.data, scope="shared.dyn")
+        bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=1024, scope="shared.dyn")
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+        T.cuda.cta_sync()
+        Tx.cta.copy_async(A_s[:, :], A[0:64, 0:64], mbar=bar.ptr_to([0]))
+        Tx.cta.copy(B[:, :], A_s[:, :])
+        if tid == 0:
+            T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), 8192)
+        T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+
+    a = runtime.random_array((256, 256), "float16", np.random.default_rng(6))
+    with pytest.raises(SimError, match=r"while cp\.async\.bulk\.tensor.* still in flight"):
+        sim.run(early, [a, np.zeros((64, 64), a.dtype)])
