@@ -47,7 +47,7 @@ from ..codegen import impl_prim_func, participant_index
 from ..errors import Decline, check
 from ..irfacts import as_int, prove_multiple
 from ..layout.atoms import memory_view, refine_tagged
-from ..layout.swizzle import Swizzle
+from ..layout.swizzle import Swizzle, byte_swizzle
 from ..predicates import (
     requires_cuda,
     requires_known_participants,
@@ -65,7 +65,6 @@ MAX_STRIDE = 1 << 40  # globalStrides < 2^40 bytes
 STRIDE_ALIGN = 16  # globalStrides and the global address: multiples of 16 bytes
 INNER_BOX_ALIGN = 16  # boxDim[0] * element size: a multiple of 16 bytes
 SHARED_ALIGN = 128  # a box's shared address without a swizzle
-SWIZZLE_SPAN = {1: 32, 2: 64, 3: 128}  # Swizzle<B, 4, 3> on bytes -> swizzle mode (bytes)
 L2_PROMOTION = 256  # bytes: the L2 sector promotion of every descriptor
 MAX_ISSUES = 64  # unrolled instructions of one call
 
@@ -244,11 +243,10 @@ def _global_axes(src: Operand) -> list[tuple[Any, int]]:
 
 def _swizzle_bytes(view_swizzle: Swizzle | None, elem_bytes: int, dst: Operand) -> int:
     """The TMA swizzle mode (bytes) the shared layout's swizzle is, or Decline."""
-    if view_swizzle is None or view_swizzle.bits == 0:
-        return 0
+    mode = byte_swizzle(view_swizzle, elem_bytes)
+    if mode is not None:
+        return mode
     unit_bytes = view_swizzle.unit * elem_bytes
-    if unit_bytes == 16 and view_swizzle.shift == 3 and view_swizzle.bits in SWIZZLE_SPAN:
-        return SWIZZLE_SPAN[view_swizzle.bits]
     raise Decline(
         f"dst {dst.name}'s swizzle {view_swizzle} ({unit_bytes}-byte units) is not one TMA "
         "applies: TMA swizzles 16-byte units by 32, 64 or 128 bytes (Swizzle<B,4,3> on "

@@ -104,6 +104,19 @@ class Swizzle:
         return f"Swizzle<{self.bits},{self.per_element},{self.shift}>"
 
 
+def byte_swizzle(swizzle: Swizzle | None, elem_bytes: int) -> int | None:
+    """The hardware swizzle mode (bytes: 0 for none, 32, 64, 128) that ``swizzle`` on
+    elements of ``elem_bytes`` is, None when it is none of them. TMA and wgmma permute the
+    16-byte units of a shared address by the address bits 3 above them: ``Swizzle<B, 4,
+    3>`` on bytes, 32 bytes for B = 1, 64 for 2, 128 for 3 (CUDA programming guide, TMA
+    swizzle; PTX ISA 9.7.15.5.1.2.1.3)."""
+    if swizzle is None or swizzle.bits == 0:
+        return 0
+    if swizzle.unit * elem_bytes == 16 and swizzle.shift == 3 and 1 <= swizzle.bits <= 3:
+        return 16 << swizzle.bits
+    return None
+
+
 def _terms(expr: Any) -> list[Any]:
     """The addends of a TIR sum, outer ``Add`` nodes flattened."""
     if isinstance(expr, tvm.tirx.Add):
