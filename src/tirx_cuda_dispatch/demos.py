@@ -916,6 +916,83 @@ def mma_accumulator_layout(cols: int = 128) -> Any:
     return warp_atom.tile(tile, (2, cols // 8), (8, 8))
 
 
+def wgmma_accumulator_layout(n: int = 256, m_tiles: int = 1) -> Any:
+    """The wgmma accumulator fragment of a warpgroup over ``64 m_tiles`` x ``n`` float32
+    (PTX ISA "wgmma D fragment"): thread ``32 w + l`` holds row ``16 w + l // 4 (+ 8)`` and
+    columns ``8 j + 2 (l % 4) (+ 1)``; register ``4 j + 2 h + e`` is row half ``h``, column
+    ``e`` of column block ``j``; a second 64-row tile takes the next ``n / 2`` registers."""
+    return TileLayout(
+        S[
+            (m_tiles, 4, 2, 8, n // 8, 4, 2) : (
+                n // 2, 32 @ tid_in_wg, 2, 4 @ tid_in_wg, 4, 1 @ tid_in_wg, 1,
+            )
+        ]
+    )  # fmt: skip
+
+
+def wgmma_gemm(
+    m: int = 64,
+    n: int = 128,
+    k: int = 64,
+    dtype: str = "float16",
+    a_layout: Any = None,
+    b_layout: Any = None,
+    accum: bool = False,
+    wait: bool = True,
+    align: int = 1024,
+) -> Any:
+    """One warpgroup: A (m x k) and B (k x n) from global into 128-byte swizzled shared
+    tiles (A K-major rows in 64-column K blocks; B in 64-column blocks, N-major), C = A B (``accum``: C = D's
+    tile + A B) with ``Tx.wg.gemm_async``, committed and waited, C -> D (arguments A, B,
+    D). ``wait=False`` leaves out the wait (a broken kernel)."""
+    from tvm.tirx.layout import ComposeLayout
+
+    kb = min(k, 64)  # A in K blocks of one 128-byte swizzled row
+    a_l = (
+        a_layout
+        if a_layout is not None
+        else ComposeLayout(3, 3, 3, TileLayout(S[(m, k // kb, kb) : (kb, m * kb, 1)]))
+    )
+    b_l = (
+        b_layout
+        if b_layout is not None
+        else ComposeLayout(3, 3, 3, TileLayout(S[(k, n // 64, 64) : (64, k * 64, 1)]))
+    )
+    c_layout = wgmma_accumulator_layout(n, m // 64)
+
+    # fmt: off
+    @T.prim_func
+    def wgmma_gemm(A_ptr: T.handle, B_ptr: T.handle, D_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (m, k), dtype)
+        B = T.match_buffer(B_ptr, (k, n), dtype)
+        D = T.match_buffer(D_ptr, (m, n), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        T.lane_id([32])
+        T.thread_id([128])
+        pool = T.alloc_buffer((m * k + k * n,), dtype, scope="shared.dyn", align=align)
+        A_s = T.decl_buffer((m, k), dtype, pool.data, scope="shared.dyn", layout=a_l)
+        B_s = T.decl_buffer((k, n), dtype, pool.data, elem_offset=m * k, scope="shared.dyn",
+                            layout=b_l)
+        C = T.alloc_buffer((m, n), "float32", scope="local", layout=c_layout)
+        Tx.cta.copy(A_s[:, :], A[:, :])
+        Tx.cta.copy(B_s[:, :], B[:, :])
+        if accum:
+            Tx.wg.copy(C[:, :], D[:, :])
+        T.ptx["fence.proxy.async.shared::cta"]()
+        T.cuda.cta_sync()
+        Tx.wg.gemm_async(C[:, :], A_s[:, :], B_s[:, :], transA=False, transB=True, accum=accum)
+        T.ptx["wgmma.commit_group.sync.aligned"]()
+        if wait:
+            T.ptx["wgmma.wait_group.sync.aligned"](0)
+        Tx.wg.copy(D[:, :], C[:, :])
+    # fmt: on
+
+    return wgmma_gemm
+
+
 def mma_rows_layout() -> Any:
     """Row statistics of that fragment: 16 x 4, column c in the lanes with lane % 4 == c."""
     red_atom = TileLayout(S[(1, 1) : (1, 1)])

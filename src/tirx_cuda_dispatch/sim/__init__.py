@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from . import helpers, intrinsics, mma, ptx, tma
+from . import helpers, intrinsics, mma, ptx, tma, wgmma
 from .calls import Instruction, merge
 from .errors import SimError
 from .interpreter import Machine
@@ -44,7 +44,7 @@ __all__ = [
     "simulate",
 ]
 
-CALLS = merge(intrinsics.TABLE, ptx.TABLE, mma.TABLE, tma.TABLE, helpers.TABLE)
+CALLS = merge(intrinsics.TABLE, ptx.TABLE, mma.TABLE, tma.TABLE, wgmma.TABLE, helpers.TABLE)
 """Every call the simulator executes, by TIR op name, with its meaning."""
 
 

@@ -51,6 +51,9 @@ _HINTS = {
     "tcgen05.ld": "tcgen05.wait::ld is missing before the use",
     "tcgen05.st": "tcgen05.wait::st is missing between them",
     "cp.async.bulk.tensor": "wait for the mbarrier phase its bytes complete before the access",
+    "wgmma": (
+        "wgmma group not waited: add wgmma.commit_group and wgmma.wait_group before the access"
+    ),
 }
 
 
@@ -154,7 +157,8 @@ class Asynchrony:
 
     def __init__(self) -> None:
         self.effects: list[Effect] = []
-        self.opened: np.ndarray | None = None  # per thread: its open cp.async group
+        # per kind of group ("cp.async", "wgmma"), per thread: its open group
+        self.opened_by_kind: dict[str, np.ndarray] = {}
         self.barriers: dict[tuple[int, int], MBarrier] = {}
         self.version = 0  # bumped by every landing and mbarrier change
         self.unmet: str | None = None  # the last wait that found its phase incomplete
@@ -183,33 +187,48 @@ class Asynchrony:
         if effect.source is not None:
             np.subtract.at(effect.source.reading, effect.source_bytes(rows), 1)
         index = tuple(ix[rows] for ix in effect.index)
-        effect.target.land(effect.threads[rows], index, effect.values[rows], m.clocks, steps)
+        if index[-1].size:  # an effect that only reads (a wgmma's operands) writes nothing
+            effect.target.land(effect.threads[rows], index, effect.values[rows], m.clocks, steps)
         effect.drop(rows)
         self.version += 1
 
     def _sweep(self) -> None:
         self.effects = [e for e in self.effects if e.threads.size]
 
-    def open_groups(self, m: Any, threads: np.ndarray) -> np.ndarray:
-        """The open cp.async group of each of ``threads`` (what a copy they issue joins)."""
-        if self.opened is None or self.opened.size != m.threads:
-            self.opened = np.zeros(m.threads, dtype=np.int64)
-        return self.opened[threads].copy()
+    def open_groups(self, m: Any, threads: np.ndarray, kind: str = "cp.async") -> np.ndarray:
+        """The open ``kind`` group of each of ``threads`` (what an instruction they issue
+        joins): a thread's cp.async groups, or its warpgroup's wgmma groups."""
+        opened = self.opened_by_kind.get(kind)
+        if opened is None or opened.size != m.threads:
+            opened = self.opened_by_kind[kind] = np.zeros(m.threads, dtype=np.int64)
+        return opened[threads].copy()
 
-    def commit(self, m: Any, threads: np.ndarray) -> None:
-        """``cp.async.commit_group``: each thread's open group (possibly empty) is closed."""
-        self.open_groups(m, threads)
-        self.opened[threads] += 1
+    def commit(self, m: Any, threads: np.ndarray, kind: str = "cp.async") -> None:
+        """``cp.async.commit_group`` / ``wgmma.commit_group``: each thread's open group
+        (possibly empty) is closed."""
+        self.open_groups(m, threads, kind)
+        self.opened_by_kind[kind][threads] += 1
 
-    def wait_groups(self, m: Any, threads: np.ndarray, n: int) -> None:
-        """``cp.async.wait_group n``: all but the ``n`` most recent committed groups of each
-        of ``threads`` complete (their copies land)."""
-        self.open_groups(m, threads)
+    def wait_groups(self, m: Any, threads: np.ndarray, n: int, kind: str = "cp.async") -> None:
+        """``cp.async.wait_group n`` / ``wgmma.wait_group n``: all but the ``n`` most recent
+        committed groups of each of ``threads`` complete (their writes land)."""
+        self.open_groups(m, threads, kind)
         limit = np.full(m.threads, -1, dtype=np.int64)
-        limit[threads] = self.opened[threads] - n
+        limit[threads] = self.opened_by_kind[kind][threads] - n
         for e in self.effects:
-            if e.kind == "cp.async":
+            if e.kind == kind:
                 rows = e.group < limit[e.threads]
+                if rows.any():
+                    self._land(m, e, rows)
+        self._sweep()
+
+    def settle(self, m: Any, kind: str, target: Any, threads: np.ndarray) -> None:
+        """The pending ``kind`` writes of ``threads`` into ``target`` land now: a later
+        instruction of the same queue reads them in order (a wgmma chained on the
+        accumulator of an earlier one) and re-queues what it writes."""
+        for e in self.effects:
+            if e.kind == kind and e.target is target:
+                rows = np.isin(e.threads, threads)
                 if rows.any():
                     self._land(m, e, rows)
         self._sweep()

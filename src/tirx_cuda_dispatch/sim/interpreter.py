@@ -465,7 +465,21 @@ class Machine:
 
     def _e_Cast(self, e: Any) -> np.ndarray:
         dtype, lanes = parse_dtype(_dtype_of(e))
-        return cast(np.asarray(self.eval(e.value)), dtype)
+        value = self.eval(e.value)
+        if isinstance(value, Pointer):
+            return cast(self.shared_address(value, str(e)), dtype)
+        return cast(np.asarray(value), dtype)
+
+    def shared_address(self, ptr: Pointer, what: str) -> np.ndarray:
+        """A shared-window address as a number (what a matrix descriptor encodes): the CTA's
+        dynamic shared memory starts at address 0 of the window. Other shared allocations
+        have no address the simulator knows, nor does a generic pointer."""
+        if not ptr.shared_window or ptr.memory is not self.dynamic_shared:
+            raise NotModeled(
+                f"{what}: only a shared-window address of dynamic shared memory has a number "
+                "in the simulator"
+            )
+        return np.asarray(ptr.offsets, dtype=np.int64)
 
     def _e_Ramp(self, e: Any) -> np.ndarray:
         base = self.eval(e.base).astype(np.int64)
@@ -498,6 +512,9 @@ class Machine:
 
     def _binary(self, e: Any, fn) -> np.ndarray:
         a, b = self.eval(e.a), self.eval(e.b)
+        # a shared-window address is an integer in CUDA (shifts and masks of a descriptor)
+        a = self.shared_address(a, str(e)) if isinstance(a, Pointer) else a
+        b = self.shared_address(b, str(e)) if isinstance(b, Pointer) else b
         dtype = parse_dtype(_dtype_of(e))[0]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             out = fn(a, b)

@@ -1,0 +1,3 @@
+"""Variants of the ``gemm_async`` op (one module per variant, named after it)."""
+
+from . import wgmma  # noqa: F401  (registers gemm_async -> wgmma)

@@ -1,0 +1,294 @@
+"""gemm_async -> wgmma: a warpgroup's asynchronous MMA from shared memory (Hopper).
+
+Accepts: an sm_90a target (``wgmma.mma_async`` exists on sm_90a only: PTX ISA 9.7.15,
+target notes; Blackwell has tcgen05 instead); warpgroup scope with all 128 threads
+(``Tx.wg.gemm_async``); C a float32 register tile (``local``) of M x N, M a multiple of
+64, N a multiple of 8 up to 256, in the wgmma accumulator fragment (thread ``t``, register
+``j`` of an m64nN tile: :func:`..isa.wgmma.accumulator_element`; M = 128 takes two sets of
+registers); A (M x K, or K x M with ``transA``) and B (N x K, or K x N with ``transB``) in
+shared memory, both float16 or both bfloat16, K a multiple of 16, each laid out as one of
+the ISA's canonical layouts (:mod:`..layout.descriptor`: K-major rows or MN-major column
+blocks under the 128-, 64- or 32-byte swizzle, or none) in an allocation aligned to the
+swizzle's period (``T.alloc_buffer(..., align=1024)``); constant ``transA``, ``transB``,
+``accum``.
+
+Emits ``wgmma.fence.sync.aligned`` (orders the warpgroup's earlier register accesses
+before the MMAs read C) and, per 64-row tile and K step of 16, ``wgmma.mma_async.sync.
+aligned.m64nNk16.f32.<ab>.<ab> {C registers}, descA, descB, scale-d, 1, 1, trans-a,
+trans-b``: descriptors built from the operands' shared addresses (the start advancing by
+the layout's K step), trans-a/b 1 where the layout is MN-major, scale-d 0 on the first K
+step unless ``accum`` (C = A B, else C += A B).
+
+Completion is the caller's: nothing here commits or waits, so the MMAs run while the
+warpgroup goes on. Before reading C, or writing A's or B's shared memory, the caller
+commits (``T.ptx.wgmma.commit_group.sync.aligned()``) and waits
+(``T.ptx.wgmma.wait_group.sync.aligned(N)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tvm import tirx
+from tvm.script import tirx as T
+
+from ..build import Body
+from ..call import Operand, TileCall
+from ..codegen import storage_words
+from ..errors import Decline, check
+from ..irfacts import as_int
+from ..isa.wgmma import SWIZZLE_MODES, WARPGROUP_THREADS, M, accumulator_element
+from ..layout.atoms import memory_view
+from ..layout.descriptor import PERIOD, OperandDescriptors, match
+from ..layout.register import register_table, register_view
+from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
+from ..registry import variant
+from ..resources import Completion
+
+MULTIPLICANDS = {"float16": "f16", "bfloat16": "bf16"}
+ACCUMULATOR = "float32"
+K_STEP = 16  # K of one f16/bf16 instruction
+MAX_N = 256
+
+
+# -- predicates ------------------------------------------------------------------------------
+def requires_sm90a(call: TileCall) -> tuple[bool, str | None]:
+    """wgmma.mma_async is an sm_90a instruction: Hopper with its architecture-specific
+    features (an sm_90 target without the ``a`` has none; sm_100 has tcgen05 instead)."""
+    if call.sm == 90 and str(call.arch).endswith("a"):
+        return True, None
+    return False, (
+        f"wgmma.mma_async needs sm_90a; target is {call.arch or '(no arch)'} (on Blackwell "
+        "use gemm_async -> tcgen05, before Hopper gemm -> mma.m16n8k*)"
+    )
+
+
+def requires_operand_memories(call: TileCall) -> tuple[bool, str | None]:
+    """C in registers, A and B in shared memory."""
+    c, a, b = (call.operand(n) for n in ("C", "A", "B"))
+    if None in (c, a, b):
+        return False, "C, A and B must be tensor regions"
+    if c.memory != "local":
+        return False, f"C {c.name} is {c.scope}; wgmma accumulates in registers (local)"
+    for o in (a, b):
+        if o.memory != "shared":
+            return False, (
+                f"{o.role} {o.name} is {o.scope}; this variant reads A and B from shared "
+                "memory through matrix descriptors"
+            )
+    return True, None
+
+
+def requires_wgmma_dtypes(call: TileCall) -> tuple[bool, str | None]:
+    """A and B both float16 or both bfloat16; C float32."""
+    c, a, b = (call.operand(n) for n in ("C", "A", "B"))
+    if a.dtype not in MULTIPLICANDS or b.dtype != a.dtype:
+        return False, (
+            f"A {a.name} is {a.dtype} and B {b.name} {b.dtype}; this variant multiplies "
+            "float16 by float16 or bfloat16 by bfloat16"
+        )
+    if c.dtype != ACCUMULATOR:
+        return False, f"C {c.name} is {c.dtype}; the accumulator is float32 here"
+    return True, None
+
+
+def _flag(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    inner = as_int(value)
+    return None if inner is None else bool(inner)
+
+
+def requires_constant_flags(call: TileCall) -> tuple[bool, str | None]:
+    """transA, transB and accum are constants (they pick the layouts and scale-d)."""
+    for name in ("transA", "transB", "accum"):
+        if _flag(call.arg(name)) is None:
+            return False, f"{name} is {call.arg(name)}, not a constant; pass True or False"
+    return True, None
+
+
+# -- the plan --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WgmmaPlan:
+    """The instruction, the operands' descriptors and C's registers per 64-row tile."""
+
+    ab: str  # "f16" / "bf16"
+    m: int
+    n: int
+    k: int
+    a: OperandDescriptors
+    b: OperandDescriptors
+    c_registers: tuple[tuple[int, ...], ...]  # [m tile] -> N/2 registers, in fragment order
+    accum: bool
+
+    @property
+    def shape(self) -> str:
+        return f"m{M}n{self.n}k{K_STEP}"
+
+    @property
+    def instruction(self) -> str:
+        return f"wgmma.mma_async.sync.aligned.{self.shape}.f32.{self.ab}.{self.ab}"
+
+    @property
+    def count(self) -> int:
+        return (self.m // M) * (self.k // K_STEP)
+
+    def resources(self) -> tuple[Completion, ...]:
+        return (
+            Completion(
+                "wgmma group",
+                "the caller commits (T.ptx.wgmma.commit_group.sync.aligned()) and waits "
+                "(T.ptx.wgmma.wait_group.sync.aligned(N)) before reading C or writing A's or "
+                "B's shared memory",
+            ),
+        )
+
+    def facts(self) -> dict:
+        return {
+            "ptx": f"{self.instruction} {{C}}, descA, descB, scale-d, 1, 1, "
+            f"{int(self.a.major == 'MN')}, {int(self.b.major == 'MN')}",
+            "instructions": self.count,
+            "A": str(self.a),
+            "B": str(self.b),
+            "scale_d": "1 (C += A B)" if self.accum else "0 on the first K step (C = A B)",
+            "c_registers": f"{len(self.c_registers)} x {len(self.c_registers[0])}",
+        }
+
+    def __str__(self) -> str:
+        return (
+            f"wgmma {self.m}x{self.n}x{self.k} {self.ab}->f32: {self.count} x {self.shape} "
+            f"(A {self.a.major}-major, B {self.b.major}-major, {self.a.swizzle}/{self.b.swizzle})"
+        )
+
+
+def _dims(o: Operand, trans: bool, what: str) -> tuple[int, int]:
+    """(mn, k) of A (mn = M) or B (mn = N) from its region and transpose flag."""
+    ext = [e for e in o.extents if e != 1]
+    check(len(ext) == 2, f"{what} {o.describe} is not a 2-D region")
+    return (ext[1], ext[0]) if trans else (ext[0], ext[1])
+
+
+def _descriptors(
+    call: TileCall, o: Operand, trans: bool, tile: tuple[int, int]
+) -> OperandDescriptors:
+    view = memory_view(o)
+    ext = [e for e in o.extents if e != 1]
+    found = match(view, (ext[0], ext[1]), 0 if trans else 1, tile, o.elem_bits)
+    align = PERIOD[found.swizzle]
+    declared = call.enclosing.alignment_of(o.buffer) if call.enclosing else None
+    check(
+        declared is not None and declared >= align,
+        f"{o.role} {o.name} lies in an allocation aligned to {declared or 'an unknown number of'} "
+        f"bytes; its {found.swizzle} swizzle repeats every {align} bytes of the address wgmma "
+        f"reads: declare the allocation T.alloc_buffer(..., align={max(align, 128)})",
+    )
+    return found
+
+
+def _c_registers(c: Operand, m: int, n: int) -> tuple[tuple[int, ...], ...]:
+    """C's register of each accumulator slot, per 64-row tile; Decline where C's layout is
+    not the wgmma fragment."""
+    table = register_table(register_view(c), "warpgroup", WARPGROUP_THREADS)
+    where: dict[int, tuple[int, int]] = {}
+    for t in range(WARPGROUP_THREADS):
+        for i, reg in enumerate(table.registers):
+            e = int(table.elements[t, i])
+            if e >= 0:
+                where[e] = (t, reg)
+    tiles = []
+    for mi in range(m // M):
+        regs = []
+        for j in range(n // 2):
+            want = None
+            for t in range(WARPGROUP_THREADS):
+                row, col = accumulator_element(t, j)
+                holder = where.get((mi * M + row) * n + col)
+                if holder is None or holder[0] != t:
+                    held = "no thread" if holder is None else f"thread {holder[0]}"
+                    raise Decline(
+                        f"C {c.name}: element ({mi * M + row}, {col}) is held by {held}; the "
+                        f"wgmma accumulator puts it in thread {t}, register {j} of tile {mi} "
+                        "(lay C out as the m64nN fragment: demos.wgmma_accumulator_layout)"
+                    )
+                if want is None:
+                    want = holder[1]
+                elif holder[1] != want:
+                    raise Decline(
+                        f"C {c.name}: accumulator register {j} of tile {mi} is register {want} "
+                        f"in thread 0 but {holder[1]} in thread {t}; one instruction names "
+                        "the same registers in every thread"
+                    )
+            regs.append(want)
+        tiles.append(tuple(regs))
+    return tuple(tiles)
+
+
+def plan(call: TileCall) -> WgmmaPlan:
+    c, a, b = (call.operand(n) for n in ("C", "A", "B"))
+    ta, tb, accum = (_flag(call.arg(n)) for n in ("transA", "transB", "accum"))
+    m, k = _dims(a, ta, "A")
+    n, kb = _dims(b, tb, "B")
+    check(k == kb, f"A's K is {k} and B's {kb}; they must agree")
+    c_ext = [e for e in c.extents if e != 1]
+    check(c_ext == [m, n], f"C {c.describe} is {c_ext}, not M x N = [{m}, {n}]")
+    check(m % M == 0, f"M = {m}; wgmma computes 64-row tiles: M must be a multiple of 64")
+    check(
+        n % 8 == 0 and n <= MAX_N,
+        f"N = {n}; one wgmma covers N = 8, 16, ..., 256: split a wider tile into calls",
+    )
+    check(k % K_STEP == 0, f"K = {k}; a {a.dtype} wgmma takes K in steps of {K_STEP}")
+    descs_a = _descriptors(call, a, ta, (M, K_STEP))
+    descs_b = _descriptors(call, b, tb, (n, K_STEP))
+    regs = _c_registers(c, m, n)
+    return WgmmaPlan(MULTIPLICANDS[a.dtype], m, n, k, descs_a, descs_b, regs, bool(accum))
+
+
+# -- emission --------------------------------------------------------------------------------
+def _descriptor_bits(d: OperandDescriptors) -> int:
+    """The descriptor's fields above the start address (LBO, SBO, swizzle mode)."""
+    return (d.lbo >> 4) << 16 | (d.sbo >> 4) << 32 | SWIZZLE_MODES[d.swizzle][0] << 62
+
+
+def _descriptor(base: Any, start: int, d: OperandDescriptors) -> Any:
+    """``base`` (the allocation's shared-window address) + ``start`` as a descriptor."""
+    address = tirx.Cast("uint64", tirx.shift_right(base + start, 4) & 0x3FFF)
+    return address | tirx.const(_descriptor_bits(d), "uint64")
+
+
+@variant(
+    "gemm_async",
+    "wgmma",
+    priority=10,
+    predicates=[
+        requires_cuda,
+        requires_sm90a,
+        requires_scope("warpgroup"),
+        requires_all_threads_active,
+        requires_operand_memories,
+        requires_wgmma_dtypes,
+        requires_constant_flags,
+    ],
+    plan=plan,
+)
+def emit(plan: WgmmaPlan, call: TileCall):
+    """The fence, then every instruction, unrolled: 64-row tiles outside, K steps inside."""
+    c, a, b = (call.operand(n).buffer for n in ("C", "A", "B"))
+    body = Body()
+    dv = body.view("c_regs", c, "float32", storage_words(c, 32, 32), "local")
+    bases = []
+    for name, buf in (("a", a), ("b", b)):
+        flat = body.view(f"{name}_flat", buf, buf.dtype, 1, buf.scope())
+        address = T.cuda.cvta_generic_to_shared(T.address_of(flat[0]))
+        bases.append(tirx.Cast("uint32", address))
+    body.evaluate(T.ptx["wgmma.fence.sync.aligned"]())
+    spelling = T.ptx[plan.instruction]
+    trans = (int(plan.a.major == "MN"), int(plan.b.major == "MN"))
+    for mi, regs in enumerate(plan.c_registers):
+        d = [dv[r] for r in regs]
+        for kk in range(plan.k // K_STEP):
+            desc_a = _descriptor(bases[0], plan.a.starts[mi][kk], plan.a)
+            desc_b = _descriptor(bases[1], plan.b.starts[0][kk], plan.b)
+            scale_d = tirx.const(bool(plan.accum or kk > 0), "bool")
+            body.evaluate(spelling(*d, desc_a, desc_b, scale_d, 1, 1, *trans))
+    return body.func()

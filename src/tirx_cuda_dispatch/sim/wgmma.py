@@ -1,0 +1,247 @@
+"""Warpgroup MMA: ``wgmma.fence``, ``wgmma.mma_async`` (A and B from shared memory through
+matrix descriptors), ``wgmma.commit_group`` and ``wgmma.wait_group`` (PTX ISA 9.7.15).
+
+Written from the ISA independently of the variant's :mod:`..isa.wgmma`: the descriptor's
+fields (9.7.15.5.1.2.2), the canonical layouts as core matrices (9.7.15.5.1.2.1), the
+address swizzle, and the D fragment (9.7.15.5.1.1: thread ``32 w + l``, register ``j``
+holds row ``16 w + l / 4 + 8 ((j / 2) % 2)``, column ``8 (j / 4) + 2 (l % 4) + j % 2``).
+
+The product is the exact sum rounded once to float32 (:func:`.numerics.mma_sum`; the
+H200's wgmma summation has not been measured, docs/simulator.md says what that means for
+comparisons). Asynchrony: the new D values are an effect of the warpgroup's open wgmma
+group; they land at a ``wgmma.wait_group`` that completes the group. Until then reading
+or writing D's registers is an error naming the wgmma, and so is writing the shared bytes
+it reads (A and B). A wgmma chained on the accumulator of an earlier one of the same
+warpgroup reads it in order (the ISA allows that without a wait).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .asynchrony import Effect
+from .calls import Table, issued_at, plain_ptx_operands, register_operand
+from .errors import NotModeled, SimError
+from .interpreter import Machine
+from .numerics import mma_sum
+
+TABLE = Table()
+
+WARPGROUP = 128
+_MODES = {0: ("none", 0), 1: ("128B", 128), 2: ("64B", 64), 3: ("32B", 32)}  # bits 62-63
+
+
+def decode(desc: int) -> dict:
+    """The descriptor's fields (byte values): start address, LBO, SBO, swizzle bytes."""
+    if desc >> 49 & 7:
+        raise NotModeled("a wgmma descriptor base offset other than 0")
+    return {
+        "start": (desc & 0x3FFF) << 4,
+        "lbo": (desc >> 16 & 0x3FFF) << 4,
+        "sbo": (desc >> 32 & 0x3FFF) << 4,
+        "swizzle": _MODES[desc >> 62 & 3][1],
+    }
+
+
+def operand_bytes(fields: dict, mn_major: bool, rows: int, k: int, size: int) -> np.ndarray:
+    """The shared byte address of element (row, k) of a ``rows x k`` operand (rows: M of A
+    or N of B) as the descriptor names it: core matrices of 8 x 16 bytes, the K-major ones
+    8 rows of 16 bytes, the MN-major ones 8 K rows of 16 bytes of MN; under a swizzle an
+    atom is 8 rows of the swizzle's width and the 16-byte units of an address ``a`` move
+    to ``a ^ (((a >> 7) & (S / 16 - 1)) << 4)``."""
+    start, lbo, sbo, swz = (fields[f] for f in ("start", "lbo", "sbo", "swizzle"))
+    per16 = 16 // size  # elements in 16 bytes
+    r = np.arange(rows)[:, None]
+    c = np.arange(k)[None, :]
+    if not mn_major:  # K-major: rows of K
+        if swz:
+            raw = (r % 8) * swz + (r // 8) * sbo + c * size
+        else:
+            raw = (r % 8) * 16 + (r // 8) * sbo + (c % per16) * size + (c // per16) * lbo
+    else:  # MN-major: columns of MN, K rows
+        width = (swz or 16) // size  # MN elements in one row of an atom
+        if swz:
+            raw = (r % width) * size + (r // width) * lbo + (c % 8) * swz + (c // 8) * sbo
+        else:
+            raw = (r % per16) * size + (r // per16) * sbo + (c % 8) * 16 + (c // 8) * lbo
+    address = start + raw
+    if swz:
+        address = address ^ (((address >> 7) & (swz // 16 - 1)) << 4)
+    return address
+
+
+def fragment(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, column) of register ``j`` of each of the 128 threads, ``(128, n / 2)``."""
+    t = np.arange(WARPGROUP)[:, None]
+    j = np.arange(n // 2)[None, :]
+    w, lane = t // 32, t % 32
+    row = 16 * w + lane // 4 + 8 * ((j // 2) % 2)
+    col = 8 * (j // 4) + 2 * (lane % 4) + j % 2
+    return row, col
+
+
+def _values(raw: np.ndarray, ab: str) -> np.ndarray:
+    """Element bytes ``(..., 2)`` as float32 values of f16 / bf16."""
+    bits = raw.view(np.uint16)[..., 0]
+    if ab == "f16":
+        return bits.view(np.float16).astype(np.float32)
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@TABLE.entry("tirx.ptx.wgmma_fence")
+def _wgmma_fence(m: Machine, call: Any) -> None:
+    """``wgmma.fence.sync.aligned`` (PTX ISA 9.7.15.7.1): orders the warpgroup's prior
+    register and shared accesses before its following wgmma.mma_async; in lockstep they
+    are ordered already: counted only."""
+    m.counters.instructions["wgmma.fence"] += len(m.warps())
+
+
+@TABLE.entry("tirx.ptx.fence_proxy")
+def _fence_proxy(m: Machine, call: Any) -> None:
+    """``fence.proxy.async{.shared::cta}`` (PTX ISA 9.7.13.4): orders the thread's generic
+    proxy accesses of shared memory before later async proxy ones (a wgmma or TMA reading
+    bytes plain stores wrote). Counted only: the simulator does not check that such a
+    fence stands between the stores and the wgmma."""
+    parsed = plain_ptx_operands(call, "fence.proxy")
+    tokens = [t for t in parsed.tokens if t]
+    if "async" not in tokens:
+        raise NotModeled(f"fence.proxy {tokens}: only fence.proxy.async is modeled")
+    m.counters.instructions["fence.proxy.async"] += len(m.warps())
+
+
+@TABLE.entry("tirx.ptx.wgmma_commit_group")
+def _wgmma_commit(m: Machine, call: Any) -> None:
+    """``wgmma.commit_group.sync.aligned`` (9.7.15.7.2): the warpgroup's wgmma.mma_async
+    operations not yet in a group become one group (an empty one if none)."""
+    m.asynchrony.commit(m, m._active_threads(), "wgmma")
+    m.counters.instructions["wgmma.commit_group"] += len(m.warps())
+
+
+@TABLE.entry("tirx.ptx.wgmma_wait_group")
+def _wgmma_wait(m: Machine, call: Any) -> None:
+    """``wgmma.wait_group.sync.aligned N`` (9.7.15.7.3): waits until at most the ``N``
+    most recent groups of the warpgroup are pending: the D registers of the older ones
+    are written, and their shared reads done."""
+    parsed = plain_ptx_operands(call, "wgmma.wait_group")
+    tokens = [t for t in parsed.tokens if t]
+    counts = [t for t in tokens if t.isdigit()]
+    if parsed.operands:
+        n = int(np.asarray(m.eval(parsed.operands[0])).flat[0])
+    elif counts:
+        n = int(counts[0])
+    else:
+        raise SimError(f"wgmma.wait_group without N: {call}")
+    m.asynchrony.wait_groups(m, m._active_threads(), n, "wgmma")
+    m.counters.instructions["wgmma.wait_group"] += len(m.warps())
+
+
+@TABLE.entry("tirx.ptx.wgmma_f16_ss", "tirx.ptx.wgmma_bf16_ss")
+def _wgmma_mma(m: Machine, call: Any) -> None:
+    """``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} d, a-desc,
+    b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b`` (9.7.15.5.2):
+    the warpgroup's 128 threads compute ``D = A B + (scale-d ? D : 0)`` for a 64 x N tile,
+    A (64 x 16) and B (16 x N, given as N x 16) read from shared memory through their
+    descriptors, K-major unless imm-trans says MN-major; scale-a/b -1 negate. The new D
+    lands when a wgmma.wait_group completes the warpgroup's group of it."""
+    ab = "bf16" if "bf16" in call.op.name else "f16"
+    parsed = plain_ptx_operands(call, "wgmma.mma_async")
+    tokens = [t for t in parsed.tokens if t]
+    shape = next((t for t in tokens if t.startswith("m64n")), None)
+    if shape is None or not shape.endswith("k16"):
+        raise NotModeled(f"wgmma.mma_async {tokens}: only the m64nNk16 lines are modeled")
+    n = int(shape[4:-3])
+    ops = parsed.operands
+    regs, (desc_a, desc_b, scale_d, scale_a, scale_b, trans_a, trans_b) = ops[:-7], ops[-7:]
+    what = f"wgmma.mma_async.{shape}.f32.{ab}.{ab}"
+    if len(regs) != n // 2:
+        raise SimError(f"{what}: {len(regs)} D registers, needs {n // 2}")
+    threads = m._active_threads()
+    groups = np.unique(threads // WARPGROUP)
+    if threads.size != groups.size * WARPGROUP:
+        raise SimError(f"{what}: every thread of a warpgroup executes it (.sync.aligned)")
+    mems = {id(m._bound(r.source).pointer.memory): m._bound(r.source).pointer.memory for r in regs}
+    for mem in mems.values():  # chained on an earlier wgmma's accumulator: in order
+        m.asynchrony.settle(m, "wgmma", mem, threads)
+    scale = [int(np.asarray(m.eval(x)).flat[0]) for x in (scale_a, scale_b)]
+    flags = [int(np.asarray(m.eval(x)).flat[0]) for x in (trans_a, trans_b)]
+    keep = np.asarray(m.per_thread(m.eval(scale_d))).astype(bool)
+    if keep[threads].any():  # scale-d 0: D is not read (it may hold anything)
+        d = np.stack([np.asarray(m.per_thread(m.eval(r)), dtype=np.float32) for r in regs], 1)
+    else:
+        d = np.zeros((m.threads, len(regs)), dtype=np.float32)
+    da = np.asarray(m.per_thread(m.eval(desc_a))).astype(np.uint64)
+    db = np.asarray(m.per_thread(m.eval(desc_b))).astype(np.uint64)
+    out = np.zeros_like(d)
+    reads = []
+    row, col = fragment(n)
+    for g in groups.tolist():
+        mine = np.arange(g * WARPGROUP, (g + 1) * WARPGROUP)
+        if len({int(x) for x in da[mine]}) != 1 or len({int(x) for x in db[mine]}) != 1:
+            raise SimError(f"{what}: the descriptors differ between the warpgroup's threads")
+        memory = _shared_memory(m, what)
+        a_at = operand_bytes(decode(int(da[mine[0]])), bool(flags[0]), 64, 16, 2)
+        b_at = operand_bytes(decode(int(db[mine[0]])), bool(flags[1]), n, 16, 2)
+        reader = np.full(a_at.size + b_at.size, mine[0])
+        cells = np.concatenate([a_at.ravel(), b_at.ravel()])
+        raw = memory.load(reader, cells, 2, m.clocks)  # guards: TMA bytes still in flight
+        vals = _values(raw, ab)
+        a = vals[: a_at.size].reshape(64, 16) * scale[0]
+        b = vals[a_at.size :].reshape(n, 16).T * scale[1]
+        c = np.zeros((64, n), np.float32)
+        c[row, col] = np.where(keep[mine][:, None], d[mine], 0.0)
+        full = mma_sum(a, b, c, np.float32)
+        out[mine] = full[row, col]
+        reads.append((memory, mine[0], cells))
+    _queue(m, call, what, regs, threads, out)
+    for memory, reader, cells in reads:
+        _queue_reads(m, call, what, memory, reader, cells)
+    m.counters.instructions[what] += len(m.warps())
+
+
+def _shared_memory(m: Machine, what: str) -> Any:
+    """The shared memory descriptors address: the CTA's (dynamic) shared allocation."""
+    if m.dynamic_shared is None:
+        raise NotModeled(f"{what}: descriptors into static shared memory")
+    return m.dynamic_shared
+
+
+def _queue(m: Machine, call: Any, what: str, regs: list, threads: np.ndarray, out: np.ndarray):
+    """The new D values as an effect of each thread's open wgmma group."""
+    parts: dict[int, tuple[Any, list, list]] = {}
+    for k, reg in enumerate(regs):
+        _, dtype = register_operand(m, reg, what)
+        if dtype.itemsize != 4:
+            raise SimError(f"{what}: register {reg} is not 32 bits")
+        b = m._bound(reg.source)
+        mem = b.pointer.memory
+        offsets, _ = m._address(b, reg.indices)
+        cells = mem.cells(threads, m.per_thread(offsets)[threads], 4, what)
+        raw = np.ascontiguousarray(out[threads, k]).view(np.uint8).reshape(-1, 4)
+        entry = parts.setdefault(id(mem), (mem, [], []))
+        entry[1].append(cells)
+        entry[2].append(raw)
+    for mem, cells, raws in parts.values():
+        who = np.tile(threads, len(cells))
+        index = mem.index(who, np.concatenate(cells))
+        group = m.asynchrony.open_groups(m, who, "wgmma")
+        effect = Effect(
+            "wgmma", what, issued_at(m, call), m.call, mem, who, index, np.concatenate(raws), group
+        )
+        m.asynchrony.issue(m, effect)
+
+
+def _queue_reads(m: Machine, call: Any, what: str, memory: Any, reader: int, cells: np.ndarray):
+    """The shared bytes the wgmma reads, busy until its group completes: an effect that
+    writes nothing and reads them (a plain write over them before the wait is an error)."""
+    one = np.array([reader])
+    index = memory.index(one, np.zeros((1, 0), dtype=np.int64))
+    group = m.asynchrony.open_groups(m, one, "wgmma")
+    source = np.unique(np.concatenate([cells, cells + 1]))[None, :]
+    effect = Effect(
+        "wgmma", what, issued_at(m, call), m.call, memory, one, index,
+        np.zeros((1, 0), dtype=np.uint8), group,
+        source=memory, source_cells=source, source_read=np.ones(source.shape, dtype=bool),
+    )  # fmt: skip
+    m.asynchrony.issue(m, effect)

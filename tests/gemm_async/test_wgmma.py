@@ -1,0 +1,156 @@
+"""gemm_async -> wgmma: plans (descriptors, accumulator registers), declines, the emitted
+wgmma (CUDA text and SASS), and products on the GPU (and in the simulator where it runs
+wgmma) against float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tvm.tirx.layout import ComposeLayout, S, TileLayout
+
+import tirx_cuda_dispatch as tcd
+from executors import execute
+from tirx_cuda_dispatch import demos, runtime, sim, toolchain
+from tirx_cuda_dispatch.gemm_async.wgmma import WgmmaPlan
+from tirx_cuda_dispatch.resources import Completion
+
+WHERE = ["sim", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+def _report(func, arch="sm_90a") -> tcd.CallReport:
+    [report] = [r for r in tcd.explain(func, arch) if r.op == "gemm_async"]
+    return report
+
+
+def _plan(func, arch="sm_90a") -> WgmmaPlan:
+    report = _report(func, arch)
+    assert report.variant == "wgmma", report
+    return report.plan_object
+
+
+def _reason(func, arch="sm_90a") -> str:
+    report = _report(func, arch)
+    assert report.variant != "wgmma"
+    [cand] = [c for c in report.candidates if c.variant == "wgmma"]
+    return cand.reason
+
+
+# -- plans ------------------------------------------------------------------------------------
+def test_the_example_s_tiles_take_part_8f_s_descriptors():
+    plan = _plan(demos.wgmma_gemm(128, 256, 64))
+    assert plan.instruction == "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16"
+    assert plan.count == 2 * 4
+    a, b = plan.a, plan.b
+    assert (a.major, a.swizzle, a.sbo) == ("K", "128B", 1024)
+    assert (b.major, b.swizzle, b.lbo, b.sbo) == ("MN", "128B", 8192, 1024)
+    assert a.starts == tuple(tuple(wg * 64 * 128 + kk * 32 for kk in range(4)) for wg in range(2))
+    b0 = 128 * 64 * 2  # B follows A in the pool
+    assert b.starts == (tuple(b0 + kk * 16 * 128 for kk in range(4)),)
+    assert [len(r) for r in plan.c_registers] == [128, 128]
+    assert plan.c_registers[1][0] == 128  # the second 64-row tile: the next 128 registers
+
+
+def test_explain_shows_the_completion_contract():
+    plan = _plan(demos.wgmma_gemm())
+    [completion] = plan.resources()
+    assert isinstance(completion, Completion) and "wgmma.wait_group" in str(completion)
+    assert "wgmma.mma_async.sync.aligned.m64n128k16" in str(_report(demos.wgmma_gemm()))
+
+
+def test_accum_keeps_scale_d_on():
+    assert _plan(demos.wgmma_gemm(accum=True)).accum
+    assert "C = A B" in _plan(demos.wgmma_gemm()).facts()["scale_d"]
+
+
+# -- declines ---------------------------------------------------------------------------------
+def test_declines_off_sm_90a():
+    assert "needs sm_90a; target is sm_90" in _reason(demos.wgmma_gemm(), "sm_90")
+    assert "needs sm_90a; target is sm_100a" in _reason(demos.wgmma_gemm(), "sm_100a")
+
+
+def test_an_allocation_not_aligned_to_the_swizzle_declines_with_the_fix():
+    why = _reason(demos.wgmma_gemm(align=64))
+    assert "aligned to 64 bytes" in why and "align=1024" in why
+
+
+def test_a_layout_no_descriptor_names_declines():
+    """Negative control: B's rows not blocked (256-byte rows under a 128-byte swizzle)."""
+    b = ComposeLayout(3, 3, 3, TileLayout(S[64, 128]))
+    assert "no canonical wgmma layout" in _reason(demos.wgmma_gemm(b_layout=b))
+
+
+def test_an_accumulator_not_in_the_fragment_declines():
+    """Negative control: the mma.sync accumulator layout is no wgmma fragment."""
+    from tirx_cuda_dispatch.gemm_async import wgmma
+
+    bad = TileLayout(S[(64, 128) : (128, 1)])  # every element in one thread's registers
+    with pytest.raises(tcd.errors.Decline, match="wgmma accumulator puts it in thread"):
+        wgmma._c_registers(_FakeOperand(bad), 64, 128)
+
+
+class _FakeOperand:
+    """A register operand of a given layout (only what register_view reads)."""
+
+    def __init__(self, layout):
+        import tvm
+
+        self.layout = layout
+        self.buffer = tvm.tirx.decl_buffer((64, 128), "float32", scope="local")
+        self.region = ((0, 64), (0, 128))
+        self.role, self.name, self.scope, self.memory = "C", "C", "local", "local"
+        self.dtype, self.elem_bits, self.shape, self.extents = "float32", 32, (64, 128), (64, 128)
+
+
+# -- emitted code -----------------------------------------------------------------------------
+def test_sass_has_hgmma_and_no_local_memory():
+    ops = toolchain.opcodes(toolchain.kernel_sass(demos.wgmma_gemm(128, 256, 64), "sm_90a"))
+    assert sum(v for k, v in ops.items() if k.startswith("HGMMA.64x256x16.F32")) == 8, ops
+    assert not any(k.startswith(("LDL", "STL", "HMMA")) for k in ops), ops
+
+
+# -- products ---------------------------------------------------------------------------------
+CASES = [
+    dict(m=64, n=128, k=64),
+    dict(m=128, n=256, k=64),
+    dict(m=64, n=64, k=128),
+    dict(m=64, n=128, k=64, dtype="bfloat16"),
+    dict(m=64, n=128, k=64, accum=True),
+]
+
+
+def _id(case):
+    return "-".join(f"{k}{v}" for k, v in case.items())
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_product(case, rng, where, gpu):
+    m, n, k = case["m"], case["n"], case["k"]
+    dtype = case.get("dtype", "float16")
+    a = runtime.random_array((m, k), dtype, rng)
+    b = runtime.random_array((k, n), dtype, rng)
+    d0 = rng.standard_normal((m, n)).astype(np.float32)
+    d = d0 if case.get("accum") else np.full((m, n), np.nan, np.float32)
+    out = execute(demos.wgmma_gemm(**case), [a, b, d], where, gpu)[2]
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    if case.get("accum"):
+        want += d0
+    np.testing.assert_allclose(out, want, rtol=2e-3, atol=2e-3 * np.sqrt(k))
+
+
+def test_a_missing_wait_names_the_wgmma_at_the_read():
+    rng = np.random.default_rng(7)
+    a = runtime.random_array((64, 64), "float16", rng)
+    b = runtime.random_array((64, 128), "float16", rng)
+    with pytest.raises(sim.SimError, match=r"while wgmma\.mma_async.* still in flight.*wait_group"):
+        sim.run(demos.wgmma_gemm(wait=False), [a, b, np.zeros((64, 128), np.float32)])
+
+
+def test_the_simulator_counts_the_instructions():
+    rng = np.random.default_rng(8)
+    a = runtime.random_array((128, 64), "float16", rng)
+    b = runtime.random_array((64, 256), "float16", rng)
+    out = sim.run(demos.wgmma_gemm(128, 256, 64), [a, b, np.zeros((128, 256), np.float32)])
+    counts = out.counters.instructions
+    assert counts["wgmma.mma_async.m64n256k16.f32.f16.f16"] == 8 * 4  # 8 per warp
+    assert counts["wgmma.fence"] == 4 and counts["wgmma.wait_group"] == 4
