@@ -295,7 +295,13 @@ GEMM_SHAPES = [(4096, 4096, 4096), (4000, 4000, 4000)]
 GEMM_CONFIGS = {
     "128x128x32 s4": {"stages": 4},
     "128x256x64 s3": {"stages": 3, "tile": (128, 256, 64), "warp_grid": (2, 4)},
+    "hopper 128x256x64 s4": {"stages": 4},
 }
+# Which example each configuration builds: examples/gemm.py (cp.async, ldmatrix, mma.sync)
+# unless named here; examples/gemm_hopper.py is TMA + wgmma (sm_90a; tiles only).
+GEMM_EXAMPLE = {"hopper 128x256x64 s4": "gemm_hopper"}
+# The configurations of examples/gemm.py (what part 8c ablates).
+MMA_SYNC_CONFIGS = {c: kw for c, kw in GEMM_CONFIGS.items() if c not in GEMM_EXAMPLE}
 # bias_relu: the example; plain: C = A B only (the program TVM's built-in variants can
 # lower: their cast declines the bias fragment).
 EPILOGUES = ("bias_relu", "plain")
@@ -321,7 +327,8 @@ def rel_error(torch, c, ref) -> float:
 def _gemm_build(shape, config: str, epilogue: str, pipeline: str):
     """examples/gemm.py for ``shape``, ``config`` and ``epilogue``, built with ``pipeline``."""
     kwargs = GEMM_CONFIGS[config]
-    func = norms.example("gemm").gemm_kernel(*shape, epilogue=epilogue, **kwargs)
+    example = norms.example(GEMM_EXAMPLE.get(config, "gemm"))
+    func = example.gemm_kernel(*shape, epilogue=epilogue, **kwargs)
     return runtime.build(func, runtime.gpu_arch(), pipeline)[runtime.entry_name(func)]
 
 

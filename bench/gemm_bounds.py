@@ -194,12 +194,12 @@ def ablation_rows(gpu, args) -> list[dict]:
     operands = _ablation_operands(torch, 41)
     limit = gemm.mma_limit(gpu, args, "float16")["TFLOP/s"]
     fns, notes, filled = {}, {}, {}
-    for config, kwargs in gemm.GEMM_CONFIGS.items():
+    for config, kwargs in gemm.MMA_SYNC_CONFIGS.items():
         filled[config] = _filled_bytes(ABLATION_SHAPE, kwargs)
         _ablations(torch, operands, kwargs, lambda what, c=config: f"{c} {what}", fns, notes)
     ms = norms.time_queued(torch, fns, batch=10, reps=args.reps) if fns else {}
     rows = []
-    for config in gemm.GEMM_CONFIGS:
+    for config in gemm.MMA_SYNC_CONFIGS:
         nbytes, per_byte = filled[config]
         for what in (WHOLE, LOADS_ONLY, MATH_ONLY):
             name = f"{config} {what}"
@@ -342,7 +342,7 @@ def sustained_contenders(gpu, args) -> tuple[dict, dict, dict]:
     def name_of(what: str) -> str:
         return f"ours {config} plain {what}"
 
-    _ablations(torch, operands, gemm.GEMM_CONFIGS[config], name_of, fns, notes)
+    _ablations(torch, operands, gemm.MMA_SYNC_CONFIGS[config], name_of, fns, notes)
     flops = dict.fromkeys(fns, 2 * m * n * k)
     if (err := gemm.rel_error(torch, torch.matmul(a, b), ref)) > gemm.GEMM_TOL:
         notes[TORCH_MATMUL] = f"wrong result: max err / max ref {err:.3g}"

@@ -12,6 +12,7 @@ import pytest
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
+import tirx_cuda_dispatch
 from modules import BENCH, ROOT, load_file
 from tirx_cuda_dispatch import runtime, sim, toolchain
 
@@ -301,3 +302,18 @@ def test_run_writes_only_the_new_sections(run_py, rng, tmp_path):
         assert f"### {run_py.TITLES[part]}" in text
         assert f"{part} x" in text
     assert text.count("Measured separately from the run above. Run B.") == len(NEW_PARTS)
+
+
+def test_the_hopper_configuration_builds_the_hopper_example_through_ours(bench):
+    """Part 8b's TMA + wgmma row is examples/gemm_hopper.py, every call ours; the
+    ablations (part 8c) keep to examples/gemm.py's configurations."""
+    import norms
+
+    [config] = [c for c, name in bench.GEMM_EXAMPLE.items() if name == "gemm_hopper"]
+    assert config not in bench.MMA_SYNC_CONFIGS and config in bench.GEMM_CONFIGS
+    func = norms.example("gemm_hopper").gemm_kernel(
+        256, 256, 128, epilogue="plain", **bench.GEMM_CONFIGS[config]
+    )
+    report = tirx_cuda_dispatch.explain(func, "sm_90a")
+    assert [r.index for r in report if r.variant is None] == []
+    assert {"tma_auto", "wgmma"} <= {r.variant for r in report}

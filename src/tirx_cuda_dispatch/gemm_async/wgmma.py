@@ -279,8 +279,9 @@ def emit(plan: WgmmaPlan, call: TileCall):
     bases = []
     for name, buf in (("a", a), ("b", b)):
         flat = body.view(f"{name}_flat", buf, buf.dtype, 1, buf.scope())
-        address = T.cuda.cvta_generic_to_shared(T.address_of(flat[0]))
-        bases.append(tirx.Cast("uint32", address))
+        address = tirx.Cast("uint32", T.cuda.cvta_generic_to_shared(T.address_of(flat[0])))
+        offset = (plan.a if name == "a" else plan.b).offset  # a stage's slice, in bytes
+        bases.append(address if as_int(offset) == 0 else address + tirx.Cast("uint32", offset))
     body.evaluate(T.ptx["wgmma.fence.sync.aligned"]())
     spelling = T.ptx[plan.instruction]
     trans = (int(plan.a.major == "MN"), int(plan.b.major == "MN"))

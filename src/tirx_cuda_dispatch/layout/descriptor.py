@@ -13,11 +13,12 @@ swizzle rule, :func:`.swizzle.byte_swizzle`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..errors import Decline
-from ..irfacts import as_int
+from ..irfacts import as_int, prove_multiple
 from ..isa.wgmma import MAJORS, SWIZZLE_MODES, MatrixDescriptor, canonical_offset
 from .atoms import MemoryView, element_offsets
 from .swizzle import byte_swizzle
@@ -39,6 +40,7 @@ class OperandDescriptors:
     sbo: int
     elem_bits: int
     starts: tuple[tuple[int, ...], ...]  # [mn tile][k tile]
+    offset: Any = 0  # a symbolic part of the start (bytes, a multiple of the swizzle period)
 
     def descriptor(self, mn_tile: int, k_tile: int) -> MatrixDescriptor:
         return MatrixDescriptor(self.starts[mn_tile][k_tile], self.lbo, self.sbo, self.swizzle)
@@ -79,10 +81,17 @@ def match(
             "permuted by 32, 64 or 128 bytes)"
         )
     mode = MODE_OF_BYTES[swz]
-    base = as_int(view.base)
-    if base is None or (base * size) % PERIOD[mode]:
+    base, offset = as_int(view.base), 0
+    if base is None:  # a stage's or a warpgroup's slice: a multiple of the period moves out
+        if not prove_multiple(view.base, max(PERIOD[mode] // size, 1)):
+            raise Decline(
+                f"{view.operand} starts at element {view.base}, not provably a multiple of "
+                f"the {PERIOD[mode]} bytes its {mode} swizzle repeats in"
+            )
+        base, offset = 0, view.base * size
+    elif (base * size) % PERIOD[mode]:
         raise Decline(
-            f"{view.operand} starts at element {view.base}, not a known multiple of the "
+            f"{view.operand} starts at element {view.base}, not a multiple of the "
             f"{PERIOD[mode]} bytes its {mode} swizzle repeats in"
         )
     raw = (element_offsets(view) + base) * size
@@ -127,7 +136,7 @@ def match(
                     continue
                 break
             else:
-                return OperandDescriptors(major, mode, lbo, sbo, elem_bits, tuple(starts))
+                return OperandDescriptors(major, mode, lbo, sbo, elem_bits, tuple(starts), offset)
     raise Decline(
         f"{view.operand}'s shared layout is no canonical wgmma layout with its {mode} swizzle "
         f"(tried {'; '.join(tried)}): lay it out as K-major rows of the swizzle's width or "

@@ -433,6 +433,10 @@ class Asynchrony:
         rows = np.ones(effect.threads.size, dtype=bool)
         effect.tickets.append(Ticket(bar, bar.phase, rows, steps))
         self.issue(m, effect)
+        # the phase's completion makes the bytes visible to whoever waits for it: the
+        # landing write (stamped at the issue) is released to the phase like an arrive's
+        for w in np.unique(warps).tolist():
+            self.join(bar, m.clocks.release(w))
         self.transaction(m, bar, 0, nbytes)
 
     def track_copies(self, m: Any, bar: MBarrier, threads: np.ndarray) -> None:
