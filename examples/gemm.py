@@ -351,24 +351,31 @@ def close(c: np.ndarray, want: np.ndarray, k: int) -> bool:
     return bool(np.all(np.abs(a - b) <= 2.0**-10 * np.abs(b) + k * 2.0**-22))
 
 
-def main() -> int:
+def check(kernel, shape, make, gpu_archs=None) -> int:
+    """The example's run: explain() of ``kernel`` (``shape``), the simulator against numpy,
+    then on a GPU (of ``gpu_archs``, any when None) ``make(4096, 4096, 4096)`` against numpy;
+    0 when every check passed."""
     print(tirx_cuda_dispatch.explain(kernel, "sm_90a"))
-    m, n, k = 128, 128, 96
+    m, n, k = shape
     a, b, bias, c = inputs(m, n, k)
     out = sim.run(kernel, [a, b, bias, c], target="sm_90a", pipeline="tirx_cuda_dispatch.strict")
     ok = close(out[3], reference(a, b, bias), k)
     print(f"simulator, {m}x{n}x{k}: {'ok' if ok else 'WRONG'}")
     arch = runtime.gpu_arch()
-    if arch is None:
-        print("no CUDA GPU: simulated only")
+    if arch is None or (gpu_archs is not None and arch not in gpu_archs):
+        print(f"no CUDA GPU{'' if arch is None else ' it runs on (' + arch + ')'}: simulated only")
         return 0 if ok else 1
     m = n = k = 4096
     a, b, bias, c = inputs(m, n, k)
-    exe = runtime.build(gemm_kernel(m, n, k), arch, "tirx_cuda_dispatch.strict")
+    exe = runtime.build(make(m, n, k), arch, "tirx_cuda_dispatch.strict")
     c = runtime.run(exe, "gemm", [a, b, bias, c])[3]
     gpu_ok = close(c, reference(a, b, bias), k)
     print(f"{arch}, {m}x{n}x{k}: {'ok' if gpu_ok else 'WRONG'}")
     return 0 if ok and gpu_ok else 1
+
+
+def main() -> int:
+    return check(kernel, (128, 128, 96), gemm_kernel)
 
 
 if __name__ == "__main__":

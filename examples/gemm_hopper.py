@@ -34,8 +34,7 @@ from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import ComposeLayout, R, S, TileLayout, tid_in_wg
 
-import tirx_cuda_dispatch
-from tirx_cuda_dispatch import demos, runtime, sim
+from tirx_cuda_dispatch import demos
 
 BM, BN, BK = 128, 256, 64
 WGS = 2  # warpgroups, each 64 rows of the tile
@@ -180,25 +179,9 @@ kernel = gemm_kernel(128, 256, 192, stages=2)
 
 def main() -> int:
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    from gemm import close, inputs, reference
+    from gemm import check
 
-    print(tirx_cuda_dispatch.explain(kernel, "sm_90a"))
-    m, n, k = 128, 256, 192
-    a, b, bias, c = inputs(m, n, k)
-    out = sim.run(kernel, [a, b, bias, c], target="sm_90a", pipeline="tirx_cuda_dispatch.strict")
-    ok = close(out[3], reference(a, b, bias), k)
-    print(f"simulator, {m}x{n}x{k}: {'ok' if ok else 'WRONG'}")
-    arch = runtime.gpu_arch()
-    if arch != "sm_90a":
-        print(f"no sm_90a GPU ({arch}): simulated only")
-        return 0 if ok else 1
-    m = n = k = 4096
-    a, b, bias, c = inputs(m, n, k)
-    exe = runtime.build(gemm_kernel(m, n, k), arch, "tirx_cuda_dispatch.strict")
-    c = runtime.run(exe, "gemm", [a, b, bias, c])[3]
-    gpu_ok = close(c, reference(a, b, bias), k)
-    print(f"{arch}, {m}x{n}x{k}: {'ok' if gpu_ok else 'WRONG'}")
-    return 0 if ok and gpu_ok else 1
+    return check(kernel, (128, 256, 192), gemm_kernel, gpu_archs=("sm_90a",))
 
 
 if __name__ == "__main__":

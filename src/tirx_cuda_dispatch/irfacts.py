@@ -26,6 +26,15 @@ def as_int(value: Any) -> int | None:
     return None
 
 
+def as_flag(value: Any) -> bool | None:
+    """A flag argument (``transpose_A=True``, ``accum=1``) as a bool: None (absent) is
+    False; None too where it is not a constant."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    inner = as_int(value)
+    return None if inner is None else bool(inner)
+
+
 def prove_multiple(value: Any, factor: int) -> bool:
     """True when ``value`` (int or TIR expression) is provably a multiple of ``factor``."""
     if factor == 1:

@@ -4,26 +4,14 @@ missing wait (of the TMA's mbarrier phase, or of the wgmma group) is reported.""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from executors import execute
+from modules import ROOT, load_file
 from tirx_cuda_dispatch import explain, sim, toolchain
 
-
-def _example(name: str):
-    """examples/<name>.py as a module of its own name (bench/ has a ``gemm`` module too)."""
-    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gemm = _example("gemm")  # inputs, reference, close
-hopper = _example("gemm_hopper")
+gemm = load_file("example_gemm", ROOT / "examples" / "gemm.py")  # inputs, reference, close
+hopper = load_file("example_gemm_hopper", ROOT / "examples" / "gemm_hopper.py")
 STRICT = "tirx_cuda_dispatch.strict"
 WHERE = ["sim", pytest.param("gpu", marks=pytest.mark.gpu)]
 

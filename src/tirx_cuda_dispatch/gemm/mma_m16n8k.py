@@ -38,7 +38,7 @@ from ..build import Body
 from ..call import Operand, TileCall
 from ..codegen import storage_words
 from ..errors import Decline
-from ..irfacts import as_int, buffer_var
+from ..irfacts import as_flag, buffer_var
 from ..isa.mma_fragments import WARP_LANES, MmaInstruction, mma_instructions
 from ..layout.register import register_table, register_view
 from ..predicates import (
@@ -96,16 +96,9 @@ def requires_mma_arch(call: TileCall) -> tuple[bool, str | None]:
 def requires_constant_transposes(call: TileCall) -> tuple[bool, str | None]:
     """transpose_A and transpose_B are constants: they decide which axis of A and B is K."""
     for name in ("transpose_A", "transpose_B"):
-        if _flag(call.arg(name)) is None:
+        if as_flag(call.arg(name)) is None:
             return False, f"{name} is {call.arg(name)}, not a constant; pass True or False"
     return True, None
-
-
-def _flag(value: Any) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    inner = as_int(value)
-    return None if inner is None else bool(inner)
 
 
 def _is(value: Any, x: float) -> bool:
@@ -384,7 +377,7 @@ def _init(call: TileCall, alpha: Any, beta: Any) -> str:
 
 
 def plan(call: TileCall) -> MmaPlan:
-    ta, tb = _flag(call.arg("transpose_A")), _flag(call.arg("transpose_B"))
+    ta, tb = as_flag(call.arg("transpose_A")), as_flag(call.arg("transpose_B"))
     alpha, beta = _scalar(call.arg("alpha")), _scalar(call.arg("beta"))
     shape = _shape(call, ta, tb)
     init = _init(call, alpha, beta)

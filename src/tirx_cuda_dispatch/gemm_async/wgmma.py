@@ -37,7 +37,7 @@ from ..build import Body
 from ..call import Operand, TileCall
 from ..codegen import storage_words
 from ..errors import Decline, check
-from ..irfacts import as_int
+from ..irfacts import as_flag, as_int
 from ..isa.wgmma import SWIZZLE_MODES, WARPGROUP_THREADS, M, accumulator_element
 from ..layout.atoms import memory_view
 from ..layout.descriptor import PERIOD, OperandDescriptors, match
@@ -93,17 +93,10 @@ def requires_wgmma_dtypes(call: TileCall) -> tuple[bool, str | None]:
     return True, None
 
 
-def _flag(value: Any) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    inner = as_int(value)
-    return None if inner is None else bool(inner)
-
-
 def requires_constant_flags(call: TileCall) -> tuple[bool, str | None]:
     """transA, transB and accum are constants (they pick the layouts and scale-d)."""
     for name in ("transA", "transB", "accum"):
-        if _flag(call.arg(name)) is None:
+        if as_flag(call.arg(name)) is None:
             return False, f"{name} is {call.arg(name)}, not a constant; pass True or False"
     return True, None
 
@@ -226,7 +219,7 @@ def _c_registers(c: Operand, m: int, n: int) -> tuple[tuple[int, ...], ...]:
 
 def plan(call: TileCall) -> WgmmaPlan:
     c, a, b = (call.operand(n) for n in ("C", "A", "B"))
-    ta, tb, accum = (_flag(call.arg(n)) for n in ("transA", "transB", "accum"))
+    ta, tb, accum = (as_flag(call.arg(n)) for n in ("transA", "transB", "accum"))
     m, k = _dims(a, ta, "A")
     n, kb = _dims(b, tb, "B")
     check(k == kb, f"A's K is {k} and B's {kb}; they must agree")

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .asynchrony import Effect
 from .errors import SimError
 from .numerics import from_bits, parse_dtype, to_bits
 from .values import Pointer
@@ -190,3 +191,31 @@ def register_bits(m: Any, operand: Any, bits: int, what: str = "PTX") -> np.ndar
     if value.dtype.itemsize * 8 != bits or value.ndim != 1:
         raise SimError(f"{what}: register operand {operand} is not {bits} bits")
     return value.view(np.dtype(f"uint{bits}"))
+
+
+def queue_register_writes(
+    m: Any, kind: str, what: str, origin: str, regs: list[Any], out: np.ndarray, group: str = ""
+) -> None:
+    """Queue ``what``'s asynchronous write of ``out[:, k]`` (32-bit, per thread) into register
+    ``regs[k]`` of every active thread: one effect of ``kind`` per register memory, in each
+    thread's open ``group`` of that kind (none: "")."""
+    threads = m._active_threads()
+    parts: dict[int, tuple[Any, list, list]] = {}
+    for k, reg in enumerate(regs):
+        _, dtype = register_operand(m, reg, what)
+        if dtype.itemsize != 4:
+            raise SimError(f"{what}: register {reg} is not 32 bits")
+        b = m._bound(reg.source)
+        mem = b.pointer.memory
+        offsets, _ = m._address(b, reg.indices)
+        cells = mem.cells(threads, m.per_thread(offsets)[threads], 4, what)
+        raw = np.ascontiguousarray(out[threads, k]).view(np.uint8).reshape(-1, 4)
+        entry = parts.setdefault(id(mem), (mem, [], []))
+        entry[1].append(cells)
+        entry[2].append(raw)
+    for mem, cells, raws in parts.values():
+        who = np.tile(threads, len(cells))
+        index = mem.index(who, np.concatenate(cells))
+        groups = m.asynchrony.open_groups(m, who, group) if group else None
+        effect = Effect(kind, what, origin, m.call, mem, who, index, np.concatenate(raws), groups)
+        m.asynchrony.issue(m, effect)

@@ -27,6 +27,7 @@ from .calls import (
     load_at,
     plain_ptx_operands,
     ptx_operands,
+    queue_register_writes,
     register_bits,
     register_operand,
     store_at,
@@ -516,31 +517,7 @@ def _tc_ldst(m: Machine, call: Any, load: bool) -> None:
             )
             m.counters.bytes["tmem.store"] += words.size * 4
     if load:  # the registers are filled asynchronously, until tcgen05.wait::ld
-        _fill_registers(m, regs, out, kind, origin)
-
-
-def _fill_registers(m: Machine, regs: list[Any], out: np.ndarray, what: str, origin: str) -> None:
-    """Queue the tcgen05.ld ``what``'s write of ``out[:, k]`` (32-bit) into register
-    ``regs[k]`` of every active thread: one effect per register memory."""
-    threads = m._active_threads()
-    parts: dict[int, tuple[Any, list, list]] = {}
-    for k, reg in enumerate(regs):
-        _, dtype = register_operand(m, reg, what)
-        if dtype.itemsize != 4:
-            raise SimError(f"{what}: register {reg} is not 32 bits")
-        b = m._bound(reg.source)
-        mem = b.pointer.memory
-        offsets, _ = m._address(b, reg.indices)
-        cells = mem.cells(threads, m.per_thread(offsets)[threads], 4, what)
-        raw = np.ascontiguousarray(out[threads, k]).view(np.uint8).reshape(-1, 4)
-        entry = parts.setdefault(id(mem), (mem, [], []))
-        entry[1].append(cells)
-        entry[2].append(raw)
-    for mem, cells, raws in parts.values():
-        who = np.tile(threads, len(cells))
-        index = mem.index(who, np.concatenate(cells))
-        effect = Effect("tcgen05.ld", what, origin, m.call, mem, who, index, np.concatenate(raws))
-        m.asynchrony.issue(m, effect)
+        queue_register_writes(m, "tcgen05.ld", kind, origin, regs, out)
 
 
 @TABLE.entry("tirx.ptx.tcgen05_ld", "tirx.ptx.tcgen05_ld_split")

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .asynchrony import Effect
-from .calls import Table, issued_at, plain_ptx_operands, register_operand
+from .calls import Table, issued_at, plain_ptx_operands, queue_register_writes
 from .errors import NotModeled, SimError
 from .interpreter import Machine
 from .numerics import mma_sum
@@ -194,7 +194,7 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
         full = mma_sum(a, b, c, np.float32)
         out[mine] = full[row, col]
         reads.append((memory, mine[0], cells))
-    _queue(m, call, what, regs, threads, out)
+    queue_register_writes(m, "wgmma", what, issued_at(m, call), regs, out, group="wgmma")
     for memory, reader, cells in reads:
         _queue_reads(m, call, what, memory, reader, cells)
     m.counters.instructions[what] += len(m.warps())
@@ -205,31 +205,6 @@ def _shared_memory(m: Machine, what: str) -> Any:
     if m.dynamic_shared is None:
         raise NotModeled(f"{what}: descriptors into static shared memory")
     return m.dynamic_shared
-
-
-def _queue(m: Machine, call: Any, what: str, regs: list, threads: np.ndarray, out: np.ndarray):
-    """The new D values as an effect of each thread's open wgmma group."""
-    parts: dict[int, tuple[Any, list, list]] = {}
-    for k, reg in enumerate(regs):
-        _, dtype = register_operand(m, reg, what)
-        if dtype.itemsize != 4:
-            raise SimError(f"{what}: register {reg} is not 32 bits")
-        b = m._bound(reg.source)
-        mem = b.pointer.memory
-        offsets, _ = m._address(b, reg.indices)
-        cells = mem.cells(threads, m.per_thread(offsets)[threads], 4, what)
-        raw = np.ascontiguousarray(out[threads, k]).view(np.uint8).reshape(-1, 4)
-        entry = parts.setdefault(id(mem), (mem, [], []))
-        entry[1].append(cells)
-        entry[2].append(raw)
-    for mem, cells, raws in parts.values():
-        who = np.tile(threads, len(cells))
-        index = mem.index(who, np.concatenate(cells))
-        group = m.asynchrony.open_groups(m, who, "wgmma")
-        effect = Effect(
-            "wgmma", what, issued_at(m, call), m.call, mem, who, index, np.concatenate(raws), group
-        )
-        m.asynchrony.issue(m, effect)
 
 
 def _queue_reads(m: Machine, call: Any, what: str, memory: Any, reader: int, cells: np.ndarray):
