@@ -108,3 +108,17 @@ def requires_memory_pair(pairs: Sequence[tuple[str, str]]) -> Predicate:
         return True, None
 
     return predicate(memory_pair, "memory_pair")
+
+
+def aligned_allocation(call: TileCall, opnd: Operand, align: int, needs: str) -> Result:
+    """The allocation ``opnd`` lies in is declared aligned to ``align`` bytes or more
+    (``T.alloc_buffer(..., align=N)``): what hardware that reads the shared address's bits
+    (``needs``: TMA's and wgmma's swizzles) relies on."""
+    declared = call.enclosing.alignment_of(opnd.buffer) if call.enclosing else None
+    if declared is not None and declared >= align:
+        return True, None
+    return False, (
+        f"{opnd.role} {opnd.name} lies in an allocation aligned to "
+        f"{declared or 'an unknown number of'} bytes; {needs}: declare the allocation "
+        f"T.alloc_buffer(..., align={align})"
+    )

@@ -49,8 +49,10 @@ from ..irfacts import as_int, prove_multiple
 from ..layout.atoms import memory_view, refine_tagged
 from ..layout.swizzle import Swizzle, byte_swizzle
 from ..predicates import (
+    aligned_allocation,
     requires_cuda,
     requires_known_participants,
+    requires_memory_pair,
     requires_scope,
     requires_valid_copy,
     sm_at_least,
@@ -78,18 +80,6 @@ def requires_tma_arch(call: TileCall) -> tuple[bool, str | None]:
     """The Tensor Memory Accelerator came with Hopper (sm_90)."""
     instead = "use cp.async (copy_async without mbar=, copy -> ldgsts) there"
     return sm_at_least(call, TMA_MIN_SM, "cp.async.bulk.tensor (TMA)", instead)
-
-
-def requires_global_to_shared(call: TileCall) -> tuple[bool, str | None]:
-    """src in global memory, dst in shared memory (the load direction)."""
-    dst, src = call.operand("dst"), call.operand("src")
-    if (src.memory, dst.memory) != ("global", "shared"):
-        return False, (
-            f"src {src.name} is {src.scope} and dst {dst.name} is {dst.scope}; this variant "
-            "loads global -> shared (a TMA store, shared -> global, is not lowered here: "
-            "write it with a synchronous Tx.copy)"
-        )
-    return True, None
 
 
 def requires_mbarrier(call: TileCall) -> tuple[bool, str | None]:
@@ -365,12 +355,8 @@ def _check_shared_alignment(
 ) -> None:
     """Every issue's shared address is a multiple of ``align`` bytes: the allocation is
     declared so aligned, the region starts at a multiple and the issues step by one."""
-    declared = call.enclosing.alignment_of(dst.buffer) if call.enclosing else None
-    how = f"T.alloc_buffer(..., align={align})"
     check(
-        declared is not None and declared >= align,
-        f"dst {dst.name} lies in an allocation aligned to {declared or 'an unknown number of'} "
-        f"bytes; a TMA box lands at a {align}-byte aligned shared address: declare it {how}",
+        *aligned_allocation(call, dst, align, f"a TMA box lands at a {align}-byte aligned address")
     )
     check(
         prove_multiple(base, align // size),
@@ -410,7 +396,7 @@ def _issue_offsets(plan: TmaPlan, index: Any) -> tuple[dict[int, Any], Any]:
         requires_scope("thread", "warp", "warpgroup", "cta"),
         requires_known_participants,
         requires_valid_copy,
-        requires_global_to_shared,
+        requires_memory_pair([("global", "shared")]),
         requires_mbarrier,
     ],
     plan=plan,

@@ -42,7 +42,12 @@ from ..isa.wgmma import SWIZZLE_MODES, WARPGROUP_THREADS, M, accumulator_element
 from ..layout.atoms import memory_view
 from ..layout.descriptor import PERIOD, OperandDescriptors, match
 from ..layout.register import register_table, register_view
-from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
+from ..predicates import (
+    aligned_allocation,
+    requires_all_threads_active,
+    requires_cuda,
+    requires_scope,
+)
 from ..registry import variant
 from ..resources import Completion
 
@@ -169,13 +174,8 @@ def _descriptors(
     ext = [e for e in o.extents if e != 1]
     found = match(view, (ext[0], ext[1]), 0 if trans else 1, tile, o.elem_bits)
     align = PERIOD[found.swizzle]
-    declared = call.enclosing.alignment_of(o.buffer) if call.enclosing else None
-    check(
-        declared is not None and declared >= align,
-        f"{o.role} {o.name} lies in an allocation aligned to {declared or 'an unknown number of'} "
-        f"bytes; its {found.swizzle} swizzle repeats every {align} bytes of the address wgmma "
-        f"reads: declare the allocation T.alloc_buffer(..., align={max(align, 128)})",
-    )
+    needs = f"its {found.swizzle} swizzle repeats every {align} bytes of the address wgmma reads"
+    check(*aligned_allocation(call, o, align, needs))
     return found
 
 

@@ -330,3 +330,13 @@ def bank_ways(threads: np.ndarray, offsets: np.ndarray, size: int) -> dict[int, 
     for t, off in zip(threads.tolist(), offsets.tolist(), strict=True):
         by_warp.setdefault(t // 32, []).append(Access(0, t, off, size))
     return {w: max(conflict_ways(items, 1)) for w, items in by_warp.items()}
+
+
+def swizzled_address(address: Any, swizzle: int) -> Any:
+    """A shared address under the hardware's ``swizzle``-byte pattern (32, 64, 128; 0:
+    none), which TMA writes and wgmma reads by: the 16-byte unit of address ``a`` moves to
+    ``a ^ (((a >> 7) & (swizzle / 16 - 1)) << 4)`` (address bits 4-6 xor bits 7-9 for 128
+    bytes; CUDA programming guide, TMA swizzle; PTX ISA 9.7.15.5.1.2.1)."""
+    if not swizzle:
+        return address
+    return address ^ (((address >> 7) & (swizzle // 16 - 1)) << 4)

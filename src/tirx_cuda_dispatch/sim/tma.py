@@ -25,6 +25,7 @@ from .asynchrony import Effect
 from .calls import Table, guarded_ptx_operands, issued_at
 from .errors import NotModeled, SimError
 from .interpreter import Machine
+from .memory import swizzled_address
 from .values import Pointer, TensorMapValue
 
 TABLE = Table()
@@ -72,10 +73,12 @@ def box_copy(tm: TensorMapValue, coords: list[int], dst: int):
         source += g * stride
     byte = np.arange(tm.elem_bytes, dtype=np.int64)
     shared = dst + index[:, None] * tm.elem_bytes + byte  # (elements, bytes)
-    if tm.swizzle:
-        mask = tm.swizzle // 16 - 1
-        shared = shared ^ (((shared >> 7) & mask) << 4)
-    return shared.reshape(-1), (source[:, None] + byte), inside, n * tm.elem_bytes
+    return (
+        swizzled_address(shared, tm.swizzle).reshape(-1),
+        (source[:, None] + byte),
+        inside,
+        n * tm.elem_bytes,
+    )
 
 
 @TABLE.entry("tirx.ptx.cp_async_bulk_tensor_g2s_cluster")

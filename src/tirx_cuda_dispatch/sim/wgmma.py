@@ -25,6 +25,7 @@ from .asynchrony import Effect
 from .calls import Table, issued_at, plain_ptx_operands, queue_register_writes
 from .errors import NotModeled, SimError
 from .interpreter import Machine
+from .memory import swizzled_address
 from .numerics import mma_sum
 
 TABLE = Table()
@@ -66,10 +67,7 @@ def operand_bytes(fields: dict, mn_major: bool, rows: int, k: int, size: int) ->
             raw = (r % width) * size + (r // width) * lbo + (c % 8) * swz + (c // 8) * sbo
         else:
             raw = (r % per16) * size + (r // per16) * sbo + (c % 8) * 16 + (c // 8) * lbo
-    address = start + raw
-    if swz:
-        address = address ^ (((address >> 7) & (swz // 16 - 1)) << 4)
-    return address
+    return swizzled_address(start + raw, swz)
 
 
 def fragment(n: int) -> tuple[np.ndarray, np.ndarray]:
