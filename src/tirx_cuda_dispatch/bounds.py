@@ -71,6 +71,39 @@ class CallBounds:
         return [o for o in self.operands if o.verdict == "out of bounds"]
 
     @property
+    def past_edge(self) -> list[OperandBounds]:
+        """Operands whose region reaches past the buffer where the chosen variant's
+        hardware handles it (a TMA box: zero fill, clipping)."""
+        return [o for o in self.operands if o.verdict.startswith("past the edge")]
+
+    def may_reach_past_edge(self) -> bool:
+        """Whether every violation lies where a variant could take it past the edge: the
+        global operand of a ``copy_async`` between global and shared memory (a TMA box),
+        so the verdict waits for dispatch (:meth:`tolerating`)."""
+        if not self.violations or str(self.node.op.name) != "tirx.tile.copy_async":
+            return False
+        scopes = {o.role: buffer_scope(self.node, o.role) for o in self.operands}
+        pair = {scopes.get("dst"), scopes.get("src")}
+        shared = {s for s in pair if s and s.startswith("shared")}
+        return (
+            bool(shared)
+            and "global" in pair
+            and all(scopes.get(o.role) == "global" for o in self.violations)
+        )
+
+    def tolerating(self, roles: dict[str, str]) -> CallBounds:
+        """These verdicts with the regions of ``roles`` (role -> what the hardware does
+        there) that reach past their buffers marked "past the edge" instead of out of
+        bounds: the chosen variant's plan handles them."""
+        ops = tuple(
+            OperandBounds(o.role, o.buffer, o.region, f"past the edge: {roles[o.role]}", o.detail)
+            if o.verdict == "out of bounds" and o.role in roles
+            else o
+            for o in self.operands
+        )
+        return CallBounds(self.node, self.location, ops, self.enclosing)
+
+    @property
     def undecided(self) -> list[OperandBounds]:
         return [o for o in self.operands if o.verdict == "undecided"]
 
@@ -150,6 +183,17 @@ class Enclosing:
                 return var
             var = buffer_var(data)
         return None
+
+
+def buffer_scope(node: Any, role: str) -> str | None:
+    """The memory scope of the buffer of ``node``'s operand ``role`` (None: no such)."""
+    op = str(node.op.name).removeprefix("tirx.tile.")
+    params = signature_or_positional(op, len(node.args)).params_for(len(node.args))
+    for param, arg in zip(params, node.args, strict=False):
+        if param.name == role:
+            source = getattr(arg, "source", None)
+            return None if source is None else str(source.scope())
+    return None
 
 
 def scan(mod_or_func: Any) -> list[CallBounds]:

@@ -238,13 +238,14 @@ def tma_roundtrip(
     shared_layout: Any = None,
     align: int = 1024,
     expect: bool = True,
-    wait: bool = True,
+    wait: bool | str = True,
 ) -> Any:
     """A[start : start + tile] -> a shared tile with ``copy_async`` (TMA: ``mbar=``) at
     ``scope`` (thread: under ``if tid == 0``), completed on an mbarrier (one thread's
     ``arrive.expect_tx`` of the tile's bytes, every thread's wait), then the tile -> B
-    (arguments A, B). ``expect=False`` leaves out the expect-tx, ``wait=False`` the wait (broken
-    kernels); ``start`` may put the tile partly outside A (TMA reads zeros there)."""
+    (arguments A, B). ``expect=False`` leaves out the expect-tx, ``wait=False`` the wait,
+    ``wait="cta_sync"`` puts a CTA barrier in its place (broken kernels); ``start`` may put
+    the tile partly outside A (TMA reads zeros there)."""
     rows, cols = tile
     threads = 32 if scope == "warp" else 128
     layout = shared_layout if shared_layout is not None else tma_shared_layout(dtype, tile, swizzle)
@@ -281,12 +282,76 @@ def tma_roundtrip(
         else:
             if tid == 0:
                 T.ptx["mbarrier.arrive.shared.b64"](bar.ptr_to([0]))
-        if wait:
+        if wait == "cta_sync":
+            T.cuda.cta_sync()
+        elif wait:
             T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
         Tx.cta.copy(B[:, :], A_s[:, :])
     # fmt: on
 
     return tma_copy
+
+
+def tma_store_roundtrip(
+    dtype: str = "float16",
+    tile: tuple[int, int] = (64, 128),
+    swizzle: int = 128,
+    scope: str = "cta",
+    shape: tuple[int, int] = (256, 256),
+    start: tuple[int, int] = (64, 128),
+    reduce: str | None = None,
+    fence: bool = True,
+    wait: str | None = "full",
+    rewrite: bool = False,
+) -> Any:
+    """A (a ``tile``) -> a shared tile (plain stores: ``Tx.cta.copy``), then the tile ->
+    B[start : start + tile] with ``copy_async`` (a TMA store; ``reduce``: a reduction into
+    B, ``use_tma_reduce=``) at ``scope``; B has ``shape`` (the tile may reach past it: the
+    store clips). The writers fence (``fence.proxy.async``) and meet at a CTA barrier
+    first; thread 0, which issues, commits the bulk async-group and waits (``wait``:
+    "full" ``wait_group 0``, "read" ``wait_group.read 0``, None: no wait). ``fence=False``
+    leaves out the fence (a broken kernel). Arguments A, B."""
+    rows, cols = tile
+    threads = 32 if scope == "warp" else 128
+    layout = tma_shared_layout(dtype, tile, swizzle)
+    r0, c0 = start
+    copy_async = Tx.copy_async if scope == "thread" else getattr(Tx, scope).copy_async
+    config = {} if reduce is None else {"use_tma_reduce": reduce}
+
+    # fmt: off
+    @T.prim_func
+    def tma_store(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (rows, cols), dtype)
+        B = T.match_buffer(B_ptr, shape, dtype)
+        T.device_entry()
+        T.cta_id([1])
+        if scope == "warp":
+            T.warp_id([1])
+            T.lane_id([32])
+        tid = T.thread_id([threads])
+        pool = T.alloc_buffer((rows * cols,), dtype, scope="shared.dyn", align=1024)
+        A_s = T.decl_buffer((rows, cols), dtype, pool.data, scope="shared.dyn", layout=layout)
+        Tx.cta.copy(A_s[:, :], A[:, :])
+        if fence:
+            T.ptx["fence.proxy.async.shared::cta"]()
+        T.cuda.cta_sync()
+        if scope == "thread":
+            if tid == 0:
+                copy_async(B[r0:r0 + rows, c0:c0 + cols], A_s[:, :], **config)
+        else:
+            copy_async(B[r0:r0 + rows, c0:c0 + cols], A_s[:, :], **config)
+        if tid == 0:
+            T.ptx["cp.async.bulk.commit_group"]()
+            if wait == "full":
+                T.ptx["cp.async.bulk.wait_group"](0)
+            elif wait == "read":
+                T.ptx["cp.async.bulk.wait_group.read"](0)
+        if rewrite:
+            T.cuda.cta_sync()
+            Tx.cta.copy(A_s[:, :], A[:, :])
+    # fmt: on
+
+    return tma_store
 
 
 def _scope_threads(scope: str, cta_threads: int | None) -> int:
@@ -940,11 +1005,13 @@ def wgmma_gemm(
     accum: bool = False,
     wait: bool = True,
     align: int = 1024,
+    fence: bool = True,
 ) -> Any:
     """One warpgroup: A (m x k) and B (k x n) from global into 128-byte swizzled shared
     tiles (A K-major rows in 64-column K blocks; B in 64-column blocks, N-major), C = A B (``accum``: C = D's
     tile + A B) with ``Tx.wg.gemm_async``, committed and waited, C -> D (arguments A, B,
-    D). ``wait=False`` leaves out the wait (a broken kernel)."""
+    D). ``wait=False`` leaves out the wait, ``fence=False`` the fence.proxy.async between
+    the plain stores of A and B and the wgmma that reads them (broken kernels)."""
     from tvm.tirx.layout import ComposeLayout
 
     kb = min(k, 64)  # A in K blocks of one 128-byte swizzled row
@@ -981,7 +1048,8 @@ def wgmma_gemm(
         Tx.cta.copy(B_s[:, :], B[:, :])
         if accum:
             Tx.wg.copy(C[:, :], D[:, :])
-        T.ptx["fence.proxy.async.shared::cta"]()
+        if fence:
+            T.ptx["fence.proxy.async.shared::cta"]()
         T.cuda.cta_sync()
         Tx.wg.gemm_async(C[:, :], A_s[:, :], B_s[:, :], transA=False, transB=True, accum=accum)
         T.ptx["wgmma.commit_group.sync.aligned"]()

@@ -52,6 +52,8 @@ class CallReport:
     error: str | None = None
     # Operands whose bounds the analyzer could not decide: "role region: why".
     bounds_undecided: list[str] = field(default_factory=list)
+    # Operands that reach past their buffer where the chosen plan handles it (TMA).
+    bounds_past_edge: list[str] = field(default_factory=list)
     # Arguments that are neither regions nor scalars (axes, flags, ops): name -> text.
     arguments: dict[str, str] = field(default_factory=dict)
     # What the chosen plan needs the bridge to provide (workspace, barriers, completion).
@@ -76,6 +78,7 @@ class CallReport:
             scalar_fallback=bool(out.builtin is not None and out.builtin.scalar),
             error=None if out.error is None else str(out.error),
             bounds_undecided=[str(o) for o in out.bounds.undecided] if out.bounds else [],
+            bounds_past_edge=[str(o) for o in out.bounds.past_edge] if out.bounds else [],
             arguments=_argument_values(call),
             resources=[_resource_text(r, call) for r in resources_of(out.plan)],
             plan_object=out.plan,
@@ -96,6 +99,7 @@ class CallReport:
             "scalar_fallback": self.scalar_fallback,
             "error": self.error,
             "bounds_undecided": self.bounds_undecided,
+            "bounds_past_edge": self.bounds_past_edge,
             "arguments": self.arguments,
             "resources": self.resources,
         }
@@ -123,6 +127,8 @@ class CallReport:
             lines += _error_lines(self.error, self.fallback)
         for note in self.bounds_undecided:
             lines.append(f"    bounds not proved: {note}")
+        for note in self.bounds_past_edge:
+            lines.append(f"    bounds: {note}")
         if self.plan:
             facts = ", ".join(f"{k}={_plain(v)}" for k, v in self.plan.items())
             lines.append(f"    plan: {facts}")

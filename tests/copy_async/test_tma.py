@@ -151,7 +151,7 @@ def test_an_unknown_config_key_declines_naming_the_accepted_ones():
         Tx.cta.copy(A[0:64, 0:64], A_s[:, :])
 
     why = _reason(kernel)
-    assert "cta_mask=3 is not a key this TMA load takes" in why and "accepted: mbar" in why
+    assert "cta_mask=3 is not a key this TMA copy takes" in why and "accepted: mbar" in why
 
 
 # -- emitted code -----------------------------------------------------------------------------
@@ -257,3 +257,185 @@ def test_a_read_before_the_phase_completes_names_the_copy():
     a = runtime.random_array((256, 256), "float16", np.random.default_rng(6))
     with pytest.raises(SimError, match=r"while cp\.async\.bulk\.tensor.* still in flight"):
         sim.run(early, [a, np.zeros((64, 64), a.dtype)])
+
+
+# -- stores (shared -> global) -------------------------------------------------------------
+store = demos.tma_store_roundtrip
+
+
+def test_a_store_plans_the_same_box_from_the_shared_layout():
+    """The load's planner, the other way round: the box and issues come from src's shared
+    layout, the tensor map is over dst, and the completion is a bulk async-group."""
+    plan = _plan(store())
+    assert plan.direction == "store" and plan.global_role == "dst"
+    assert tuple(d.box for d in plan.dims) == (64, 64) and plan.count == 2
+    assert plan.instruction == "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
+    assert plan.tensor_map().operand == "dst"
+    text = str(_report(store()))
+    assert "bulk async-group" in text and "fence.proxy.async" in text
+    assert "expect_tx" not in text
+    load = _plan(roundtrip())
+    assert (load.dims, load.issues) == (plan.dims, plan.issues)
+
+
+def test_a_reduce_store_is_cp_reduce():
+    plan = _plan(store(reduce="add"))
+    assert plan.reduce == "add"
+    assert plan.instruction.startswith("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add")
+    source = toolchain.cuda_source(store(reduce="max", dtype="bfloat16"), "sm_90a")
+    assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.max.tile.bulk_group" in source
+
+
+@pytest.mark.parametrize(
+    "kw, why",
+    [
+        (dict(reduce="min", dtype="float32"), "use_tma_reduce='min' on float32: cp.reduce"),
+        (dict(reduce="xor"), "use_tma_reduce='xor': this variant reduces with add, min, max"),
+    ],
+)
+def test_a_reduction_the_isa_does_not_list_declines(kw, why):
+    assert why in _reason(store(**kw))
+
+
+def test_an_mbarrier_on_a_store_declines():
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64, 64), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        T.thread_id([128])
+        pool = T.alloc_buffer((64 * 64 + 4,), "float16", scope="shared.dyn", align=1024)
+        A_s = T.decl_buffer((64, 64), "float16", pool.data, scope="shared.dyn")
+        bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=1024, scope="shared.dyn")
+        Tx.cta.copy(A_s[:, :], A[0:64, 0:64])
+        Tx.cta.copy_async(A[0:64, 0:64], A_s[:, :], mbar=bar.ptr_to([0]))
+
+    assert "mbar= on a store (shared -> global)" in _reason(kernel)
+
+
+def test_the_store_is_utmastg_in_the_sass():
+    ops = toolchain.opcodes(toolchain.kernel_sass(store(), "sm_90a"))
+    assert any(op.startswith("UTMASTG") for op in ops)
+    assert not any(op.startswith("UTMALDG") for op in ops)
+    ops = toolchain.opcodes(toolchain.kernel_sass(store(reduce="add"), "sm_90a"))
+    assert any(op.startswith("UTMAREDG") for op in ops)
+
+
+STORES = [
+    dict(dtype="float16", tile=(64, 128), swizzle=128),
+    dict(dtype="bfloat16", tile=(128, 64), swizzle=64),
+    dict(dtype="float32", tile=(32, 64), swizzle=128, start=(0, 32)),
+    dict(dtype="float16", tile=(32, 64), swizzle=0, scope="thread"),
+    dict(dtype="float16", tile=(64, 128), swizzle=128, shape=(100, 200)),  # clipped
+    dict(dtype="float16", tile=(64, 128), swizzle=32, reduce="add"),
+    dict(dtype="float32", tile=(32, 64), swizzle=128, reduce="add", shape=(80, 152)),
+    dict(dtype="bfloat16", tile=(64, 64), swizzle=128, reduce="max"),
+]
+
+
+def _stored(b: np.ndarray, a: np.ndarray, start, reduce: str | None) -> np.ndarray:
+    """B with A stored (or reduced) at ``start``, clipped to B's shape."""
+    r0, c0 = start
+    out = b.copy()
+    rows, cols = min(a.shape[0], b.shape[0] - r0), min(a.shape[1], b.shape[1] - c0)
+    old, new = out[r0 : r0 + rows, c0 : c0 + cols], a[:rows, :cols]
+    if reduce is None:
+        out[r0 : r0 + rows, c0 : c0 + cols] = new
+    else:
+        fn = {"add": np.add, "max": np.maximum}[reduce]
+        out[r0 : r0 + rows, c0 : c0 + cols] = fn(
+            old.astype(np.float64), new.astype(np.float64)
+        ).astype(a.dtype)
+    return out
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("case", STORES, ids=_case_id)
+def test_store_roundtrip(case, rng, where, gpu):
+    start, shape = case.get("start", (64, 128)), case.get("shape", (256, 256))
+    a = runtime.random_array(case["tile"], case["dtype"], rng)
+    b = runtime.random_array(shape, case["dtype"], rng)  # never zero: an unwritten cell shows
+    _, out = execute(store(**case), [a, b], where, gpu)
+    np.testing.assert_array_equal(
+        runtime.bits(out), runtime.bits(_stored(b, a, start, case.get("reduce")))
+    )
+
+
+def test_a_store_past_the_edge_is_accepted_and_explained():
+    """The tile reaches past B (100 x 200): a TMA store clips it, and a TMA load of the same
+    region reads zeros there; the bounds check accepts both for tma_auto and explain()
+    says what happens."""
+    report = _report(store(shape=(100, 200)))
+    assert report.error is None
+    [note] = report.bounds_past_edge
+    assert "past the edge: elements outside dst are not written (TMA clips the box)" in note
+    load = _report(roundtrip(shape=(100, 200)))
+    assert "read as zeros (TMA fills them)" in load.bounds_past_edge[0]
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_load_past_the_edge_reads_zeros(rng, where, gpu):
+    a = runtime.random_array((100, 200), "float16", rng)
+    b = runtime.poison_like(np.zeros((64, 128), a.dtype))
+    _, out = execute(roundtrip(shape=(100, 200)), [a, b], where, gpu)
+    expected = np.zeros((64, 128), a.dtype)
+    expected[:36, :72] = a[64:100, 128:200]
+    np.testing.assert_array_equal(runtime.bits(out), runtime.bits(expected))
+
+
+def test_a_region_past_the_edge_is_still_an_error_for_other_variants():
+    """Negative control: the same region read by a synchronous copy (gmem_smem) is out of
+    bounds, and a TMA copy's shared operand may not reach past its buffer either."""
+    from tirx_cuda_dispatch.bounds import OutOfBoundsError
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (100, 200), "float16")
+        B = T.match_buffer(B_ptr, (64, 128), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        T.thread_id([128])
+        A_s = T.alloc_buffer((64, 128), "float16", scope="shared")
+        Tx.cta.copy(A_s[:, :], A[64:128, 128:256])
+        Tx.cta.copy(B[:, :], A_s[:, :])
+
+    with pytest.raises(OutOfBoundsError, match="A\\[64:128, 128:256\\]: axis 0 runs 64:128"):
+        toolchain.cuda_source(kernel, "sm_90a")
+
+
+def test_a_store_without_the_proxy_fence_is_reported(rng):
+    a = runtime.random_array((64, 128), "float16", rng)
+    b = runtime.random_array((256, 256), "float16", rng)
+    with pytest.raises(
+        SimError,
+        match="a TMA copy issued by warp 0 reads byte .* which warp [0-3] wrote through the generic proxy with no fence.proxy.async",
+    ):
+        sim.run(store(fence=False), [a, b])
+
+
+def test_a_store_whose_reads_are_not_waited_is_reported_at_the_exit(rng):
+    a = runtime.random_array((64, 128), "float16", rng)
+    b = runtime.random_array((256, 256), "float16", rng)
+    with pytest.raises(
+        SimError,
+        match="the CTA exits with cp.async.bulk.tensor.* reading shared memory .*cp.async.bulk.wait_group.read",
+    ):
+        sim.run(store(wait=None), [a, b])
+    out = sim.run(store(wait="read"), [a, b])  # the writes may land after the exit
+    np.testing.assert_array_equal(
+        runtime.bits(out[1]), runtime.bits(_stored(b, a, (64, 128), None))
+    )
+
+
+def test_rewriting_the_source_needs_the_read_wait(rng):
+    a = runtime.random_array((64, 128), "float16", rng)
+    b = runtime.random_array((256, 256), "float16", rng)
+    out = sim.run(store(wait="read", rewrite=True), [a, b])
+    np.testing.assert_array_equal(
+        runtime.bits(out[1]), runtime.bits(_stored(b, a, (64, 128), None))
+    )
+    with pytest.raises(
+        SimError,
+        match=r"writes byte .* of shared .* while cp.async.bulk.tensor.* still reads it.*\(cp.async.bulk.wait_group.read\)",
+    ):
+        sim.run(store(wait=None, rewrite=True), [a, b])

@@ -1,36 +1,55 @@
-"""copy_async -> tma_auto: global -> shared memory with the Tensor Memory Accelerator.
+"""copy_async -> tma_auto: global <-> shared memory with the Tensor Memory Accelerator.
 
 Accepts: a CUDA target of sm_90 or newer (``cp.async.bulk.tensor``, PTX ISA 9.7.9.25.5.1,
 target notes); scope thread (the calling thread issues: write the call under ``if tid ==
 0``) or warp / warpgroup / cta (the scope's first participating thread issues; the
-others skip it); a valid copy from global to shared memory with an ``mbar=`` config: the
-mbarrier whose phase the copy's bytes complete (``mbar=bar.ptr_to([0])``), as TVM 0.27's
-``tma_auto`` takes it. A call without ``mbar`` is copy -> ldgsts's (cp.async), one with
-``mbar`` is ours: cp.async has no transaction count.
+others skip it); a valid copy between global and shared memory:
 
-Plans the box from the shared layout, as the variant name says: the tensor map's
-dimensions are the global buffer's (innermost first, dimension 0 contiguous, byte strides
-multiples of 16), and its box takes, from the innermost shared element outwards, each
-dimension's innermost run of the region while the shared offsets stay dense (a box lands
-in shared memory row after row, dimension 0 fastest), at most 256 elements a dimension.
-What the box leaves of the region (the column blocks of a 64-column-blocked tile, a
-second stage) becomes issues, one instruction each, their coordinates and shared offsets
-stepped. A swizzled shared layout (``ComposeLayout``) must be one TMA applies itself:
-16-byte units whose index bits 4-6 take bits 7-9 of the address (``Swizzle<B, 4, 3>``
-on bytes: 32, 64 or 128 bytes), with the inner box no wider than the swizzle; the TMA
-unit computes it from the shared address, so the allocation must be aligned to the
-swizzle's 256, 512 or 1024 bytes (``T.alloc_buffer(..., align=1024)``) and every issue's
-offset a multiple of it; without a swizzle every issue starts 128-byte aligned.
+- a *load* (global -> shared) with an ``mbar=`` config: the mbarrier whose phase the
+  copy's bytes complete (``mbar=bar.ptr_to([0])``), as TVM 0.27's ``tma_auto`` takes it.
+  A load without ``mbar`` is copy -> ldgsts's (cp.async): cp.async has no transaction
+  count;
+- a *store* (shared -> global), without ``mbar``: it completes through the issuing
+  thread's bulk async-group. ``use_tma_reduce="add"`` (or ``"min"``, ``"max"``) makes it
+  a reduction into global memory (``cp.reduce.async.bulk.tensor``) for the element types
+  the PTX ISA lists for that operation.
+
+Plans the box from the shared layout, as the variant name says, the same way in both
+directions: the tensor map's dimensions are the global buffer's (innermost first,
+dimension 0 contiguous, byte strides multiples of 16), and its box takes, from the
+innermost shared element outwards, each dimension's innermost run of the region while the
+shared offsets stay dense (a box lies in shared memory row after row, dimension 0
+fastest), at most 256 elements a dimension. What the box leaves of the region (the
+column blocks of a 64-column-blocked tile, a second stage) becomes issues, one
+instruction each, their coordinates and shared offsets stepped. A swizzled shared layout
+(``ComposeLayout``) must be one TMA applies itself: 16-byte units whose index bits 4-6
+take bits 7-9 of the address (``Swizzle<B, 4, 3>`` on bytes: 32, 64 or 128 bytes), with
+the inner box no wider than the swizzle; the TMA unit computes it from the shared
+address, so the allocation must be aligned to the swizzle's 256, 512 or 1024 bytes
+(``T.alloc_buffer(..., align=1024)``) and every issue's offset a multiple of it; without
+a swizzle every issue starts 128-byte aligned.
+
+The global region may reach past the tensor's edge (an edge tile of a GEMM whose sizes
+are not multiples of the tile): a load reads zeros there and a store writes nothing
+there, as the hardware does with the box's out-of-range elements, so the bounds check
+accepts such a global region for this variant and only for it (explain() says which
+elements are filled or clipped).
 
 Emits, per issue, ``cp.async.bulk.tensor.<r>d.shared::cluster.global.mbarrier::
-complete_tx::bytes [dst], [tensorMap, {c0, ..}], [mbar]`` from the issuing thread; the
-host encodes the tensor map before the launch (a :class:`..resources.TensorMap`, one per
-kernel for equal descriptors). Elements of a box outside the tensor read as zeros.
+complete_tx::bytes [dst], [tensorMap, {c0, ..}], [mbar]`` (load) or
+``cp{.reduce}.async.bulk.tensor.<r>d.global.shared::cta{.op}.tile.bulk_group [tensorMap,
+{c0, ..}], [src]`` (store) from the issuing thread; the host encodes the tensor map
+before the launch (a :class:`..resources.TensorMap`, one per kernel for equal
+descriptors).
 
-Completion is the caller's mbarrier: the copy does not arrive on it, it only completes
-its bytes as transactions (complete-tx). Before reading dst the caller has one thread
+Completion is the caller's. A load does not arrive on its mbarrier, it only completes its
+bytes as transactions (complete-tx): before reading dst the caller has one thread
 announce them (``T.ptx.mbarrier.arrive.expect_tx(bar, bytes)``; explain() says how many)
-and every reader wait for the phase (``T.cuda.mbarrier_wait(bar, phase)``).
+and every reader wait for the phase (``T.cuda.mbarrier_wait(bar, phase)``). A store joins
+the issuing thread's bulk async-group: the threads that wrote src run
+``fence.proxy.async`` and a barrier before it, and the issuing thread commits the group
+(``cp.async.bulk.commit_group``) and waits for it (``cp.async.bulk.wait_group.read N``
+before src is written again, ``wait_group N`` before dst is read).
 """
 
 from __future__ import annotations
@@ -71,7 +90,14 @@ L2_PROMOTION = 256  # bytes: the L2 sector promotion of every descriptor
 MAX_ISSUES = 64  # unrolled instructions of one call
 
 CONFIG_KEYS = {
-    "mbar": "the mbarrier (a pointer, bar.ptr_to([0])) whose phase the copy's bytes complete",
+    "mbar": "a load's mbarrier (a pointer, bar.ptr_to([0])) whose phase the copy's bytes complete",
+    "use_tma_reduce": "a store's reduction into global memory: add, min or max",
+}
+# cp.reduce.async.bulk.tensor: the element types of each operation (PTX ISA 9.7.9.25.5.2)
+REDUCE_TYPES = {
+    "add": ("float16", "bfloat16", "float32", "int32", "uint32", "uint64"),
+    "min": ("float16", "bfloat16", "int32", "uint32", "int64", "uint64"),
+    "max": ("float16", "bfloat16", "int32", "uint32", "int64", "uint64"),
 }
 
 
@@ -82,18 +108,47 @@ def requires_tma_arch(call: TileCall) -> tuple[bool, str | None]:
     return sm_at_least(call, TMA_MIN_SM, "cp.async.bulk.tensor (TMA)", instead)
 
 
-def requires_mbarrier(call: TileCall) -> tuple[bool, str | None]:
-    """An ``mbar=`` config names the barrier the bytes complete, and no other key is given."""
+def direction_of(call: TileCall) -> str:
+    """``load`` (global -> shared) or ``store`` (shared -> global)."""
+    return "store" if call.operand("dst").memory == "global" else "load"
+
+
+def requires_completion(call: TileCall) -> tuple[bool, str | None]:
+    """The config names how the copy completes, and no key it does not take: a load's
+    ``mbar=``, a store's bulk async-group (no ``mbar``; ``use_tma_reduce=`` optional)."""
     cfg = call.config
     unknown = [k for k in cfg if str(k) not in CONFIG_KEYS]
     if unknown:
         seen = ", ".join(f"{k}={cfg[k]}" for k in unknown)
         accepted = "; ".join(f"{k} ({v})" for k, v in CONFIG_KEYS.items())
-        return False, f"config {seen} is not a key this TMA load takes; accepted: {accepted}"
-    if cfg.get("mbar") is None:
+        return False, f"config {seen} is not a key this TMA copy takes; accepted: {accepted}"
+    if direction_of(call) == "load":
+        if cfg.get("mbar") is None:
+            return False, (
+                "no mbar= config: a TMA load completes its bytes on an mbarrier; pass "
+                "mbar=bar.ptr_to([0]) (without it, copy_async is cp.async: copy -> ldgsts)"
+            )
+        if cfg.get("use_tma_reduce") is not None:
+            return False, "use_tma_reduce= is a store's (shared -> global); this copy loads"
+        return True, None
+    if cfg.get("mbar") is not None:
         return False, (
-            "no mbar= config: a TMA load completes its bytes on an mbarrier; pass "
-            "mbar=bar.ptr_to([0]) (without it, copy_async is cp.async: copy -> ldgsts)"
+            "mbar= on a store (shared -> global): a TMA store completes through the issuing "
+            "thread's bulk async-group (cp.async.bulk.commit_group / wait_group), not an "
+            "mbarrier; drop mbar="
+        )
+    op = cfg.get("use_tma_reduce")
+    if op is None:
+        return True, None
+    op, dtype = str(op), call.operand("dst").dtype
+    if op not in REDUCE_TYPES:
+        return False, (
+            f"use_tma_reduce={op!r}: this variant reduces with {', '.join(REDUCE_TYPES)}"
+        )
+    if dtype not in REDUCE_TYPES[op]:
+        return False, (
+            f"use_tma_reduce={op!r} on {dtype}: cp.reduce.async.bulk.tensor .{op} takes "
+            f"{', '.join(REDUCE_TYPES[op])} (PTX ISA)"
         )
     return True, None
 
@@ -123,7 +178,7 @@ class IssueAxis:
 
 @dataclass(frozen=True)
 class TmaPlan:
-    """The tensor map, the issues that cover the region, and the bytes they complete."""
+    """The tensor map, the issues that cover the region, and how the copy completes."""
 
     dtype: str
     elem_bits: int
@@ -132,10 +187,16 @@ class TmaPlan:
     swizzle: int  # bytes: 0, 32, 64, 128
     shared_align: int  # bytes every issue's shared address is a multiple of
     issuer: str
+    direction: str = "load"  # "load": global -> shared; "store": shared -> global
+    reduce: str | None = None  # a store's cp.reduce operation
 
     @property
     def rank(self) -> int:
         return len(self.dims)
+
+    @property
+    def global_role(self) -> str:
+        return "src" if self.direction == "load" else "dst"
 
     @property
     def box_elements(self) -> int:
@@ -151,19 +212,27 @@ class TmaPlan:
 
     @property
     def total_bytes(self) -> int:
-        """The transaction bytes one call completes on the mbarrier (what expect_tx gets)."""
+        """The bytes one call moves (a load's: what expect_tx gets)."""
         return self.box_bytes * self.count
 
     @property
     def instruction(self) -> str:
-        return (
-            f"cp.async.bulk.tensor.{self.rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
-        )
+        if self.direction == "load":
+            return (
+                f"cp.async.bulk.tensor.{self.rank}d.shared::cluster.global.mbarrier::"
+                "complete_tx::bytes"
+            )
+        if self.reduce is not None:
+            return (
+                f"cp.reduce.async.bulk.tensor.{self.rank}d.global.shared::cta.{self.reduce}"
+                ".tile.bulk_group"
+            )
+        return f"cp.async.bulk.tensor.{self.rank}d.global.shared::cta.tile.bulk_group"
 
     def tensor_map(self) -> TensorMap:
         return TensorMap(
             "tensor_map",
-            "src",
+            self.global_role,
             self.dtype,
             tuple(d.extent for d in self.dims),
             tuple(d.stride for d in self.dims[1:]),
@@ -173,21 +242,45 @@ class TmaPlan:
             f"the box of every {self.instruction.split('.global')[0]}",
         )
 
-    def resources(self) -> tuple[TensorMap | Completion, ...]:
-        return (
-            self.tensor_map(),
-            Completion(
+    def completion(self) -> Completion:
+        if self.direction == "load":
+            return Completion(
                 "mbarrier complete-tx",
                 f"the copy completes {self.total_bytes} bytes on mbar's current phase and "
                 f"does not arrive: one thread announces them (T.ptx.mbarrier.arrive."
                 f"expect_tx(mbar, {self.total_bytes})) and every reader waits for the phase "
                 "(T.cuda.mbarrier_wait) before reading dst",
-            ),
+            )
+        return Completion(
+            "bulk async-group",
+            f"the copy joins {self.issuer}'s bulk async-group: the threads that wrote src run "
+            "fence.proxy.async and a barrier before the call, and the issuing thread commits "
+            "(T.ptx.cp.async.bulk.commit_group()) and waits (T.ptx.cp.async.bulk.wait_group."
+            "read(n) before src is written again, wait_group(n) before dst is read; the "
+            "CTA may not exit before the reads completed)",
         )
 
+    def edge(self) -> str:
+        """What happens to the box's elements outside the tensor."""
+        if self.direction == "load":
+            return "elements outside src read as zeros (TMA fills them)"
+        return "elements outside dst are not written (TMA clips the box)"
+
+    def edges(self) -> dict[str, str]:
+        """The operand whose region may reach past its buffer, and what happens there."""
+        return {self.global_role: self.edge()}
+
+    def resources(self) -> tuple[TensorMap | Completion, ...]:
+        return (self.tensor_map(), self.completion())
+
     def facts(self) -> dict:
-        return {
-            "ptx": f"{self.instruction} [dst], [tensor_map, {{coords}}], [mbar]",
+        if self.direction == "load":
+            ptx = f"{self.instruction} [dst], [tensor_map, {{coords}}], [mbar]"
+        else:
+            ptx = f"{self.instruction} [tensor_map, {{coords}}], [src]"
+        facts = {
+            "ptx": ptx,
+            "direction": self.direction,
             "issues": self.count,
             "issue_axes": [
                 f"{a.count} x (dim {a.axis} +{a.step}, shared +{a.shared_stride})"
@@ -195,58 +288,72 @@ class TmaPlan:
             ],
             "box": "x".join(str(d.box) for d in self.dims),
             "box_bytes": self.box_bytes,
-            "expect_tx_bytes": self.total_bytes,
             "swizzle": f"{self.swizzle}B" if self.swizzle else "none",
             "shared_align": self.shared_align,
             "issuer": self.issuer,
+            "edge": self.edge(),
         }
+        if self.direction == "load":
+            facts["expect_tx_bytes"] = self.total_bytes
+        if self.reduce is not None:
+            facts["reduce"] = self.reduce
+        return facts
 
     def __str__(self) -> str:
         box = "x".join(str(d.box) for d in self.dims)
         swz = f", {self.swizzle}B swizzle" if self.swizzle else ""
+        if self.direction == "load":
+            return (
+                f"tma_auto global->shared {self.dtype}: {self.count} x box {box}{swz} "
+                f"({self.total_bytes} bytes on mbar; {self.issuer} issues)"
+            )
+        what = f"reduce-{self.reduce}" if self.reduce else "store"
         return (
-            f"tma_auto global->shared {self.dtype}: {self.count} x box {box}{swz} "
-            f"({self.total_bytes} bytes on mbar; {self.issuer} issues)"
+            f"tma_auto shared->global {what} {self.dtype}: {self.count} x box {box}{swz} "
+            f"({self.total_bytes} bytes in a bulk async-group; {self.issuer} issues)"
         )
 
 
-def _global_axes(src: Operand) -> list[tuple[Any, int]]:
-    """(extent, element stride) of every dimension of src's buffer, or Decline."""
-    layout = src.layout
+def _global_axes(glob: Operand) -> list[tuple[Any, int]]:
+    """(extent, element stride) of every dimension of the global buffer, or Decline."""
+    layout = glob.layout
     shard = getattr(layout, "shard", None)
-    if shard is None or len(shard) != len(src.shape):
+    if shard is None or len(shard) != len(glob.shape):
         raise Decline(
-            f"src {src.name}'s layout {layout} does not give one stride per dimension of its "
-            f"shape {list(src.shape)}; a tensor map needs a strided global buffer"
+            f"{glob.role} {glob.name}'s layout {layout} does not give one stride per dimension "
+            f"of its shape {list(glob.shape)}; a tensor map needs a strided global buffer"
         )
     axes = []
-    for axis, (it, extent) in enumerate(zip(shard, src.shape, strict=True)):
+    for axis, (it, extent) in enumerate(zip(shard, glob.shape, strict=True)):
         stride = as_int(it.stride)
         if str(it.axis.name) != "m" or stride is None or stride < 0:
             raise Decline(
-                f"src {src.name}'s dimension {axis} has stride {it.stride}; a tensor map needs "
-                "constant non-negative strides"
+                f"{glob.role} {glob.name}'s dimension {axis} has stride {it.stride}; a tensor "
+                "map needs constant non-negative strides"
             )
         axes.append((extent, stride))
     return axes
 
 
-def _swizzle_bytes(view_swizzle: Swizzle | None, elem_bytes: int, dst: Operand) -> int:
+def _swizzle_bytes(view_swizzle: Swizzle | None, elem_bytes: int, shared: Operand) -> int:
     """The TMA swizzle mode (bytes) the shared layout's swizzle is, or Decline."""
     mode = byte_swizzle(view_swizzle, elem_bytes)
     if mode is not None:
         return mode
     unit_bytes = view_swizzle.unit * elem_bytes
     raise Decline(
-        f"dst {dst.name}'s swizzle {view_swizzle} ({unit_bytes}-byte units) is not one TMA "
-        "applies: TMA swizzles 16-byte units by 32, 64 or 128 bytes (Swizzle<B,4,3> on "
-        f"bytes; for {dst.dtype} per_element={int(math.log2(16 // elem_bytes))}, atom_len=3)"
+        f"{shared.role} {shared.name}'s swizzle {view_swizzle} ({unit_bytes}-byte units) is not "
+        "one TMA applies: TMA swizzles 16-byte units by 32, 64 or 128 bytes (Swizzle<B,4,3> "
+        f"on bytes; for {shared.dtype} per_element={int(math.log2(16 // elem_bytes))}, "
+        "atom_len=3)"
     )
 
 
-def _box(src: Operand, dst: Operand) -> tuple[dict[int, int], list[IssueAxis]]:
-    """Each buffer dimension's box extent and the issue axes that cover the rest."""
-    view = memory_view(dst)
+def _box(glob: Operand, shared: Operand) -> tuple[dict[int, int], list[IssueAxis]]:
+    """Each global buffer dimension's box extent and the issue axes that cover the rest,
+    from where the shared layout puts the region's elements (both directions alike)."""
+    src = glob
+    view = memory_view(shared)
     axes = [d for d, ext in enumerate(src.extents) if ext != 1]
     strides, run = {}, 1
     for d in reversed(axes):
@@ -284,39 +391,45 @@ def _issuer(call: TileCall) -> str:
 
 
 def plan(call: TileCall) -> TmaPlan:
-    dst, src = call.operand("dst"), call.operand("src")
-    elem_bytes = src.elem_bits // 8
-    check(
-        src.elem_bits % 8 == 0 and src.elem_bits <= 64,
-        f"src {src.name} holds {src.dtype}; a tensor map holds elements of 1 to 8 bytes",
+    direction = direction_of(call)
+    glob, shared = (
+        (call.operand("src"), call.operand("dst"))
+        if direction == "load"
+        else (call.operand("dst"), call.operand("src"))
     )
-    axes = _global_axes(src)
+    g = f"{glob.role} {glob.name}"
+    elem_bytes = glob.elem_bits // 8
+    check(
+        glob.elem_bits % 8 == 0 and glob.elem_bits <= 64,
+        f"{g} holds {glob.dtype}; a tensor map holds elements of 1 to 8 bytes",
+    )
+    axes = _global_axes(glob)
     check(
         len(axes) <= MAX_RANK,
-        f"src {src.name} has {len(axes)} dimensions; a tensor map has at most {MAX_RANK}",
+        f"{g} has {len(axes)} dimensions; a tensor map has at most {MAX_RANK}",
     )
     inner = len(axes) - 1
     check(
         axes[inner][1] == 1,
-        f"src {src.name}'s innermost dimension has stride {axes[inner][1]}; a tensor map's "
-        "dimension 0 is contiguous (stride 1)",
+        f"{g}'s innermost dimension has stride {axes[inner][1]}; a tensor map's dimension 0 "
+        "is contiguous (stride 1)",
     )
-    view = memory_view(dst)
-    swizzle = _swizzle_bytes(view.swizzle, elem_bytes, dst)
-    box, issues = _box(src, dst)
+    view = memory_view(shared)
+    swizzle = _swizzle_bytes(view.swizzle, elem_bytes, shared)
+    box, issues = _box(glob, shared)
     inner_bytes = box[inner] * elem_bytes
     check(
         inner_bytes % INNER_BOX_ALIGN == 0,
         f"the box's inner dimension is {box[inner]} elements ({inner_bytes} bytes) of "
-        f"{src.name}'s dimension {inner}; TMA moves rows of a multiple of 16 bytes: the "
-        f"shared layout of {dst.name} must keep {16 // elem_bytes}k elements of a global row "
-        "contiguous",
+        f"{glob.name}'s dimension {inner}; TMA moves rows of a multiple of 16 bytes: the "
+        f"shared layout of {shared.name} must keep {16 // elem_bytes}k elements of a global "
+        "row contiguous",
     )
     if swizzle:
         check(
             inner_bytes <= swizzle,
             f"the box's inner dimension is {inner_bytes} bytes, wider than the {swizzle}-byte "
-            f"swizzle of {dst.name}; block the tile into {swizzle}-byte columns",
+            f"swizzle of {shared.name}; block the tile into {swizzle}-byte columns",
         )
     dims = []
     for d in reversed(range(len(axes))):
@@ -325,49 +438,53 @@ def plan(call: TileCall) -> TmaPlan:
         if d != inner:
             check(
                 bytes_ % STRIDE_ALIGN == 0 and 0 < bytes_ < MAX_STRIDE,
-                f"src {src.name}'s dimension {d} has a stride of {bytes_} bytes; a tensor map "
-                f"needs strides that are multiples of {STRIDE_ALIGN} bytes below 2^40 (pad "
-                "the rows)",
+                f"{g}'s dimension {d} has a stride of {bytes_} bytes; a tensor map needs "
+                f"strides that are multiples of {STRIDE_ALIGN} bytes below 2^40 (pad the rows)",
             )
         dims.append(TmaDim(d, extent if as_int(extent) is None else as_int(extent), bytes_, box[d]))
     strides = [d.stride for d in dims[1:]]
     check(
         strides == sorted(strides),
-        f"src {src.name}'s strides {[a[1] for a in axes]} do not grow outwards; the tensor map "
-        "keeps the buffer's dimension order",
+        f"{g}'s strides {[a[1] for a in axes]} do not grow outwards; the tensor map keeps the "
+        "buffer's dimension order",
     )
     count = math.prod(a.count for a in issues)
     check(
         count <= MAX_ISSUES,
         f"the region takes {count} TMA boxes of {'x'.join(str(d.box) for d in dims)}; at most "
-        f"{MAX_ISSUES} per call: the shared layout of {dst.name} breaks the box early "
+        f"{MAX_ISSUES} per call: the shared layout of {shared.name} breaks the box early "
         "(keep each global row's elements contiguous and rows dense)",
     )
     align = max(SHARED_ALIGN, swizzle * 8)  # a swizzle repeats every 8 rows of its span
-    _check_shared_alignment(call, dst, view.base, issues, align, elem_bytes)
+    _check_shared_alignment(call, shared, view.base, issues, align, elem_bytes)
+    reduce = call.config.get("use_tma_reduce") if direction == "store" else None
     return TmaPlan(
-        src.dtype, src.elem_bits, tuple(dims), tuple(issues), swizzle, align, _issuer(call)
-    )
+        glob.dtype, glob.elem_bits, tuple(dims), tuple(issues), swizzle, align, _issuer(call),
+        direction, None if reduce is None else str(reduce),
+    )  # fmt: skip
 
 
 def _check_shared_alignment(
-    call: TileCall, dst: Operand, base: Any, issues: list[IssueAxis], align: int, size: int
+    call: TileCall, shared: Operand, base: Any, issues: list[IssueAxis], align: int, size: int
 ) -> None:
     """Every issue's shared address is a multiple of ``align`` bytes: the allocation is
     declared so aligned, the region starts at a multiple and the issues step by one."""
     check(
-        *aligned_allocation(call, dst, align, f"a TMA box lands at a {align}-byte aligned address")
+        *aligned_allocation(
+            call, shared, align, f"a TMA box lies at a {align}-byte aligned address"
+        )
     )
     check(
         prove_multiple(base, align // size),
-        f"dst {dst.describe} starts at element {base}, not provably a multiple of {align} bytes "
-        f"({align // size} elements); TMA needs every box at a {align}-byte aligned address",
+        f"{shared.role} {shared.describe} starts at element {base}, not provably a multiple of "
+        f"{align} bytes ({align // size} elements); TMA needs every box at a {align}-byte "
+        "aligned address",
     )
     for a in issues:
         check(
             (a.shared_stride * size) % align == 0,
-            f"the boxes of dst {dst.name} are {a.shared_stride * size} bytes apart, not a multiple "
-            f"of the {align} bytes TMA needs",
+            f"the boxes of {shared.role} {shared.name} are {a.shared_stride * size} bytes "
+            f"apart, not a multiple of the {align} bytes TMA needs",
         )
 
 
@@ -396,18 +513,22 @@ def _issue_offsets(plan: TmaPlan, index: Any) -> tuple[dict[int, Any], Any]:
         requires_scope("thread", "warp", "warpgroup", "cta"),
         requires_known_participants,
         requires_valid_copy,
-        requires_memory_pair([("global", "shared")]),
-        requires_mbarrier,
+        requires_memory_pair([("global", "shared"), ("shared", "global")]),
+        requires_completion,
     ],
     plan=plan,
 )
 def emit(plan: TmaPlan, call: TileCall):
     """One thread issues every box: an unrolled loop over the issue axes."""
-    dst, src = call.operand("dst"), call.operand("src")
+    glob, shared = (
+        (call.operand("src"), call.operand("dst"))
+        if plan.direction == "load"
+        else (call.operand("dst"), call.operand("src"))
+    )
     tensor_map = call.resources["tensor_map"]
-    mbar = call.config["mbar"]
-    view = memory_view(dst)
-    starts = {d: lo for d, (lo, _) in enumerate(src.region)}
+    mbar = call.config.get("mbar")
+    view = memory_view(shared)
+    starts = {d: lo for d, (lo, _) in enumerate(glob.region)}
     issuing = call.scope == "thread"
     first = participant_index(call) if not issuing else None
     instruction = T.ptx[plan.instruction]
@@ -418,9 +539,12 @@ def emit(plan: TmaPlan, call: TileCall):
         for d in plan.dims:
             c = starts[d.axis] + steps[d.axis] if d.axis in steps else starts[d.axis]
             coords.append(T.cast(c, "int32"))
-        flat = T.decl_buffer((1,), dst.dtype, data=dst.buffer.data, scope=dst.scope)
+        flat = T.decl_buffer((1,), shared.dtype, data=shared.buffer.data, scope=shared.scope)
         ptr = flat.ptr_to([view.base + offset])
-        T.evaluate(instruction(ptr, T.address_of(tensor_map), *coords, mbar))
+        if plan.direction == "load":
+            T.evaluate(instruction(ptr, T.address_of(tensor_map), *coords, mbar))
+        else:
+            T.evaluate(instruction(T.address_of(tensor_map), *coords, ptr))
 
     count = plan.count
     if issuing:

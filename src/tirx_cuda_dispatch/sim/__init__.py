@@ -2,7 +2,8 @@
 
 ``run`` lowers a TVMScript kernel through a pipeline (ours, or TVM's built-in ``"tirx"``;
 the device TIR right before CUDA codegen, :func:`..toolchain.lowered_tir`) and executes
-it for every thread of the chosen CTAs in lockstep, with the PTX ISA's semantics for what
+it for every thread of the chosen CTAs, warps scheduled as the GPU would let them run
+(:mod:`.schedule`), with the PTX ISA's semantics for what
 the lowerings produce: vector loads and stores (bounds and alignment enforced), PTX
 ``ld``/``st``, ``ldmatrix``/``stmatrix``, ``tcgen05.alloc/ld/st/wait/dealloc``, barriers
 (a missing one is a reported race), the elementwise math, casts and packed forms, and the

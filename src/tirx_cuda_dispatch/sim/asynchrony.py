@@ -29,9 +29,8 @@ the bytes still needs a barrier after the wait, which the tracker reports if mis
 arrival counts, transaction count. An arrive releases the arriving warp's clock and a
 wait that sees its phase complete acquires what the phase's arrivals released
 (:class:`.memory.Clocks`), so a handoff through an mbarrier orders the race tracker as a
-``bar.sync`` does. The CTA runs in lockstep: a wait runs after every statement before it
-in program order and before every one after, so a wait whose phase has not completed
-then never will (a deadlock, reported as such).
+``bar.sync`` does. A wait on a phase not yet complete makes its threads wait while
+others run (:mod:`.schedule`); a phase nothing can complete any more is a deadlock.
 """
 
 from __future__ import annotations
@@ -51,6 +50,11 @@ _HINTS = {
     "tcgen05.ld": "tcgen05.wait::ld is missing before the use",
     "tcgen05.st": "tcgen05.wait::st is missing between them",
     "cp.async.bulk.tensor": "wait for the mbarrier phase its bytes complete before the access",
+    "cp.async.bulk": (
+        "bulk async-group not waited: the issuing thread commits it "
+        "(cp.async.bulk.commit_group) and waits (cp.async.bulk.wait_group.read before the "
+        "source is written again, cp.async.bulk.wait_group before the destination is read)"
+    ),
     "wgmma": (
         "wgmma group not waited: add wgmma.commit_group and wgmma.wait_group before the access"
     ),
@@ -93,6 +97,13 @@ class Effect:
     source: Any = None
     source_cells: np.ndarray | None = None
     source_read: np.ndarray | None = None
+    # an asynchronous unit's operation (a TMA copy, a wgmma's reads; None: the issuing
+    # threads' own): its clock row, and its clock at the issue (:meth:`.memory.Clocks.issue`),
+    # which its completion releases to whoever waits for it
+    agent: int | None = None
+    snapshot: np.ndarray | None = None
+    # a reduction into the target (cp.reduce.async.bulk): what lands is combine(old, new)
+    combine: Any = None
 
     def source_bytes(self, rows: np.ndarray | None = None) -> np.ndarray:
         """The source bytes the rows (all: None) still read, with repeats."""
@@ -161,7 +172,10 @@ class Asynchrony:
         self.opened_by_kind: dict[str, np.ndarray] = {}
         self.barriers: dict[tuple[int, int], MBarrier] = {}
         self.version = 0  # bumped by every landing and mbarrier change
-        self.unmet: str | None = None  # the last wait that found its phase incomplete
+        # the running unit's last wait that found its phase incomplete (barrier, phase),
+        # and whether one found its phase complete (a spin loop's progress)
+        self.unmet: tuple[MBarrier, int] | None = None
+        self.met = False
 
     # -- effects ----------------------------------------------------------------------------
     def issue(self, m: Any, effect: Effect) -> None:
@@ -188,7 +202,11 @@ class Asynchrony:
             np.subtract.at(effect.source.reading, effect.source_bytes(rows), 1)
         index = tuple(ix[rows] for ix in effect.index)
         if index[-1].size:  # an effect that only reads (a wgmma's operands) writes nothing
-            effect.target.land(effect.threads[rows], index, effect.values[rows], m.clocks, steps)
+            agents = None if effect.agent is None else np.full(int(rows.sum()), effect.agent)
+            values = effect.values[rows]
+            if effect.combine is not None:
+                values = effect.combine(effect.target.data[index], values)
+            effect.target.land(effect.threads[rows], index, values, m.clocks, steps, agents)
         effect.drop(rows)
         self.version += 1
 
@@ -209,18 +227,36 @@ class Asynchrony:
         self.open_groups(m, threads, kind)
         self.opened_by_kind[kind][threads] += 1
 
-    def wait_groups(self, m: Any, threads: np.ndarray, n: int, kind: str = "cp.async") -> None:
-        """``cp.async.wait_group n`` / ``wgmma.wait_group n``: all but the ``n`` most recent
-        committed groups of each of ``threads`` complete (their writes land)."""
+    def wait_groups(
+        self, m: Any, threads: np.ndarray, n: int, kind: str = "cp.async", reads: bool = False
+    ) -> None:
+        """``cp.async.wait_group n`` / ``wgmma.wait_group n`` / ``cp.async.bulk.wait_group
+        n``: all but the ``n`` most recent committed groups of each of ``threads``
+        complete (their writes land, their reads are done). ``reads``
+        (``cp.async.bulk.wait_group.read``): only their reads of the source complete."""
         self.open_groups(m, threads, kind)
         limit = np.full(m.threads, -1, dtype=np.int64)
         limit[threads] = self.opened_by_kind[kind][threads] - n
+        warps = np.unique(threads // 32).tolist()
         for e in self.effects:
             if e.kind == kind:
                 rows = e.group < limit[e.threads]
                 if rows.any():
-                    self._land(m, e, rows)
+                    if e.snapshot is not None:  # the waiting warps see the unit's accesses
+                        for w in warps:
+                            m.clocks.acquire(w, e.snapshot)
+                    if reads:
+                        self._release_source(e, rows)
+                    else:
+                        self._land(m, e, rows)
         self._sweep()
+
+    def _release_source(self, effect: Effect, rows: np.ndarray) -> None:
+        """The rows' reads of the source are done (their writes may still be in flight)."""
+        if effect.source is None:
+            return
+        np.subtract.at(effect.source.reading, effect.source_bytes(rows), 1)
+        effect.source_read[rows] = False
 
     def settle(self, m: Any, kind: str, target: Any, threads: np.ndarray) -> None:
         """The pending ``kind`` writes of ``threads`` into ``target`` land now: a later
@@ -242,14 +278,21 @@ class Asynchrony:
                     self._land(m, e, rows)
         self._sweep()
 
-    def check_drained(self) -> None:
-        """At the CTA's exit nothing may be in flight."""
+    def check_drained(self, m: Any = None) -> None:
+        """At the CTA's exit nothing may be in flight but a bulk store's writes to global
+        memory whose reads of shared memory are done (they land: the grid's completion
+        waits for them)."""
+        for e in self.effects:
+            if e.kind == "cp.async.bulk" and m is not None and not e.source_read.any():
+                self._land(m, e, np.ones(e.threads.size, dtype=bool))
+        self._sweep()
         if not self.effects:
             return
         e = self.effects[0]
+        what = "reading shared memory" if e.kind == "cp.async.bulk" else "still in flight"
         err = SimError(
-            f"the CTA exits with {e.what} still in flight (issued by thread "
-            f"{int(e.threads[0])}, {e.origin}): it never completes; {e.hint(0)}"
+            f"the CTA exits with {e.what} {what} (issued by thread {int(e.threads[0])}, "
+            f"{e.origin}): it never completes; {e.hint(0)}"
         )
         err.call = e.call
         raise err
@@ -292,11 +335,16 @@ class Asynchrony:
                 at = (e.source_cells == cell[-1]) & e.source_read
                 if at.any():
                     row = int(np.argwhere(at)[0][0])
+                    wait = {
+                        "cp.async": "cp.async.wait_group",
+                        "wgmma": "wgmma.wait_group",
+                        "cp.async.bulk": "cp.async.bulk.wait_group.read",
+                    }.get(e.kind, "its wait")
                     return SimError(
                         f"thread {thread} writes {source.describe(cell)} while {e.what} "
                         f"(issued by thread {int(e.threads[row])}, {e.origin}) still reads "
                         f"it: the copy may see the old or the new bytes; complete its group "
-                        f"(cp.async.wait_group) before writing its source"
+                        f"({wait}) before writing its source"
                     )
         return SimError(f"simulator bug: {source.describe(cell)} is read, nothing in flight")
 
@@ -409,6 +457,7 @@ class Asynchrony:
             self._complete(m, bar)
 
     def _complete(self, m: Any, bar: MBarrier) -> None:
+        m.events += 1
         for e in self.effects:
             for t in list(e.tickets):
                 if t.barrier is bar and t.phase == bar.phase and t.rows.any():
@@ -425,18 +474,16 @@ class Asynchrony:
 
     def issue_on_barrier(self, m: Any, effect: Effect, bar: MBarrier, nbytes: int) -> None:
         """A copy that completes ``nbytes`` as transactions on ``bar``'s current phase
-        (``.mbarrier::complete_tx::bytes``): its writes land when that phase completes.
-        In lockstep its bytes are counted at once; the phase still waits for every
-        arrival (and any expect-tx the copy's bytes do not cover)."""
-        warps = effect.threads // 32
-        steps = m.clocks.known[warps, warps].copy()
+        (``.mbarrier::complete_tx::bytes``): its writes land when that phase completes, as
+        writes of its asynchronous unit (``effect.agent``) at its step. Its bytes are
+        counted at once (the earliest the copy could finish); the phase still waits for
+        every arrival and any expect-tx the bytes do not cover. The phase's completion
+        makes the bytes visible to whoever waits for it, and to nobody else."""
         rows = np.ones(effect.threads.size, dtype=bool)
-        effect.tickets.append(Ticket(bar, bar.phase, rows, steps))
+        step = int(effect.snapshot[effect.agent])
+        effect.tickets.append(Ticket(bar, bar.phase, rows, np.full(rows.size, step)))
         self.issue(m, effect)
-        # the phase's completion makes the bytes visible to whoever waits for it: the
-        # landing write (stamped at the issue) is released to the phase like an arrive's
-        for w in np.unique(warps).tolist():
-            self.join(bar, m.clocks.release(w))
+        self.join(bar, effect.snapshot)
         self.transaction(m, bar, 0, nbytes)
 
     def track_copies(self, m: Any, bar: MBarrier, threads: np.ndarray) -> None:
@@ -461,19 +508,20 @@ class Asynchrony:
             if acquire and released is not None:
                 for w in warps:
                     m.clocks.acquire(w, released)
+            self.met = True
             return True
-        self.unmet = (
-            f"{bar.describe()} to complete phase {phase} ({bar.pending} of {bar.expected} "
-            f"arrivals still pending, tx-count {bar.tx})"
-        )
+        self.unmet = (bar, phase)
         return False
 
-    def deadlock(self, what: str) -> SimError:
-        return SimError(
-            f"deadlock: {what} waits for {self.unmet}, which never happens: the CTA runs "
-            f"in lockstep, so every arrival and transaction that comes before this wait in "
-            f"program order has happened, and none after it can (an arrive in a later "
-            f"statement or in a branch that runs after this one never releases it)"
+    @staticmethod
+    def describe_unmet(unmet: tuple[MBarrier, int]) -> str:
+        """What a wait on ``(barrier, phase)`` waits for, as the barrier stands now."""
+        bar, phase = unmet
+        if bar.phase > phase:
+            return f"{bar.describe()} to complete phase {phase}, which it has"
+        return (
+            f"{bar.describe()} to complete phase {phase} ({bar.pending} of {bar.expected} "
+            f"arrivals still pending, tx-count {bar.tx})"
         )
 
 

@@ -140,10 +140,10 @@ def load_at(m: Any, ptr: Pointer, dtype_text: str) -> np.ndarray:
     """Each active thread reads one ``dtype_text`` value at its address (counted; reads
     of registers are not accesses, :meth:`Machine._count_access`)."""
     dtype, lanes = parse_dtype(dtype_text)
-    threads = m._active_threads()
+    threads = m.active_threads()
     size = dtype.itemsize * lanes
     offs = m.per_thread(ptr.offsets)[threads]
-    m._count_access(ptr.memory, "load", threads, offs, size, ptr.memory.name, False)
+    m.count_access(ptr.memory, "load", threads, offs, size, ptr.memory.name, False)
     raw = ptr.memory.load(threads, offs, size, m.clocks)
     full = np.zeros((m.threads, size), dtype=np.uint8)
     full[threads] = raw
@@ -154,11 +154,11 @@ def store_at(m: Any, ptr: Pointer, values: np.ndarray, dtype_text: str) -> None:
     """Each active thread writes its ``dtype_text`` value at its address (counted as
     :func:`load_at` is)."""
     dtype, lanes = parse_dtype(dtype_text)
-    threads = m._active_threads()
+    threads = m.active_threads()
     size = dtype.itemsize * lanes
     offs = m.per_thread(ptr.offsets)[threads]
     raw = to_bits(m.per_thread(values), dtype, lanes, m.threads)[threads]
-    m._count_access(ptr.memory, "store", threads, offs, size, ptr.memory.name, False)
+    m.count_access(ptr.memory, "store", threads, offs, size, ptr.memory.name, False)
     ptr.memory.store(threads, offs, raw, m.clocks)
 
 
@@ -176,13 +176,13 @@ def write_register(m: Any, target: Any, values: np.ndarray, what: str = "PTX") -
     """Write ``values`` (one per thread, the register's own dtype or its bits as an
     unsigned integer of the same width) to the register element ``target``."""
     target, dtype = register_operand(m, target, what)
-    b = m._bound(target.source)
-    offsets, size = m._address(b, target.indices)
+    b = m.bound(target.source)
+    offsets, size = m.address(b, target.indices)
     values = np.ascontiguousarray(m.per_thread(values))
     if values.dtype.itemsize != dtype.itemsize:
         raise SimError(f"{what}: {values.dtype} value into {dtype} register {target}")
     raw = values.view(np.uint8).reshape(m.threads, dtype.itemsize)
-    m._memory_op(b, m._active_threads(), offsets, size, raw, 1)
+    m.memory_op(b, m.active_threads(), offsets, size, raw, 1)
 
 
 def register_bits(m: Any, operand: Any, bits: int, what: str = "PTX") -> np.ndarray:
@@ -199,15 +199,15 @@ def queue_register_writes(
     """Queue ``what``'s asynchronous write of ``out[:, k]`` (32-bit, per thread) into register
     ``regs[k]`` of every active thread: one effect of ``kind`` per register memory, in each
     thread's open ``group`` of that kind (none: "")."""
-    threads = m._active_threads()
+    threads = m.active_threads()
     parts: dict[int, tuple[Any, list, list]] = {}
     for k, reg in enumerate(regs):
         _, dtype = register_operand(m, reg, what)
         if dtype.itemsize != 4:
             raise SimError(f"{what}: register {reg} is not 32 bits")
-        b = m._bound(reg.source)
+        b = m.bound(reg.source)
         mem = b.pointer.memory
-        offsets, _ = m._address(b, reg.indices)
+        offsets, _ = m.address(b, reg.indices)
         cells = mem.cells(threads, m.per_thread(offsets)[threads], 4, what)
         raw = np.ascontiguousarray(out[threads, k]).view(np.uint8).reshape(-1, 4)
         entry = parts.setdefault(id(mem), (mem, [], []))

@@ -1,37 +1,55 @@
-"""Lockstep SIMT execution of a lowered device function, one CTA at a time.
+"""SIMT execution of a lowered device function, one CTA at a time.
 
 The function is the TIR a pipeline (ours or TVM's built-in) hands to CUDA codegen: flat
 statements (``Bind``, ``DeclBuffer``, ``AllocBuffer``), thread launches, serial and
 ``while`` loops, buffer loads and stores, and calls (PTX instructions, CUDA built-ins,
 math, helpers). Every value is a numpy array whose first axis runs over the CTA's threads
-(length 1 when uniform); vectors add a lanes axis. An ``if`` on a thread-dependent
-condition narrows the active mask; loops must have a uniform trip count, and every
-thread leaves a ``while`` loop in the same iteration. Asynchronous writes wait in the
-CTA's queue of pending effects (:mod:`.asynchrony`) until their completion object
-completes; the CTA may not exit with any still pending. Calls run through the instruction
-table the machine is given (:mod:`.calls`): the interpreter knows no instruction itself.
-Anything the simulator does not know raises :class:`SimError` naming it: no node, call
-or attribute is skipped.
+(length 1 when uniform); vectors add a lanes axis. The launched threads run as units
+(:mod:`.schedule`): threads on one path in lockstep, an ``if`` on a thread-dependent
+condition narrowing the active mask, each unit stepping through its own frames until it
+waits for another. Asynchronous writes wait in the CTA's queue of pending effects
+(:mod:`.asynchrony`) until their completion object completes; the CTA may not exit with
+any still pending. Calls run through the instruction table the machine is given
+(:mod:`.calls`): the interpreter knows no instruction itself. Anything the simulator does
+not know raises :class:`SimError` naming it: no node, call or attribute is skipped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from ..codegen import CALL_MARK
 from .asynchrony import Asynchrony
+from .barriers import NamedBarriers, RegisterFile
 from .errors import NotModeled, SimError
 from .memory import BankRecord, Clocks, Counters, Memory, bank_ways
 from .numerics import cast, fma, from_bits, is_float, parse_dtype, to_bits
+from .schedule import (
+    Block,
+    CallFrame,
+    ForFrame,
+    Frame,
+    IfFrame,
+    Loop,
+    Scheduler,
+    SeqFrame,
+    Unit,
+    Wait,
+    WhileFrame,
+)
 from .tmem import TensorMemory
 from .values import Binding, Pointer, TensorMapArg
 
 DYNAMIC_SHARED_BYTES = 232448  # the most a CTA may have on sm_90 / sm_100 (227 KB)
-MAX_WHILE_ITERATIONS = 100_000
+
+
+_LEAVES = frozenset(
+    {"Bind", "Evaluate", "Break", "Continue", "AssertStmt", "DeclBuffer", "AllocBuffer",
+     "BufferStore"}
+)  # fmt: skip
 
 
 def _dtype_of(node: Any) -> str:
@@ -71,7 +89,15 @@ class Machine:
         self.threads = 1
         self.mask = np.ones(1, dtype=bool)
         self.tid = np.zeros(1, dtype=np.int64)
-        self.loops: list[_Loop] = []  # the loops being run, innermost last
+        # the running unit (:mod:`.schedule`): its frames, loops (innermost last), threads
+        self.unit: Unit | None = None
+        self.stack: list[Frame] = []
+        self.loops: list[Loop] = []
+        self.members = self.mask
+        self.barriers: NamedBarriers | None = None
+        self.events = 0  # completions that may wake a waiting unit (:mod:`.schedule`)
+        self.registers: RegisterFile | None = None
+        self.shared: dict[Any, Memory] = {}  # the running CTA's static shared allocations
         self.clocks = Clocks(1)
         self.tmem: TensorMemory | None = None
         self.asynchrony = Asynchrony()
@@ -94,23 +120,9 @@ class Machine:
     # -- statements ---------------------------------------------------------------------
     def run(self) -> None:
         self.exec(self.func.body)
-        self.asynchrony.check_drained()
+        self.asynchrony.check_drained(self)
         if self.tmem is not None:
             self.tmem.check_freed()
-
-    def _in_call(self, index: int, body: Any) -> None:
-        """Run the body our lowering emitted for tile call ``index``; its counts and any
-        fault are that call's."""
-        outer, outer_counters = self.call, self.counters
-        self.call, self.counters = index, self.by_call.setdefault(index, Counters())
-        try:
-            self.exec(body)
-        except SimError as err:
-            if getattr(err, "call", None) is None:
-                err.call = index
-            raise
-        finally:
-            self.call, self.counters = outer, outer_counters
 
     def total_counters(self) -> Counters:
         """Every call's counters and the kernel's own, added up."""
@@ -120,17 +132,104 @@ class Machine:
         return total
 
     def exec(self, stmt: Any) -> None:
+        """Run a statement outside the CTA's threads (the launch statements around them);
+        inside a launch, statements run as units' frames (:meth:`enter`)."""
         kind = type(stmt).__name__
-        handler = getattr(self, f"_s_{kind}", None)
-        if handler is None:
-            raise NotModeled(f"the simulator does not know the statement {kind}: {stmt}")
-        handler(stmt)
+        if kind == "SeqStmt":
+            for item in stmt.seq:
+                self.exec(item)
+            return
+        if kind == "AttrStmt" and stmt.attr_key == "thread_extent":
+            self._launch(stmt)
+            return
+        if kind == "AttrStmt" and stmt.attr_key != CALL_MARK:
+            self.exec(stmt.body)
+            return
+        if kind in _LEAVES:
+            getattr(self, f"_s_{kind}")(stmt)
+            return
+        raise NotModeled(
+            f"the simulator runs {kind} only inside a thread launch (threadIdx.x): {stmt}"
+        )
 
-    def _s_SeqStmt(self, s: Any) -> None:
-        for item in s.seq:
-            if not self.mask.any():  # every thread left by break or continue
-                return
-            self.exec(item)
+    # -- the running unit (:mod:`.schedule`) ------------------------------------------------
+    def enter(self, stmt: Any) -> None:
+        """The running unit enters ``stmt``: a simple statement runs now; a compound one
+        becomes a frame the unit steps through."""
+        kind = type(stmt).__name__
+        if kind in _LEAVES:
+            getattr(self, f"_s_{kind}")(stmt)
+        elif kind == "SeqStmt":
+            self.push(SeqFrame(list(stmt.seq)))
+        elif kind == "IfThenElse":
+            cond = np.broadcast_to(self.eval(stmt.condition).astype(bool), self.mask.shape)
+            self.push(IfFrame(stmt, self.mask, cond))
+        elif kind == "For":
+            self._for(stmt)
+        elif kind == "While":
+            self.push(WhileFrame(stmt, self.mask))
+        elif kind == "AttrStmt":
+            if stmt.attr_key == CALL_MARK:
+                index = int(stmt.value)
+                self.push(CallFrame(index, stmt.body, (self.call, self.counters)))
+                self.set_call(index, self.counters_of(index))
+            elif stmt.attr_key == "thread_extent":
+                raise SimError(f"a thread launch inside the launched threads: {stmt.node}")
+            else:
+                self.enter(stmt.body)  # other attributes annotate; no change of semantics
+        else:
+            raise NotModeled(f"the simulator does not know the statement {kind}: {stmt}")
+
+    def push(self, frame: Frame) -> None:
+        self.stack.append(frame)
+        if isinstance(frame, (ForFrame, WhileFrame)):
+            self.loops.append(frame.loop)
+
+    def pop(self) -> None:
+        frame = self.stack.pop()
+        if isinstance(frame, (ForFrame, WhileFrame)):
+            self.loops.pop()
+
+    def set_call(self, index: int | None, counters: Counters) -> None:
+        self.call, self.counters = index, counters
+
+    def counters_of(self, index: int | None) -> Counters:
+        """The counters of tile call ``index`` (None: the kernel's own statements)."""
+        return self.by_call.setdefault(index, Counters())
+
+    def after_branch(self, mask: np.ndarray) -> np.ndarray:
+        """The threads of ``mask`` that go on after a branch: those that left the loop's
+        iteration inside it (break, continue) stay out."""
+        return mask & ~self.loops[-1].left if self.loops else mask
+
+    def load_unit(self, unit: Unit) -> None:
+        self.unit, self.stack, self.members, self.mask = unit, unit.stack, unit.members, unit.mask
+        self.env, self.call, self.counters = unit.env, unit.call, unit.counters
+        self.loops = unit.loops
+        self.asynchrony.unmet, self.asynchrony.met = unit.unmet, unit.met
+
+    def save_unit(self, unit: Unit) -> None:
+        unit.members, unit.mask, unit.env = self.members, self.mask, self.env
+        unit.call, unit.counters = self.call, self.counters
+        unit.unmet, unit.met = self.asynchrony.unmet, self.asynchrony.met
+
+    def block(self, waits: list[tuple[Wait, np.ndarray | None]]) -> None:
+        """Threads of the running unit wait: each group (None: every active thread) for
+        its :class:`.schedule.Wait`. An instruction calls it last, after its effects; it
+        raises :class:`.schedule.Block`, and the scheduler runs others meanwhile."""
+        groups = [(w, self.mask if t is None else t & self.mask) for w, t in waits]
+        if groups:
+            raise Block(groups)
+
+    def _for(self, s: Any) -> None:
+        kind = int(s.kind)
+        if kind not in (0, 2):  # serial, unrolled
+            raise SimError(f"loop {s.loop_var} of kind {s.kind}: the simulator runs serial loops")
+        lo = _as_int(self.eval(s.min), f"start of loop {s.loop_var}")
+        n = _as_int(self.eval(s.extent), f"trip count of loop {s.loop_var}")
+        step = 1 if s.step is None else _as_int(self.eval(s.step), "loop step")
+        dt = parse_dtype(_dtype_of(s.loop_var))[0]
+        self.push(ForFrame(s, list(range(lo, lo + n * step, step)), dt, self.mask))
 
     def _s_Bind(self, s: Any) -> None:
         self.env[s.var] = self.eval(s.value)
@@ -191,8 +290,10 @@ class Machine:
             if self.dynamic_shared is None:
                 self.dynamic_shared = Memory(buf.name, "shared", DYNAMIC_SHARED_BYTES, rng=self.rng)
             mem = self.dynamic_shared
-        elif scope == "shared":
-            mem = Memory(buf.name, "shared", nbytes, rng=self.rng)
+        elif scope == "shared":  # one per CTA, whichever of its units allocates it
+            mem = self.shared.get(buf)
+            if mem is None:
+                mem = self.shared[buf] = Memory(buf.name, "shared", nbytes, rng=self.rng)
         elif scope == "local":
             mem = Memory(buf.name, "local", nbytes, threads=self.threads, rng=self.rng)
         else:
@@ -212,13 +313,9 @@ class Machine:
             buf.elem_offset,
         )
 
-    def _s_AttrStmt(self, s: Any) -> None:
-        if s.attr_key == CALL_MARK:
-            self._in_call(int(s.value), s.body)
-            return
-        if s.attr_key != "thread_extent":
-            self.exec(s.body)  # other attributes annotate; they do not change semantics
-            return
+    def _launch(self, s: Any) -> None:
+        """A ``blockIdx`` launch runs its CTAs one after another; ``threadIdx.x`` launches
+        the CTA's threads, which run as units (:mod:`.schedule`) until all have finished."""
         tag = s.node.thread_tag
         extent = _as_int(self.eval(s.value), tag)
         var = s.node.var
@@ -239,113 +336,71 @@ class Machine:
             self.mask = np.ones(extent, dtype=bool)
             if self.blocks is None and self.tmem is None:
                 self._start_cta()  # a kernel without blockIdx is a single CTA
-            self.clocks = Clocks(-(-extent // 32))
             self.env[var] = self.tid.astype(np.int32)
-            self.exec(s.body)
-            self.threads, self.mask = 1, np.ones(1, dtype=bool)
-            self.tid = np.zeros(1, dtype=np.int64)
+            outer = (self.env, self.call, self.counters)
+            try:
+                self._run_threads(s.body)
+            finally:
+                self.env, self.call, self.counters = outer
+                self.unit, self.stack, self.loops = None, [], []
+                self.threads, self.mask = 1, np.ones(1, dtype=bool)
+                self.members = self.mask
+                self.tid = np.zeros(1, dtype=np.int64)
         else:
             raise SimError(f"the simulator launches threadIdx.x and blockIdx.* only, not {tag}")
 
-    def _start_cta(self) -> None:
+    def _run_threads(self, body: Any) -> None:
+        """The launched threads run ``body`` as units (:mod:`.schedule`) until all of them
+        have finished; a ``blockIdx`` launch right inside runs it once per CTA."""
+        if (
+            type(body).__name__ == "AttrStmt"
+            and body.attr_key == "thread_extent"
+            and body.node.thread_tag.startswith("blockIdx")
+        ):
+            extent = _as_int(self.eval(body.value), body.node.thread_tag)
+            chosen = range(extent) if self.blocks is None else self.blocks
+            for b in chosen:
+                if b >= extent:
+                    raise SimError(f"CTA {b} does not exist: the grid has {extent}")
+                self._start_cta()
+                self.env[body.node.var] = np.array([b], dtype=np.int32)
+                self._run_threads(body.body)
+                self._end_cta()
+            return
         self.clocks = Clocks(-(-self.threads // 32))
-        self.asynchrony.check_drained()
+        self.barriers = NamedBarriers(self)
+        self.registers = RegisterFile(self)
+        self.mask = np.ones(self.threads, dtype=bool)
+        Scheduler(self).run(body)
+
+    def _start_cta(self) -> None:
+        self.asynchrony.check_drained(self)
+        self.clocks = Clocks(-(-self.threads // 32))
         if self.tmem is not None:
             self.tmem.check_freed()
         self.tmem = TensorMemory(self.rng)
         self.asynchrony = Asynchrony()
         self.dynamic_shared = None
+        self.shared = {}
 
     def _end_cta(self) -> None:
-        self.asynchrony.check_drained()
+        self.asynchrony.check_drained(self)
         if self.tmem is not None:
             self.tmem.check_freed()
 
-    def _s_For(self, s: Any) -> None:
-        kind = int(s.kind)
-        if kind not in (0, 2):  # serial, unrolled
-            raise SimError(f"loop {s.loop_var} of kind {s.kind}: the simulator runs serial loops")
-        lo = _as_int(self.eval(s.min), f"start of loop {s.loop_var}")
-        n = _as_int(self.eval(s.extent), f"trip count of loop {s.loop_var}")
-        step = 1 if s.step is None else _as_int(self.eval(s.step), "loop step")
-        dt = parse_dtype(_dtype_of(s.loop_var))[0]
-        with self._loop() as loop:
-            for i in range(lo, lo + n * step, step):
-                if not loop.start():
-                    break
-                self.env[s.loop_var] = np.array([i], dtype=dt)
-                self.exec(s.body)
-
-    @contextmanager
-    def _loop(self):
-        """A loop's frame: the threads that break out of it or continue its iteration;
-        the threads that entered it go on after it."""
-        entry = self.mask
-        loop = _Loop(self, entry)
-        self.loops.append(loop)
-        try:
-            yield loop
-        finally:
-            self.loops.pop()
-            self.mask = entry
-
-    def _s_While(self, s: Any) -> None:
-        """``while (cond) body``: every active thread must leave in the same iteration
-        (lockstep has no way to park the threads that left). An iteration in which an
-        mbarrier wait found its phase incomplete and nothing asynchronous changed (no
-        arrival, transaction or landing) would repeat forever: a deadlock."""
-        with self._loop() as loop:
-            for iteration in range(MAX_WHILE_ITERATIONS):
-                if not loop.start():
-                    return
-                cond = np.broadcast_to(self.eval(s.condition).astype(bool), self.mask.shape)
-                staying = cond[self.mask]
-                if not staying.any():
-                    return
-                if not staying.all():
-                    raise SimError(
-                        f"while loop ({s.condition}): {int(staying.sum())} of {staying.size} "
-                        f"active threads stay for iteration {iteration} and the others "
-                        f"leave; the simulator needs every thread to leave in the same "
-                        f"iteration"
-                    )
-                version, self.asynchrony.unmet = self.asynchrony.version, None
-                self.exec(s.body)
-                if self.asynchrony.unmet is not None and self.asynchrony.version == version:
-                    raise self.asynchrony.deadlock(f"the while loop ({s.condition})")
-        raise SimError(
-            f"while loop ({s.condition}) ran {MAX_WHILE_ITERATIONS} iterations: the "
-            f"simulator stops it as endless"
-        )
-
-    def _s_IfThenElse(self, s: Any) -> None:
-        cond = np.broadcast_to(self.eval(s.condition).astype(bool), self.mask.shape)
-        saved = self.mask
-        try:
-            self.mask = saved & cond
-            if self.mask.any():
-                self.exec(s.then_case)
-            if s.else_case is not None:
-                self.mask = saved & ~cond
-                if self.mask.any():
-                    self.exec(s.else_case)
-        finally:
-            # threads that left the loop's iteration inside the if stay out after it
-            self.mask = saved & ~self.loops[-1].left if self.loops else saved
-
     def _s_BufferStore(self, s: Any) -> None:
-        b = self._bound(s.buffer)
+        b = self.bound(s.buffer)
         value = self.eval(s.value)
-        offsets, size = self._address(b, s.indices)
+        offsets, size = self.address(b, s.indices)
         dtype, lanes = parse_dtype(_dtype_of(s.value))
-        threads = self._active_threads()
+        threads = self.active_threads()
         raw = to_bits(
             np.broadcast_to(value, (self.threads, *value.shape[1:])), dtype, lanes, self.threads
         )
-        self._memory_op(b, threads, offsets, size, raw, lanes)
+        self.memory_op(b, threads, offsets, size, raw, lanes)
 
     # -- memory ---------------------------------------------------------------------------
-    def _bound(self, buf: Any) -> Binding:
+    def bound(self, buf: Any) -> Binding:
         b = self.env.get(buf)
         if b == "tmem":
             raise SimError(f"{buf.name} is tensor memory: only tcgen05 instructions reach it")
@@ -353,7 +408,7 @@ class Machine:
             raise SimError(f"buffer {buf.name} is used before it is declared")
         return b
 
-    def _active_threads(self) -> np.ndarray:
+    def active_threads(self) -> np.ndarray:
         return self.tid[np.broadcast_to(self.mask, self.tid.shape)]
 
     def _flat_index(self, b: Binding, indices: Any) -> tuple[np.ndarray, Any]:
@@ -374,7 +429,7 @@ class Machine:
         ramp = indices[-1] if type(indices[-1]).__name__ == "Ramp" else None
         return flat, ramp
 
-    def _address(self, b: Binding, indices: Any) -> tuple[np.ndarray, int]:
+    def address(self, b: Binding, indices: Any) -> tuple[np.ndarray, int]:
         """Byte offsets per access and the access size: ``(T,)`` with a vector buffer or a
         unit-stride ramp (one vector access), ``(T, lanes)`` for a gather."""
         flat, ramp = self._flat_index(b, indices)
@@ -388,7 +443,7 @@ class Machine:
             return base + flat[:, 0] * b.elem_bytes, b.elem_bytes * flat.shape[1]
         return base[:, None] + flat * b.elem_bytes, b.elem_bytes
 
-    def _memory_op(
+    def memory_op(
         self,
         b: Binding,
         threads: np.ndarray,
@@ -404,7 +459,7 @@ class Machine:
         flat_threads = np.repeat(threads, offs.shape[1]) if gather else threads
         flat_offs = offs.reshape(-1)
         direction = "load" if raw is None else "store"
-        self._count_access(mem, direction, flat_threads, flat_offs, size, mem.name, gather)
+        self.count_access(mem, direction, flat_threads, flat_offs, size, mem.name, gather)
         if raw is None:
             data = mem.load(flat_threads, flat_offs, size, self.clocks)
             return data.reshape(len(threads), -1)
@@ -412,7 +467,7 @@ class Machine:
         mem.store(flat_threads, flat_offs, mine, self.clocks)
         return None
 
-    def _count_access(self, mem, direction, threads, offsets, size, name, gather) -> None:
+    def count_access(self, mem, direction, threads, offsets, size, name, gather) -> None:
         """One instruction per issuing warp (per lane of a gather) and its bytes. Local
         buffers are registers (nvcc keeps statically indexed ones there): reading or
         writing them is part of the instruction that does it, not an access to count."""
@@ -421,7 +476,7 @@ class Machine:
         warps = np.unique(threads // 32)
         kind = f"{'ld' if direction == 'load' else 'st'}.{mem.space}.b{size * 8}"
         # a gather issues one scalar access per lane of the vector
-        lanes = len(threads) // self._active_threads().size if gather else 1
+        lanes = len(threads) // self.active_threads().size if gather else 1
         self.counters.instructions[kind] += len(warps) * max(1, lanes)
         self.counters.bytes[f"{mem.space}.{direction}"] += len(threads) * size
         if mem.space == "shared" and not gather:
@@ -429,10 +484,10 @@ class Machine:
                 self.counters.bank_conflicts.append(BankRecord(kind, name, warp, ways))
 
     def load(self, b: Binding, indices: Any, dtype_text: str) -> np.ndarray:
-        offsets, size = self._address(b, indices)
+        offsets, size = self.address(b, indices)
         dtype, lanes = parse_dtype(dtype_text)
-        threads = self._active_threads()
-        raw = self._memory_op(b, threads, offsets, size, None, lanes)
+        threads = self.active_threads()
+        raw = self.memory_op(b, threads, offsets, size, None, lanes)
         out_bytes = dtype.itemsize * lanes
         full = np.zeros((self.threads, out_bytes), dtype=np.uint8)  # inactive lanes: 0
         full[threads] = raw.reshape(len(threads), out_bytes)
@@ -461,7 +516,7 @@ class Machine:
         return self.env[e]
 
     def _e_TensorLoad(self, e: Any) -> np.ndarray:
-        return self.load(self._bound(e.source), e.indices, _dtype_of(e))
+        return self.load(self.bound(e.source), e.indices, _dtype_of(e))
 
     def _e_Cast(self, e: Any) -> np.ndarray:
         dtype, lanes = parse_dtype(_dtype_of(e))
@@ -619,7 +674,7 @@ class Machine:
     # -- helpers for intrinsics ---------------------------------------------------------------
     def warps(self) -> list[int]:
         """The warps with at least one active thread."""
-        return sorted({int(t) // 32 for t in self._active_threads()})
+        return sorted({int(t) // 32 for t in self.active_threads()})
 
     def require_full_warps(self, what: str) -> None:
         """``.sync.aligned`` instructions: every thread of each issuing warp executes them."""
@@ -657,20 +712,3 @@ def _shift(fn):
         return fn(a, np.asarray(b).astype(np.asarray(a).dtype))
 
     return op
-
-
-class _Loop:
-    """The frame of a loop being run: ``left``, the threads that ran ``break`` or
-    ``continue`` in the current iteration; ``broken``, those that ran ``break``."""
-
-    def __init__(self, interp: Any, entry: np.ndarray) -> None:
-        self.interp, self.entry = interp, entry
-        self.broken = np.zeros(interp.tid.shape, dtype=bool)
-        self.left = self.broken.copy()
-
-    def start(self) -> bool:
-        """Begin an iteration with the threads that entered and did not break; False when
-        none is left."""
-        self.left = self.broken.copy()
-        self.interp.mask = self.entry & ~self.broken
-        return bool(self.interp.mask.any())

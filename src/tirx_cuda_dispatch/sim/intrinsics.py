@@ -29,8 +29,8 @@ def _address_of(m: Machine, call: Any) -> Pointer:
     load = call.args[0]
     if type(load).__name__ != "TensorLoad":
         raise SimError(f"address_of needs a buffer element, got {load}")
-    b = m._bound(load.source)
-    offsets, _ = m._address(b, load.indices)
+    b = m.bound(load.source)
+    offsets, _ = m.address(b, load.indices)
     if offsets.ndim != 1:
         raise SimError(f"address_of a vector of addresses ({load})")
     dtype, lanes = parse_dtype(str(load.ty.dtype))
@@ -40,7 +40,7 @@ def _address_of(m: Machine, call: Any) -> Pointer:
 @TABLE.entry("tirx.buffer_data")
 def _buffer_data(m: Machine, call: Any) -> Pointer:
     """A buffer's data pointer, typed as a pointer to its element."""
-    b = m._bound(call.args[0])
+    b = m.bound(call.args[0])
     return replace(b.pointer, elem_bytes=b.elem_bytes)
 
 
@@ -82,9 +82,11 @@ def _get_tmem_addr(m: Machine, call: Any) -> np.ndarray:
 # -- synchronization and CUDA built-ins ----------------------------------------------------
 @TABLE.entry("tirx.cuda.cta_sync", "tirx.tvm_storage_sync")
 def _barrier(m: Machine, call: Any) -> None:
-    """``__syncthreads()`` (PTX ``bar.sync 0``, PTX ISA "bar, barrier"): every thread of the CTA
-    waits for all the others, which orders all their memory accesses; reaching it in
-    divergent code is an error. ``tvm_storage_sync("warp")`` is ``__syncwarp()``."""
+    """``__syncthreads()`` (PTX ``bar.sync 0``, PTX ISA "bar, barrier"): the thread waits
+    until every thread of the CTA has arrived, which orders all their memory accesses;
+    warps arrive whole (a diverged warp is an error), and warps that reach it from
+    different code (another branch, another loop) meet there. ``tvm_storage_sync("warp")``
+    is ``__syncwarp()``."""
     scope = call.args[0].value if call.args and type(call.args[0]).__name__ == "StringImm" else ""
     if scope in ("warp",):
         m.require_full_warps("__syncwarp")
@@ -92,11 +94,16 @@ def _barrier(m: Machine, call: Any) -> None:
         return
     if scope not in ("", "shared", "shared.dyn", "global"):
         raise SimError(f"the simulator has no barrier for scope {scope!r}")
-    if not np.all(m.mask):
-        idle = int(np.argmin(m.mask))
-        raise SimError(f"__syncthreads reached while thread {idle} is not there: divergent barrier")
-    m.counters.instructions["bar.sync"] += len(m.warps())
-    m.clocks.barrier(range(m.clocks.warps))
+    active = np.broadcast_to(m.mask, m.tid.shape)
+    for w in m.warps():
+        lanes = active[w * 32 : (w + 1) * 32]
+        if not lanes.all():
+            idle = w * 32 + int(np.argmin(lanes))
+            raise SimError(
+                f"__syncthreads reached by warp {w} while thread {idle} of it is not there: "
+                f"divergent barrier"
+            )
+    named_barrier(m, np.zeros(1, dtype=np.int64), None, "__syncthreads (bar.sync 0)")
 
 
 @TABLE.entry("tirx.cuda.warp_sync")
@@ -120,26 +127,28 @@ def _warp_sync(m: Machine, call: Any) -> None:
 def _warpgroup_sync(m: Machine, call: Any) -> None:
     """``bar.sync id, 128`` (PTX ISA "bar, barrier": ``barrier.sync.aligned``): named
     barrier ``id`` completes each time 128 threads have arrived and orders exactly those;
-    warps arrive whole. 128 arriving together are ordered with each other; a larger
-    multiple of 128 (two warpgroups on one id) completes in groups the arrival order
-    picks, so the simulator orders none of them; a count that is no multiple of 128
-    leaves the last arrivals waiting forever (an error)."""
+    warps arrive whole. Arrivals of one statement that fill more than one group of 128
+    (two warpgroups on one id) complete in groups the arrival order picks, so the
+    simulator orders none of them."""
     (bar_id,) = call.args
     named_barrier(m, m.per_thread(m.eval(bar_id)), 128, "bar.sync")
 
 
 def named_barrier(
-    m: Machine, ids: np.ndarray, count: Any, spelling: str, aligned: bool = True
+    m: Machine,
+    ids: np.ndarray,
+    count: Any,
+    spelling: str,
+    aligned: bool = True,
+    sync: bool = True,
 ) -> None:
-    """The active warps arrive at named barriers (PTX ISA "bar, barrier"): ``ids`` gives
-    each thread's barrier (0-15, the same for a whole warp), ``count`` the threads each
-    barrier waits for (per thread, or one number; ``None``: every thread of the CTA, as
-    ``bar.sync a`` without ``b``). Warps arrive whole and count 32 threads each. The
-    warps of this statement on one barrier arrive together: as many as ``count``
-    complete it and are ordered with each other; a larger multiple of ``count``
-    completes in groups the arrival order picks, so none of them is ordered by it; any
-    other number leaves the last arrivals waiting forever (an error). ``spelling`` is
-    the instruction as errors name it (``bar.sync``, ``barrier.sync``...)."""
+    """The active warps arrive at named barriers (PTX ISA "bar, barrier";
+    :class:`.barriers.NamedBarriers`): ``ids`` gives each thread's barrier (0-15, the same
+    for a whole warp), ``count`` the threads each barrier waits for (per thread, or one
+    number; ``None``: every thread of the CTA, as ``bar.sync a`` without ``b``). Warps
+    arrive whole and count 32 threads each. With ``sync`` (``bar.sync``) the warps wait
+    for the completion, which orders them after every arrival; ``bar.arrive`` does not
+    wait. ``spelling`` is the instruction as errors name it."""
     active = np.broadcast_to(m.mask, m.tid.shape)
     ids = m.per_thread(ids).astype(np.int64)
     counts = None if count is None else m.per_thread(np.asarray(count)).astype(np.int64)
@@ -158,10 +167,11 @@ def named_barrier(
                     f"{spelling} {mine[0]} is .sync.aligned, but warp {w} runs it diverged"
                 )
             raise SimError(
-                f"{spelling} {mine[0]}: warp {w} arrives diverged; the rest of the warp "
-                f"would arrive from other code, which lockstep execution does not model"
+                f"{spelling} {mine[0]}: warp {w} arrives diverged; the simulator counts "
+                f"arrivals by whole warps"
             )
         groups.setdefault(int(mine[0]), []).append(w)
+    waits = []
     for barrier, warps in groups.items():
         threads = np.concatenate([np.arange(w * 32, min((w + 1) * 32, m.threads)) for w in warps])
         if not 0 <= barrier < 16:
@@ -180,15 +190,14 @@ def named_barrier(
             what = f"{spelling} {barrier}, {expected}"
             if expected <= 0 or expected % 32:
                 raise SimError(f"{what}: the thread count must be a positive multiple of 32")
-        arrived = 32 * len(warps)
-        if arrived % expected:
-            raise SimError(
-                f"{what} reached by {arrived} threads (warps {warps}): the last "
-                f"{arrived % expected} wait for the rest of a group of {expected} forever"
-            )
-        m.counters.instructions["bar.sync"] += len(warps)
-        if arrived == expected:
-            m.clocks.barrier(warps)
+        kind = "bar.sync" if sync else "bar.arrive"
+        m.counters.instructions[kind] += len(warps)
+        wait = m.barriers.arrive(barrier, expected, warps, sync, what)
+        if wait is not None:
+            mask = np.zeros(m.threads, dtype=bool)
+            mask[threads] = True
+            waits.append((wait, mask))
+    m.block(waits)
 
 
 # -- warp shuffles (CUDA C++ Programming Guide "Warp Shuffle Functions"; PTX ISA "shfl.sync") --
@@ -346,7 +355,7 @@ def _warp_reduce(m: Machine, call: Any) -> np.ndarray:
 def _activemask(m: Machine, call: Any) -> np.ndarray:
     """``__activemask()`` (PTX ``activemask.b32``; CUDA Programming Guide "Warp Vote
     Functions"): in each thread, one bit per lane of its warp that executes the call with
-    it. The simulator's warps run in lockstep, so that is every active lane of the warp
+    it. The simulator runs a warp's active lanes in lockstep, so that is every one of them
     (a diverged warp on the GPU may report fewer: the guide promises no convergence)."""
     active = np.broadcast_to(m.mask, m.tid.shape)
     warp = m.tid // 32

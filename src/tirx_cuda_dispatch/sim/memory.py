@@ -17,6 +17,7 @@ registers a ``tcgen05.ld`` fills) and the bytes of a live ``mbarrier`` object ar
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,43 +33,102 @@ NONE = -1
 
 
 class Clocks:
-    """Happens-before between the warps of one CTA, from the barriers each took part in.
+    """Happens-before between the warps of one CTA and its asynchronous units, from the
+    barriers, mbarrier phases and completions that order them.
 
-    A vector clock per warp: ``known[b, a]`` is the latest step of warp ``a`` that warp
-    ``b`` is ordered after (its own entry is its current step, from 1). A barrier that
-    releases a set of warps together (``bar.sync``: all of the CTA for ``__syncthreads``,
-    128 threads for a warpgroup's named barrier) joins their clocks and starts a new step
-    for each, so ordering is transitive across barriers of different sets. An access
-    remembers its warp's step; a later access by warp ``b`` is ordered after one by warp
-    ``a`` at step ``s`` iff ``known[b, a] >= s``.
+    A vector clock per *agent*: ``known[b, a]`` is the latest step of agent ``a`` that
+    agent ``b`` is ordered after (its own entry is its current step, from 1). The agents
+    are the CTA's warps (rows ``0 .. warps-1``), and the asynchronous units whose memory
+    accesses belong to no warp (the async proxy): the bulk-copy unit of each warp (the
+    TMA copies it issues, rows ``warps .. 2 warps - 1``) and the wgmma unit of each
+    warpgroup (its reads of A and B, rows ``2 warps ..``). An asynchronous operation is
+    ordered after what its issuer knows at the issue (:meth:`issue`) and before only
+    what acquires it through its completion mechanism (an mbarrier phase, a group wait):
+    a warp that merely reaches a CTA barrier with the issuer is not ordered after it.
+
+    A barrier that releases a set of warps together (``bar.sync``) joins their clocks
+    and starts a new step for each, so ordering is transitive across barriers of
+    different sets. An access remembers its agent's step; a later access by agent ``b``
+    is ordered after one by ``a`` at step ``s`` iff ``known[b, a] >= s``.
+
+    ``fence.proxy.async`` (:meth:`fence`) is recorded per warp: a generic-proxy write
+    that an async-proxy operation reads must lie before a fence that the operation is
+    ordered after (:meth:`fenced`).
     """
 
     def __init__(self, warps: int) -> None:
-        self.known = np.eye(max(1, warps), dtype=np.int64)
+        self.warps = max(1, warps)
+        self.warpgroups = -(-self.warps // 4)
+        self.size = 2 * self.warps + self.warpgroups
+        self.known = np.eye(self.size, dtype=np.int64)
+        self.fences: dict[int, tuple[list[int], list[np.ndarray]]] = {}
 
-    @property
-    def warps(self) -> int:
-        return self.known.shape[0]
+    def bulk_unit(self, warp: int) -> int:
+        """The agent of the bulk (TMA) copies ``warp`` issues."""
+        return self.warps + warp
+
+    def wgmma_unit(self, warpgroup: int) -> int:
+        """The agent of warpgroup ``warpgroup``'s wgmma operand reads."""
+        return 2 * self.warps + warpgroup
+
+    def name(self, agent: int) -> str:
+        """An agent in words, for messages."""
+        if agent < self.warps:
+            return f"warp {agent}"
+        if agent < 2 * self.warps:
+            return f"a TMA copy issued by warp {agent - self.warps}"
+        return f"warpgroup {agent - 2 * self.warps}'s wgmma"
 
     def barrier(self, warps: Iterable[int]) -> None:
         w = np.array(sorted(set(warps)), dtype=np.int64)
         self.known[w] = self.known[w].max(axis=0)
         self.known[w, w] += 1
 
-    def step(self, warps: np.ndarray) -> np.ndarray:
-        return self.known[warps, warps]
+    def step(self, agents: np.ndarray) -> np.ndarray:
+        return self.known[agents, agents]
 
     def release(self, warp: int) -> np.ndarray:
-        """A release by ``warp`` (an ``mbarrier`` arrive): what a later acquire of it is
-        ordered after (its clock now); the warp's later accesses start a new step."""
+        """A release by ``warp`` (an ``mbarrier`` arrive, a ``bar.arrive``): what a later
+        acquire of it is ordered after (its clock now); the warp's later accesses start a
+        new step."""
         known = self.known[warp].copy()
         self.known[warp, warp] += 1
         return known
 
     def acquire(self, warp: int, released: np.ndarray) -> None:
         """An acquire by ``warp`` of ``released`` (an ``mbarrier`` wait that saw its phase
-        complete): ``warp`` is ordered after everything the releases were."""
+        complete, a completed group wait): ``warp`` is ordered after everything the
+        releases were."""
         self.known[warp] = np.maximum(self.known[warp], released)
+
+    def issue(self, agent: int, warps: Iterable[int]) -> np.ndarray:
+        """An asynchronous operation of ``agent`` issued by ``warps``: it is ordered after
+        what they know now and gets a new step of its agent. Returns its clock, which its
+        completion releases to whoever acquires it."""
+        w = np.array(sorted(set(warps)), dtype=np.int64)
+        self.known[agent] = np.maximum(self.known[agent], self.known[w].max(axis=0))
+        self.known[agent, agent] += 1
+        return self.known[agent].copy()
+
+    def fence(self, warp: int) -> None:
+        """``fence.proxy.async`` by ``warp``: its generic accesses so far (and all it is
+        ordered after) are ordered before the async-proxy operations ordered after the
+        fence."""
+        steps, snapshots = self.fences.setdefault(warp, ([], []))
+        steps.append(int(self.known[warp, warp]))
+        snapshots.append(self.known[warp].copy())
+        self.known[warp, warp] += 1
+
+    def fenced(self, known: np.ndarray) -> np.ndarray:
+        """For an async-proxy operation that is ordered after ``known``: per warp, the
+        latest step of that warp's generic accesses a fence it is ordered after covers
+        (0: none)."""
+        out = np.zeros(self.size, dtype=np.int64)
+        for warp, (steps, snapshots) in self.fences.items():
+            i = bisect.bisect_right(steps, int(known[warp])) - 1
+            if i >= 0:
+                out = np.maximum(out, snapshots[i])
+        return out
 
 
 @dataclass
@@ -202,9 +262,15 @@ class Memory:
                 raise self.owner.hazard(self, threads, index, hit, action)
 
     def load(
-        self, threads: np.ndarray, offsets: np.ndarray, size: int, clocks: Clocks
+        self,
+        threads: np.ndarray,
+        offsets: np.ndarray,
+        size: int,
+        clocks: Clocks,
+        agents: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Bytes ``(n, size)`` that ``threads`` read at byte ``offsets``."""
+        """Bytes ``(n, size)`` that ``threads`` read at byte ``offsets`` (for the race
+        tracker: by their warps, or by ``agents``, one clock row per access)."""
         cells = self._cells(threads, offsets, size, "load")
         index = self._index(threads, cells)
         self._guarded(threads, index, "reads")
@@ -216,7 +282,7 @@ class Memory:
                 f"{self.name}, which nothing wrote"
             )
         if self.space == "shared":
-            self._track(threads, cells, clocks, write=False)
+            self._track(_rows(threads, agents), cells, clocks, write=False)
         return self.data[index]
 
     def store(
@@ -230,7 +296,7 @@ class Memory:
             if busy.any():
                 raise self.owner.source_hazard(self, threads, index, busy)
         if self.space == "shared":
-            self._track(threads, cells, clocks, write=True)
+            self._track(threads // 32, cells, clocks, write=True)
         self.data[index] = raw
         self.written[index] = True
 
@@ -241,86 +307,141 @@ class Memory:
         values: np.ndarray,
         clocks: Clocks,
         steps: np.ndarray | None = None,
+        agents: np.ndarray | None = None,
     ) -> None:
         """An asynchronous write lands: ``values`` into the cells ``index`` (as
-        :meth:`index` gives them), a write by ``threads``' warps at their current step
-        (at ``steps``, given) for the race tracker, no longer guarded."""
+        :meth:`index` gives them), a write by ``threads``' warps (or ``agents``) at their
+        current step (at ``steps``, given) for the race tracker, no longer guarded."""
         if self.space == "shared":
-            self._track(threads, index[0], clocks, write=True, steps=steps)
+            self._track(_rows(threads, agents), index[0], clocks, write=True, steps=steps)
         self.data[index] = values
         self.written[index] = True
         self.guard[index] &= ~np.uint8(IN_FLIGHT)
 
     def track(
-        self, threads: np.ndarray, cells: np.ndarray, clocks: Clocks, write: bool, stamp: bool
+        self,
+        threads: np.ndarray,
+        cells: np.ndarray,
+        clocks: Clocks,
+        write: bool,
+        stamp: bool,
+        agents: np.ndarray | None = None,
     ) -> None:
         """The race check of an access that is not a plain load or store (an
         asynchronous write when issued: ``stamp=False`` checks without recording; an
-        ``mbarrier`` operation on its object). Shared memory only; others are no-ops."""
+        ``mbarrier`` operation on its object; ``agents``: an asynchronous unit's access).
+        Shared memory only; others are no-ops."""
         if self.space == "shared":
-            self._track(threads, cells, clocks, write, stamp=stamp)
+            self._track(_rows(threads, agents), cells, clocks, write, stamp=stamp)
 
     def _track(
         self,
-        threads: np.ndarray,
+        agents: np.ndarray,
         cells: np.ndarray,
         clocks: Clocks,
         write: bool,
         steps: np.ndarray | None = None,
         stamp: bool = True,
     ) -> None:
-        """Race check: another warp touched these bytes and no barrier orders the two.
-        ``steps`` (one per thread) stamps the access at those steps of the threads' warps
-        instead of their current ones; ``stamp=False`` checks without recording."""
-        warps = np.broadcast_to((threads // 32)[:, None], cells.shape).ravel()
-        if warps.max() >= clocks.warps:
-            raise SimError(f"warp {int(warps.max())} accesses {self.name} outside the launch")
+        """Race check of the accesses of ``agents`` (clock rows, one per row of
+        ``cells``): another agent touched these bytes and nothing orders the two.
+        ``steps`` (one per row) stamps the access at those steps instead of the agents'
+        current ones; ``stamp=False`` checks without recording. An async-proxy agent
+        (wgmma, a TMA store) that reads bytes a warp wrote also needs a
+        ``fence.proxy.async`` between them (:meth:`Clocks.fenced`)."""
+        who = np.broadcast_to(np.asarray(agents)[:, None], cells.shape).ravel()
+        if who.max() >= clocks.size:
+            raise SimError(f"agent {int(who.max())} accesses {self.name} outside the launch")
         flat = cells.ravel()
-        if self.r_step is None or self.r_step.shape[1] != clocks.warps:
-            self.r_step = np.zeros((self.nbytes, clocks.warps), dtype=np.int64)
-        known = clocks.known[warps]  # (n, warps): what each accessing warp is ordered after
+        if self.r_step is None or self.r_step.shape[1] != clocks.size:
+            self.r_step = np.zeros((self.nbytes, clocks.size), dtype=np.int64)
+        known = clocks.known[who]  # (n, agents): what each accessing agent is ordered after
         writer = self.w_warp[flat]
         seen = known[np.arange(flat.size), np.maximum(writer, 0)]
-        unordered_w = (writer >= 0) & (writer != warps) & (seen < self.w_step[flat])
+        unordered_w = (writer >= 0) & (writer != who) & (seen < self.w_step[flat])
         if unordered_w.any():
             i = int(np.argmax(unordered_w))
             kind = "writes" if write else "reads"
             raise SimError(
-                f"shared-memory race on {self.name} byte {int(flat[i])}: warp {int(warps[i])} "
-                f"{kind} it after warp {int(writer[i])} wrote it, with no barrier between"
+                f"shared-memory race on {self.name} byte {int(flat[i])}: "
+                f"{clocks.name(int(who[i]))} {kind} it after {clocks.name(int(writer[i]))} "
+                f"wrote it, with nothing between that orders them{_hint(clocks, who[i], writer[i])}"
             )
+        if not write and who.min() >= clocks.warps:
+            self._check_fenced(who, flat, writer, clocks)
         if steps is None:
-            steps = clocks.step(warps)
+            steps = clocks.step(who)
         else:
             steps = np.broadcast_to(np.asarray(steps)[:, None], cells.shape).ravel()
         if not write:
             if stamp:
-                self.r_step[flat, warps] = steps
+                self.r_step[flat, who] = steps
             return
-        others = np.arange(clocks.warps)[None, :] != warps[:, None]
-        unordered_r = ((self.r_step[flat] > known) & others).any(axis=1)
+        others = np.arange(clocks.size)[None, :] != who[:, None]
+        unordered_r = (self.r_step[flat] > known) & others
         if unordered_r.any():
-            i = int(np.argmax(unordered_r))
+            i = int(np.argmax(unordered_r.any(axis=1)))
+            reader = int(np.argmax(unordered_r[i]))
             raise SimError(
-                f"shared-memory race on {self.name} byte {int(flat[i])}: warp "
-                f"{int(warps[i])} overwrites it while another warp reads it with no barrier "
-                f"between (a barrier is missing between the read and the write)"
+                f"shared-memory race on {self.name} byte {int(flat[i])}: "
+                f"{clocks.name(int(who[i]))} overwrites it while {clocks.name(reader)} reads "
+                f"it with nothing between that orders them{_hint(clocks, who[i], reader)}"
             )
-        # two warps writing one byte in this very access
+        # two agents writing one byte in this very access
         lo = np.full(self.nbytes, np.iinfo(np.int32).max, dtype=np.int64)
         hi = np.full(self.nbytes, -1, dtype=np.int64)
-        np.minimum.at(lo, flat, warps)
-        np.maximum.at(hi, flat, warps)
+        np.minimum.at(lo, flat, who)
+        np.maximum.at(hi, flat, who)
         clash = (hi[flat] != lo[flat]) & (hi[flat] >= 0)
         if clash.any():
             i = int(np.argmax(clash))
             raise SimError(
-                f"shared-memory race on {self.name} byte {int(flat[i])}: warps "
-                f"{int(lo[flat[i]])} and {int(hi[flat[i]])} write it at once"
+                f"shared-memory race on {self.name} byte {int(flat[i])}: "
+                f"{clocks.name(int(lo[flat[i]]))} and {clocks.name(int(hi[flat[i]]))} write "
+                f"it at once"
             )
         if stamp:
             self.w_step[flat] = steps
-            self.w_warp[flat] = warps
+            self.w_warp[flat] = who
+
+    def _check_fenced(self, who, flat, writer, clocks: Clocks) -> None:
+        """Async-proxy reads of bytes that warps wrote (generic proxy): each write must lie
+        before a ``fence.proxy.async`` the reading operation is ordered after (PTX ISA,
+        "Proxies": generic writes become visible to the async proxy only through it)."""
+        generic = (writer >= 0) & (writer < clocks.warps)
+        if not generic.any():
+            return
+        for agent in np.unique(who[generic]).tolist():
+            mine = generic & (who == agent)
+            covered = clocks.fenced(clocks.known[agent])
+            late = mine & (covered[np.maximum(writer, 0)] < self.w_step[flat])
+            if late.any():
+                i = int(np.argmax(late))
+                raise SimError(
+                    f"{clocks.name(agent)} reads byte {int(flat[i])} of shared {self.name}, "
+                    f"which {clocks.name(int(writer[i]))} wrote through the generic proxy "
+                    f"with no fence.proxy.async between: the async proxy may read the old "
+                    f"bytes; the writing threads need fence.proxy.async (then a barrier) "
+                    f"before the asynchronous operation is issued"
+                )
+
+
+def _rows(threads: np.ndarray, agents: np.ndarray | None) -> np.ndarray:
+    """The clock rows of accesses by ``threads``: their warps, or the ``agents`` given."""
+    if agents is None:
+        return threads // 32
+    return np.broadcast_to(np.asarray(agents, dtype=np.int64), threads.shape)
+
+
+def _hint(clocks: Clocks, reader: Any, writer: Any) -> str:
+    """What orders an asynchronous unit's access with a warp's, said where one of the two
+    is an asynchronous unit (a barrier between warps does not)."""
+    if max(int(reader), int(writer)) < clocks.warps:
+        return " (a barrier is missing between them)"
+    return (
+        " (an asynchronous copy or wgmma is ordered only by its completion: a wait on the "
+        "mbarrier phase it completes, or its group wait, not by a CTA barrier)"
+    )
 
 
 def bank_ways(threads: np.ndarray, offsets: np.ndarray, size: int) -> dict[int, int]:

@@ -38,6 +38,7 @@ from .interpreter import Machine
 from .intrinsics import named_barrier
 from .memory import BankRecord, bank_ways
 from .numerics import ROUNDING_MODES, f32_arith
+from .schedule import Wait
 from .values import Pointer
 
 TABLE = Table()
@@ -259,38 +260,74 @@ for _op in ("add", "sub", "mul", "fma"):
 )
 def _bar_sync(m: Machine, call: Any) -> None:
     """``bar{.cta}.sync a{, b}`` = ``barrier{.cta}.sync.aligned a{, b}``, and
-    ``barrier{.cta}.sync a{, b}`` (PTX ISA "bar, barrier"): the threads wait at named
-    barrier ``a`` (0-15) until ``b`` threads (a multiple of 32; without ``b``, every
-    thread of the CTA) have arrived, which orders their memory accesses. Warps arrive
-    whole, 32 threads each (a diverged warp is an error, ``.aligned`` or not: lockstep
-    execution cannot have the rest of the warp arrive from other code); the warps of
-    one statement arrive together: ``b`` of them are ordered, a larger multiple of ``b``
-    completes in groups the arrival order picks (ordered by none), any other number
-    waits forever (an error). Counted as ``bar.sync`` per warp."""
-    mnemonic = call.op.name.removeprefix("tirx.ptx.").split("_")[0]
-    parsed = plain_ptx_operands(call, mnemonic)
-    tokens = parsed.tokens
-    spelling = ".".join([mnemonic, *tokens])
-    if "sync" not in tokens or not set(tokens) <= {"cta", "sync", "aligned"}:
-        raise SimError(f"{spelling}: the simulator models {mnemonic}{{.cta}}.sync")
+    ``barrier{.cta}.sync a{, b}`` (PTX ISA "bar, barrier"): the threads arrive at named
+    barrier ``a`` (0-15) and wait until ``b`` threads (a multiple of 32; without ``b``,
+    every thread of the CTA) have arrived, from this statement or others (``bar.sync`` or
+    ``bar.arrive``), which orders them after every arrival. Warps arrive whole, 32
+    threads each (a diverged warp is an error, ``.aligned`` or not); arrivals of one
+    statement that fill more than one group complete in groups the arrival order picks
+    (ordered by none). Counted as ``bar.sync`` per warp."""
+    mnemonic, parsed, spelling = _bar_form(call, "sync")
     if len(parsed.operands) not in (1, 2):
         raise SimError(f"{spelling} takes a barrier and an optional thread count")
     ids = m.per_thread(m.eval(parsed.operands[0]))
     count = m.per_thread(m.eval(parsed.operands[1])) if len(parsed.operands) == 2 else None
-    aligned = mnemonic == "bar" or "aligned" in tokens
+    aligned = mnemonic == "bar" or "aligned" in parsed.tokens
     named_barrier(m, ids, count, spelling, aligned=aligned)
 
 
 @TABLE.entry("tirx.ptx.bar_arrive", "tirx.ptx.barrier_arrive")
 def _bar_arrive(m: Machine, call: Any) -> None:
     """``bar{.cta}.arrive a, b`` / ``barrier{.cta}.arrive{.aligned} a, b`` (PTX ISA "bar,
-    barrier"): the threads count towards named barrier ``a`` completing at ``b`` arrivals
-    without waiting for it. Not modeled: pairing arrivals with the waiting ``bar.sync``
-    of later statements needs barrier state across statements, which the simulator does
-    not keep, so it is an error naming the instruction."""
+    barrier"): the threads count towards named barrier ``a`` completing at ``b`` threads
+    without waiting for it; their memory accesses before it are ordered before the
+    threads that wait there (``bar.sync``) once it completes. Warps arrive whole.
+    Counted as ``bar.arrive`` per warp."""
+    mnemonic, parsed, spelling = _bar_form(call, "arrive")
+    if len(parsed.operands) != 2:
+        raise SimError(f"{spelling} takes a barrier and a thread count")
+    ids = m.per_thread(m.eval(parsed.operands[0]))
+    count = m.per_thread(m.eval(parsed.operands[1]))
+    aligned = mnemonic == "bar" or "aligned" in parsed.tokens
+    named_barrier(m, ids, count, spelling, aligned=aligned, sync=False)
+
+
+def _bar_form(call: Any, action: str) -> tuple[str, PtxOperands, str]:
     mnemonic = call.op.name.removeprefix("tirx.ptx.").split("_")[0]
-    spelling = ".".join([mnemonic, *ptx_operands(call).tokens])
-    raise SimError(f"{spelling} is not modeled by the simulator (only {mnemonic}.sync is)")
+    parsed = plain_ptx_operands(call, mnemonic)
+    tokens = parsed.tokens
+    spelling = ".".join([mnemonic, *tokens])
+    if action not in tokens or not set(tokens) <= {"cta", action, "aligned"}:
+        raise SimError(f"{spelling}: the simulator models {mnemonic}{{.cta}}.{action}")
+    return mnemonic, parsed, spelling
+
+
+@TABLE.entry("tirx.ptx.setmaxnreg")
+def _setmaxnreg(m: Machine, call: Any) -> None:
+    """``setmaxnreg.{inc,dec}.sync.aligned.u32 n`` (PTX ISA "setmaxnreg", sm_90a): every
+    warp of the executing warpgroup sets its per-thread register count to ``n`` (a
+    multiple of 8 in [24, 256]); ``.dec`` gives the difference back to the CTA's pool,
+    ``.inc`` takes it from the pool and waits until the pool holds it
+    (:class:`.barriers.RegisterFile`: warps start with the count the launch allows). All
+    warps of a warpgroup execute the same instruction together (.sync.aligned)."""
+    parsed = plain_ptx_operands(call, "setmaxnreg")
+    action = next((t for t in parsed.tokens if t in ("inc", "dec")), None)
+    what = ".".join(["setmaxnreg", *parsed.tokens])
+    if action is None or len(parsed.operands) != 1:
+        raise SimError(f"{what}: setmaxnreg.inc or .dec with one register count")
+    count = _uniform_int(m, parsed.operands[0], what)
+    m.require_full_warps(what)
+    warps = m.warps()
+    m.counters.instructions[f"setmaxnreg.{action}"] += len(warps)
+    waits = m.registers.setmaxnreg(action, count, warps, f"{what} {count}")
+    m.block([(wait, _warp_mask(m, mine)) for wait, mine in waits])
+
+
+def _warp_mask(m: Machine, warps: list[int]) -> np.ndarray:
+    mask = np.zeros(m.threads, dtype=bool)
+    for w in warps:
+        mask[w * 32 : (w + 1) * 32] = True
+    return mask
 
 
 # -- ldmatrix / stmatrix (PTX ISA 9.7.14.5.15 / 9.7.14.5.16) ------------------------------------
@@ -597,7 +634,7 @@ def cp_async(
     """Each active thread issues one cp.async of ``cp_size`` bytes from global ``src`` to
     the shared-window address ``dst``, reading ``read`` bytes of it (per thread; all when
     None) and zero-filling the rest: an effect of the thread's open cp.async group."""
-    threads = m._active_threads()
+    threads = m.active_threads()
     if threads.size == 0:
         return
     if cp_size not in (4, 8, 16) or (cop == "cg" and cp_size != 16):
@@ -702,7 +739,7 @@ def _cp_commit(m: Machine, call: Any) -> None:
     none since the last commit)."""
     _, guard = guarded_ptx_operands(call, "cp.async.commit_group")
     with _guarded(m, guard):
-        m.asynchrony.commit(m, m._active_threads())
+        m.asynchrony.commit(m, m.active_threads())
         m.counters.instructions["cp.async.commit_group"] += len(m.warps())
 
 
@@ -717,7 +754,7 @@ def _cp_wait_group(m: Machine, call: Any) -> None:
     if n < 0:
         raise SimError(f"cp.async.wait_group {n}: N must not be negative")
     with _guarded(m, guard):
-        m.asynchrony.wait_groups(m, m._active_threads(), n)
+        m.asynchrony.wait_groups(m, m.active_threads(), n)
         m.counters.instructions["cp.async.wait_group"] += len(m.warps())
 
 
@@ -727,7 +764,7 @@ def _cp_wait_all(m: Machine, call: Any) -> None:
     cp.async.wait_group 0``: every cp.async the executing thread issued lands."""
     _, guard = guarded_ptx_operands(call, "cp.async.wait_all")
     with _guarded(m, guard):
-        threads = m._active_threads()
+        threads = m.active_threads()
         m.asynchrony.commit(m, threads)
         m.asynchrony.wait_groups(m, threads, 0)
         m.counters.instructions["cp.async.wait_all"] += len(m.warps())
@@ -809,7 +846,7 @@ def _barriers(m: Machine, parsed: PtxOperands, operand: Any, what: str):
         raise SimError(
             f"{what} takes {kind} of shared memory, got {form} address of {ptr.memory.space} memory"
         )
-    threads = m._active_threads()
+    threads = m.active_threads()
     offsets = m.per_thread(ptr.offsets)[threads]
     bad = offsets % 8 != 0
     if bad.any():
@@ -984,9 +1021,9 @@ def _mbarrier_wait(m: Machine, call: Any) -> None:
     its parity is ``phaseParity``, else the one before it; with ``state``: the phase of
     the arrive that returned it), else 0. When it has, ``.acquire`` (the default; not
     ``.relaxed``) orders the thread after the phase's arrivals. ``try_wait`` may suspend
-    the thread until the phase completes or a time limit passes; in lockstep nothing
-    else runs meanwhile, so it answers as ``test_wait`` does (a spin loop that can never
-    see the phase complete is reported as a deadlock)."""
+    the thread until the phase completes or a time limit passes; the simulator answers at
+    once, as ``test_wait`` does (a spin loop over it waits for other warps to change
+    something, and is a deadlock when none can)."""
     action = call.op.name.removeprefix("tirx.ptx.mbarrier_").split("_parity")[0]
     action = action.removesuffix("_hint")
     parsed, guard = guarded_ptx_operands(call, f"mbarrier.{action}")
@@ -1010,15 +1047,36 @@ def _mbarrier_wait(m: Machine, call: Any) -> None:
 def _cuda_mbarrier_wait(m: Machine, call: Any) -> None:
     """TVM's ``T.cuda.mbarrier_wait(bar, phase)`` (its helper in ``backend/cuda/cpp/
     asm.py``): retries ``mbarrier.try_wait.parity.acquire.cta.shared::cta.b64`` on the
-    generic address ``bar`` with parity ``phase`` until it succeeds. In lockstep a phase
-    that has not completed when the wait runs never will: that is a deadlock, an error
-    naming the barrier and what it still waits for."""
+    generic address ``bar`` with parity ``phase`` until it succeeds: a thread whose phase
+    has not completed waits (other warps run) and then acquires the phase's arrivals; a
+    phase nothing can complete any more is a deadlock naming the barrier and what it
+    still waits for."""
     bar_node, phase_node = call.args
     what = "mbarrier_wait (mbarrier.try_wait.parity.acquire.cta)"
     values = _ints(m, phase_node)
+    waits = []
     for bar, threads in _barriers(m, PtxOperands([], [], ""), bar_node, what):
+        late: dict[int, list[int]] = {}
         for t in threads.tolist():
             phase = _wait_phase(bar, int(values[t]), True, what)
             if not m.asynchrony.phase_done(m, bar, phase, [t // 32], True):
-                raise m.asynchrony.deadlock(f"{what} by thread {t}")
+                late.setdefault(phase, []).append(t)
+        for phase, tids in late.items():
+            waits.append(_phase_wait(m, bar, phase, np.array(tids), what))
     m.counters.instructions["mbarrier.try_wait"] += len(m.warps())
+    m.block(waits)
+
+
+def _phase_wait(m: Machine, bar: Any, phase: int, tids: np.ndarray, what: str):
+    """Threads ``tids`` wait for ``bar`` to complete ``phase``, then acquire it."""
+    mask = np.zeros(m.threads, dtype=bool)
+    mask[tids] = True
+    warps = sorted(set((tids // 32).tolist()))
+    asynchrony = m.asynchrony
+    wait = Wait(
+        f"{what} on {bar.describe()}",
+        lambda: bar.phase > phase,
+        lambda: asynchrony.describe_unmet((bar, phase)),
+        then=lambda: asynchrony.phase_done(m, bar, phase, warps, True),
+    )
+    return wait, mask

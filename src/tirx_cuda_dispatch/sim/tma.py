@@ -1,5 +1,6 @@
-"""The Tensor Memory Accelerator's loads: ``cp.async.bulk.tensor`` global -> shared with
-completion on an mbarrier (PTX ISA 9.7.9.25.5.1), and the tensor maps they read.
+"""The Tensor Memory Accelerator: ``cp.async.bulk.tensor`` loads (global -> shared, completion
+on an mbarrier) and stores (shared -> global, ``cp.reduce`` too, completion through bulk
+async-groups) (PTX ISA 9.7.9.25.5.1-2), and the tensor maps they read.
 
 A kernel receives a tensor map (``CUtensorMap``, a ``__grid_constant__`` parameter) the host
 encoded before the launch with ``cuTensorMapEncodeTiled``; the simulator binds it as a
@@ -12,6 +13,16 @@ after box row, dimension 0 fastest, each 16-byte unit at address ``a`` moved to 
 TMA swizzle patterns: address bits 4-6 xor bits 7-9 for 128 bytes). Its writes land when
 the mbarrier phase it completes its bytes on completes (:mod:`.asynchrony`); before then a
 read of them, or a write over them, is an error naming the copy.
+
+A store reads its box from shared memory (the same addresses, swizzle included) as the
+async proxy when it is issued, and writes the elements that lie inside the tensor (the
+rest of the box is clipped). It joins the issuing thread's bulk async-group:
+``cp.async.bulk.commit_group`` closes the group, ``cp.async.bulk.wait_group.read N``
+completes the reads of all but the ``N`` most recent groups (their shared bytes may be
+written again), ``cp.async.bulk.wait_group N`` completes them whole (their global bytes
+may be read). Until then writing the shared source, or reading the global destination,
+is an error naming the store; a CTA may exit with a store's writes in flight (they land
+when the grid completes), not with its reads.
 """
 
 from __future__ import annotations
@@ -22,10 +33,11 @@ from typing import Any
 import numpy as np
 
 from .asynchrony import Effect
-from .calls import Table, guarded_ptx_operands, issued_at
+from .calls import Table, guarded_ptx_operands, issued_at, plain_ptx_operands
 from .errors import NotModeled, SimError
 from .interpreter import Machine
 from .memory import swizzled_address
+from .numerics import cast, is_float, parse_dtype
 from .values import Pointer, TensorMapValue
 
 TABLE = Table()
@@ -110,7 +122,7 @@ def _bulk_tensor_load(m: Machine, call: Any) -> None:
         raise SimError(f"{what}: the tensor map {tm.name} has rank {len(tm.dims)}, not {rank}")
     dst = _shared_window(m, dst_node, what, "dstMem")
     bar_ptr = _shared_window(m, bar_node, what, "mbar")
-    threads = m._active_threads()
+    threads = m.active_threads()
     coords = [m.per_thread(np.asarray(m.eval(c)).astype(np.int64)) for c in coord_nodes]
     dst_off = m.per_thread(dst.offsets)
     bar_off = m.per_thread(bar_ptr.offsets)
@@ -136,14 +148,137 @@ def _bulk_tensor_load(m: Machine, call: Any) -> None:
             values[inside] = tm.memory.load(
                 np.full(read.shape[0], t), read[:, 0], tm.elem_bytes, m.clocks
             )
+        agent = m.clocks.bulk_unit(t // 32)
         effect = Effect(
             "cp.async.bulk.tensor", what, issued_at(m, call), m.call, dst.memory, one,
             dst.memory.index(one, cells), values.reshape(1, -1),
             source=tm.memory, source_cells=source.reshape(1, -1),
             source_read=np.repeat(inside, tm.elem_bytes).reshape(1, -1),
+            agent=agent, snapshot=m.clocks.issue(agent, [t // 32]),
         )  # fmt: skip
-        dst.memory.track(one, cells, m.clocks, write=True, stamp=False)
+        # the copy's writes belong to the async proxy: ordered after what the issuing
+        # thread knows, before only the waiters of the phase it completes
+        dst.memory.track(one, cells, m.clocks, write=True, stamp=False, agents=np.array([agent]))
         m.asynchrony.issue_on_barrier(m, effect, bar, nbytes)
         m.counters.instructions["cp.async.bulk.tensor"] += 1
         m.counters.bytes["global.load"] += int(inside.sum()) * tm.elem_bytes
         m.counters.bytes["shared.store"] += nbytes
+
+
+_STORE_TOKENS = {"async", "bulk", "tensor", "global", "shared::cta", "tile", "bulk_group"}
+_REDUCE_OPS = {"add": np.add, "min": np.fmin, "max": np.fmax}
+
+
+@TABLE.entry("tirx.ptx.cp_async_bulk_tensor_s2g", "tirx.ptx.cp_reduce_async_bulk_tensor")
+def _bulk_tensor_store(m: Machine, call: Any) -> None:
+    """``cp{.reduce}.async.bulk.tensor.{1-5}d.global.shared::cta{.op}.tile.bulk_group
+    [tensorMap, {c0, ...}], [srcMem]`` (PTX ISA 9.7.9.25.5.2, sm_90): each executing thread
+    starts the copy of one box from ``srcMem`` (128-byte aligned, laid out and swizzled as
+    a load's box) to the tensor at coordinates ``c``; elements outside the tensor are not
+    written. ``.reduce`` combines each element with the tensor's: ``.add`` (rounded to
+    nearest in the element type), ``.min``, ``.max``. The shared bytes are read by the
+    async proxy (a plain store to them needs fence.proxy.async before the copy); the copy
+    joins the thread's bulk async-group, whose ``wait_group.read`` completes its reads and
+    ``wait_group`` the whole copy."""
+    reduce = call.op.name.endswith("cp_reduce_async_bulk_tensor")
+    parsed = plain_ptx_operands(call, "cp.async.bulk.tensor")
+    tokens = [t for t in parsed.tokens if t]
+    what = ".".join(["cp", *tokens])
+    dims = [t for t in tokens if t.endswith("d") and t[:-1].isdigit()]
+    ops = [t for t in tokens if t in _REDUCE_OPS]
+    allowed = _STORE_TOKENS | set(dims) | set(ops) | ({"reduce"} if reduce else set())
+    if set(tokens) - allowed or len(dims) != 1 or (reduce and len(ops) != 1):
+        raise NotModeled(f"{what}: the .tile store (and .add/.min/.max reduce) is modeled")
+    rank = int(dims[0][:-1])
+    map_node, *coord_nodes, src_node = parsed.operands
+    if len(coord_nodes) != rank:
+        raise SimError(f"{what}: {len(coord_nodes)} coordinates for a {rank}d copy")
+    tm = _tensor_map(m, map_node, what)
+    if len(tm.dims) != rank:
+        raise SimError(f"{what}: the tensor map {tm.name} has rank {len(tm.dims)}, not {rank}")
+    src = _shared_window(m, src_node, what, "srcMem")
+    threads = m.active_threads()
+    coords = [m.per_thread(np.asarray(m.eval(c)).astype(np.int64)) for c in coord_nodes]
+    src_off = m.per_thread(src.offsets)
+    combine = _combine(tm, ops[0], what) if reduce else None
+    for t in threads.tolist():
+        start = int(src_off[t])
+        if start % SHARED_ALIGN:
+            raise SimError(
+                f"misaligned {what}: srcMem is byte {start} of shared {src.memory.name} "
+                f"(thread {t}); a tensor copy's shared address is 128-byte aligned"
+            )
+        one = np.array([t])
+        shared, dest, inside, nbytes = box_copy(tm, [int(c[t]) for c in coords], start)
+        if shared.max() >= src.memory.nbytes:
+            raise SimError(
+                f"{what} (thread {t}) reads past the {src.memory.nbytes} bytes of shared "
+                f"{src.memory.name}: its box of {nbytes} bytes starts at byte {start}"
+            )
+        agent = m.clocks.bulk_unit(t // 32)
+        snapshot = m.clocks.issue(agent, [t // 32])
+        raw = src.memory.load(
+            np.full(shared.size, t), shared, 1, m.clocks, np.full(shared.size, agent)
+        ).reshape(dest.shape)  # the async proxy reads the box now; busy until the group's read
+        cells = dest[inside].reshape(1, -1)
+        effect = Effect(
+            "cp.async.bulk", what, issued_at(m, call), m.call, tm.memory, one,
+            tm.memory.index(one, cells), raw[inside].reshape(1, -1),
+            group=m.asynchrony.open_groups(m, one, "cp.async.bulk"),
+            source=src.memory, source_cells=shared[None, :],
+            source_read=np.ones((1, shared.size), dtype=bool),
+            agent=agent, snapshot=snapshot, combine=combine,
+        )  # fmt: skip
+        m.asynchrony.issue(m, effect)
+        m.counters.instructions[
+            "cp.reduce.async.bulk.tensor" if reduce else "cp.async.bulk.tensor.store"
+        ] += 1
+        m.counters.bytes["shared.load"] += nbytes
+        m.counters.bytes["global.store"] += int(inside.sum()) * tm.elem_bytes
+
+
+def _combine(tm: TensorMapValue, op: str, what: str):
+    """A reduction's landing: the tensor's element ``op`` the box's, in the element type
+    (a float sum rounded once to nearest even)."""
+    dtype = parse_dtype(tm.dtype)[0]
+    if op != "add" and is_float(dtype) and dtype.itemsize == 4:
+        raise SimError(f"{what}: .{op} does not take float32 elements (PTX ISA)")
+    size = tm.elem_bytes
+
+    def combine(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+        a = np.ascontiguousarray(old).reshape(-1, size).view(dtype)
+        b = np.ascontiguousarray(new).reshape(-1, size).view(dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if is_float(dtype):  # exact in float64, rounded once
+                out = cast(_REDUCE_OPS[op](a.astype(np.float64), b.astype(np.float64)), dtype)
+            else:
+                out = _REDUCE_OPS[op](a, b).astype(dtype)
+        return np.ascontiguousarray(out).view(np.uint8).reshape(old.shape)
+
+    return combine
+
+
+@TABLE.entry("tirx.ptx.cp_async_bulk_commit_group")
+def _bulk_commit(m: Machine, call: Any) -> None:
+    """``cp.async.bulk.commit_group`` (PTX ISA 9.7.9.25.6.1): the executing thread's bulk
+    async operations not yet in a group (TMA stores) become one bulk async-group (an
+    empty one if none)."""
+    m.asynchrony.commit(m, m.active_threads(), "cp.async.bulk")
+    m.counters.instructions["cp.async.bulk.commit_group"] += len(m.warps())
+
+
+@TABLE.entry("tirx.ptx.cp_async_bulk_wait_group")
+def _bulk_wait(m: Machine, call: Any) -> None:
+    """``cp.async.bulk.wait_group{.read} N`` (PTX ISA 9.7.9.25.6.2): the executing thread
+    waits until at most ``N`` of its most recent bulk async-groups are pending: with
+    ``.read``, only their reads of the source are done (it may be written again), else
+    the whole operations (the destination may be read); the thread is ordered after what
+    they completed."""
+    parsed = plain_ptx_operands(call, "cp.async.bulk.wait_group")
+    tokens = [t for t in parsed.tokens if t]
+    if not parsed.operands:
+        raise SimError(f"cp.async.bulk.wait_group without N: {call}")
+    n = int(np.asarray(m.eval(parsed.operands[0])).flat[0])
+    reads = "read" in tokens
+    m.asynchrony.wait_groups(m, m.active_threads(), n, "cp.async.bulk", reads=reads)
+    m.counters.instructions[f"cp.async.bulk.wait_group{'.read' if reads else ''}"] += len(m.warps())

@@ -90,6 +90,7 @@ class TensorMemory:
         values: np.ndarray,
         clocks: Any,
         steps: np.ndarray | None = None,
+        agents: np.ndarray | None = None,
     ) -> None:
         """A ``tcgen05.st`` lands (tensor memory has no race tracker)."""
         self.data[index] = values

@@ -91,21 +91,26 @@ def _values(raw: np.ndarray, ab: str) -> np.ndarray:
 @TABLE.entry("tirx.ptx.wgmma_fence")
 def _wgmma_fence(m: Machine, call: Any) -> None:
     """``wgmma.fence.sync.aligned`` (PTX ISA 9.7.15.7.1): orders the warpgroup's prior
-    register and shared accesses before its following wgmma.mma_async; in lockstep they
-    are ordered already: counted only."""
+    register accesses (of the accumulator and A registers) before its following
+    wgmma.mma_async. The simulator orders a warpgroup's own register accesses in program
+    order already: counted only. (Shared bytes plain stores wrote still need
+    fence.proxy.async.)"""
     m.counters.instructions["wgmma.fence"] += len(m.warps())
 
 
 @TABLE.entry("tirx.ptx.fence_proxy")
 def _fence_proxy(m: Machine, call: Any) -> None:
-    """``fence.proxy.async{.shared::cta}`` (PTX ISA 9.7.13.4): orders the thread's generic
-    proxy accesses of shared memory before later async proxy ones (a wgmma or TMA reading
-    bytes plain stores wrote). Counted only: the simulator does not check that such a
-    fence stands between the stores and the wgmma."""
+    """``fence.proxy.async{.shared::cta}`` (PTX ISA 9.7.13.4, "Proxies"): orders the
+    thread's generic-proxy accesses (and all it is ordered after) before the async-proxy
+    operations ordered after the fence. A wgmma or TMA store that reads shared bytes a
+    plain store wrote needs such a fence between them (:meth:`.memory.Clocks.fenced`);
+    bytes TMA wrote reach a wgmma without one (the mbarrier phase orders them)."""
     parsed = plain_ptx_operands(call, "fence.proxy")
     tokens = [t for t in parsed.tokens if t]
     if "async" not in tokens:
         raise NotModeled(f"fence.proxy {tokens}: only fence.proxy.async is modeled")
+    for w in m.warps():
+        m.clocks.fence(w)
     m.counters.instructions["fence.proxy.async"] += len(m.warps())
 
 
@@ -113,7 +118,7 @@ def _fence_proxy(m: Machine, call: Any) -> None:
 def _wgmma_commit(m: Machine, call: Any) -> None:
     """``wgmma.commit_group.sync.aligned`` (9.7.15.7.2): the warpgroup's wgmma.mma_async
     operations not yet in a group become one group (an empty one if none)."""
-    m.asynchrony.commit(m, m._active_threads(), "wgmma")
+    m.asynchrony.commit(m, m.active_threads(), "wgmma")
     m.counters.instructions["wgmma.commit_group"] += len(m.warps())
 
 
@@ -131,7 +136,7 @@ def _wgmma_wait(m: Machine, call: Any) -> None:
         n = int(counts[0])
     else:
         raise SimError(f"wgmma.wait_group without N: {call}")
-    m.asynchrony.wait_groups(m, m._active_threads(), n, "wgmma")
+    m.asynchrony.wait_groups(m, m.active_threads(), n, "wgmma")
     m.counters.instructions["wgmma.wait_group"] += len(m.warps())
 
 
@@ -155,11 +160,11 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
     what = f"wgmma.mma_async.{shape}.f32.{ab}.{ab}"
     if len(regs) != n // 2:
         raise SimError(f"{what}: {len(regs)} D registers, needs {n // 2}")
-    threads = m._active_threads()
+    threads = m.active_threads()
     groups = np.unique(threads // WARPGROUP)
     if threads.size != groups.size * WARPGROUP:
         raise SimError(f"{what}: every thread of a warpgroup executes it (.sync.aligned)")
-    mems = {id(m._bound(r.source).pointer.memory): m._bound(r.source).pointer.memory for r in regs}
+    mems = {id(m.bound(r.source).pointer.memory): m.bound(r.source).pointer.memory for r in regs}
     for mem in mems.values():  # chained on an earlier wgmma's accumulator: in order
         m.asynchrony.settle(m, "wgmma", mem, threads)
     scale = [int(np.asarray(m.eval(x)).flat[0]) for x in (scale_a, scale_b)]
@@ -183,7 +188,13 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
         b_at = operand_bytes(decode(int(db[mine[0]])), bool(flags[1]), n, 16, 2)
         reader = np.full(a_at.size + b_at.size, mine[0])
         cells = np.concatenate([a_at.ravel(), b_at.ravel()])
-        raw = memory.load(reader, cells, 2, m.clocks)  # guards: TMA bytes still in flight
+        # the operand reads belong to the async proxy (the warpgroup's wgmma unit): ordered
+        # after what its warps know at the issue, and after their fence.proxy.async for
+        # bytes they wrote with plain stores; done for others only at the group's wait
+        agent = m.clocks.wgmma_unit(g)
+        snapshot = m.clocks.issue(agent, range(4 * g, 4 * g + 4))
+        agents = np.full(reader.size, agent)
+        raw = memory.load(reader, cells, 2, m.clocks, agents)  # guards: TMA bytes in flight
         vals = _values(raw, ab)
         a = vals[: a_at.size].reshape(64, 16) * scale[0]
         b = vals[a_at.size :].reshape(n, 16).T * scale[1]
@@ -191,10 +202,10 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
         c[row, col] = np.where(keep[mine][:, None], d[mine], 0.0)
         full = mma_sum(a, b, c, np.float32)
         out[mine] = full[row, col]
-        reads.append((memory, mine[0], cells))
+        reads.append((memory, mine[0], cells, agent, snapshot))
     queue_register_writes(m, "wgmma", what, issued_at(m, call), regs, out, group="wgmma")
-    for memory, reader, cells in reads:
-        _queue_reads(m, call, what, memory, reader, cells)
+    for memory, reader, cells, agent, snapshot in reads:
+        _queue_reads(m, call, what, memory, reader, cells, agent, snapshot)
     m.counters.instructions[what] += len(m.warps())
 
 
@@ -205,9 +216,13 @@ def _shared_memory(m: Machine, what: str) -> Any:
     return m.dynamic_shared
 
 
-def _queue_reads(m: Machine, call: Any, what: str, memory: Any, reader: int, cells: np.ndarray):
+def _queue_reads(
+    m: Machine, call: Any, what: str, memory: Any, reader: int, cells: np.ndarray,
+    agent: int, snapshot: np.ndarray,
+) -> None:  # fmt: skip
     """The shared bytes the wgmma reads, busy until its group completes: an effect that
-    writes nothing and reads them (a plain write over them before the wait is an error)."""
+    writes nothing and reads them (a plain write over them before the wait is an error);
+    the wait orders the warpgroup after the reads (the unit's clock at the issue)."""
     one = np.array([reader])
     index = memory.index(one, np.zeros((1, 0), dtype=np.int64))
     group = m.asynchrony.open_groups(m, one, "wgmma")
@@ -216,5 +231,6 @@ def _queue_reads(m: Machine, call: Any, what: str, memory: Any, reader: int, cel
         "wgmma", what, issued_at(m, call), m.call, memory, one, index,
         np.zeros((1, 0), dtype=np.uint8), group,
         source=memory, source_cells=source, source_read=np.ones(source.shape, dtype=bool),
+        agent=agent, snapshot=snapshot,
     )  # fmt: skip
     m.asynchrony.issue(m, effect)

@@ -1,0 +1,202 @@
+"""A CTA's named barriers and register pool: the state ``bar.sync`` / ``bar.arrive`` and
+``setmaxnreg`` keep between the warps that use them (PTX ISA "bar, barrier",
+"setmaxnreg").
+
+A named barrier (0-15) completes each time its thread count has arrived: warps arrive
+whole (32 threads each); ``bar.sync`` waits for the completion, ``bar.arrive`` does not.
+The completion orders every warp that waited after every warp that arrived (an arrival
+releases its warp's clock, a completion is acquired by the waiting warps,
+:class:`.memory.Clocks`). Arrivals of one statement that fill more than the generation
+they join complete in groups the arrival order picks, so the simulator orders none of
+the warps of those generations.
+
+The register pool (``setmaxnreg``) is the CTA's: every warp starts with the per-thread
+count the launch allows each of its threads (65,536 registers over the CTA's threads, in
+steps of 8, at most 256: the count ptxas gives a kernel whose launch bounds name its
+threads, which ``setmaxnreg`` needs); ``.dec`` gives registers back to the pool and
+``.inc`` takes them from it, waiting until the pool has them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import SimError
+from .schedule import Wait, threads_text
+
+BARRIERS = 16
+REGISTER_FILE = 65536  # 32-bit registers of an SM, all of them one CTA's here
+WARP = 32
+
+
+@dataclass
+class _Generation:
+    """The arrivals at a named barrier not yet completed."""
+
+    expected: int  # threads
+    number: int
+    arrived: int = 0
+    warps: list[int] = field(default_factory=list)
+    released: np.ndarray | None = None  # join of the arrivals' clocks
+    unordered: bool = False
+
+
+class NamedBarriers:
+    """The CTA's 16 named barriers (:mod:`.barriers`)."""
+
+    def __init__(self, m: Any) -> None:
+        self.m = m
+        self.current: dict[int, _Generation] = {}
+        self.completed: dict[int, int] = {}  # barrier -> generations completed
+        self.released: dict[tuple[int, int], np.ndarray | None] = {}
+
+    def arrive(
+        self, barrier: int, expected: int, warps: list[int], sync: bool, what: str
+    ) -> Wait | None:
+        """``warps`` (one statement's) arrive at ``barrier`` that completes at ``expected``
+        threads. With ``sync`` they wait for the generation they complete: what they wait
+        for (None: it completed now)."""
+        m = self.m
+        clocks = m.clocks
+        released = [clocks.release(w) for w in warps]
+        joined = np.max(released, axis=0)
+        gen = self.current.get(barrier)
+        if gen is None:
+            gen = self.current[barrier] = _Generation(expected, self.completed.get(barrier, 0))
+        elif gen.expected != expected:
+            raise SimError(
+                f"{what}: warps {warps} arrive expecting {expected} threads while the "
+                f"barrier's earlier arrivals (warps {gen.warps}) expect {gen.expected}: every "
+                f"arrival at one barrier gives the same count"
+            )
+        arrived = WARP * len(warps)
+        straddles = gen.arrived + arrived > expected  # which warps complete it is unknown
+        gen.arrived += arrived
+        gen.warps += warps
+        gen.released = joined if gen.released is None else np.maximum(gen.released, joined)
+        last = None
+        while gen is not None and gen.arrived >= expected:
+            leftover = gen.arrived - expected
+            self._complete(barrier, gen, unordered=gen.unordered or straddles)
+            last = gen.number
+            gen = None
+            if leftover:
+                gen = self.current[barrier] = _Generation(
+                    expected, last + 1, leftover, list(warps), joined, unordered=True
+                )
+        if not sync:
+            return None
+        if gen is None:  # completed by this very statement
+            self._acquire(barrier, last, warps)
+            return None
+        number = gen.number
+        return Wait(
+            what,
+            lambda: self.completed.get(barrier, 0) > number,
+            lambda: self._state(barrier, number),
+            then=lambda: self._acquire(barrier, number, warps),
+        )
+
+    def _complete(self, barrier: int, gen: _Generation, unordered: bool) -> None:
+        self.m.events += 1
+        self.released[(barrier, gen.number)] = None if unordered else gen.released
+        self.released.pop((barrier, gen.number - 4), None)
+        self.completed[barrier] = gen.number + 1
+        self.current.pop(barrier, None)
+
+    def _acquire(self, barrier: int, number: int, warps: list[int]) -> None:
+        released = self.released.get((barrier, number))
+        if released is not None:
+            for w in warps:
+                self.m.clocks.acquire(w, released)
+
+    def _state(self, barrier: int, number: int) -> str:
+        gen = self.current.get(barrier)
+        if gen is None or gen.number != number:
+            return "its completion"
+        return (
+            f"{gen.expected - gen.arrived} more of its {gen.expected} threads to arrive "
+            f"({gen.arrived} arrived: warps {gen.warps})"
+        )
+
+
+class RegisterFile:
+    """The CTA's register pool for ``setmaxnreg`` (:mod:`.barriers`)."""
+
+    def __init__(self, m: Any) -> None:
+        self.m = m
+        warps = max(1, -(-m.threads // WARP))
+        entry = min(256, REGISTER_FILE // (warps * WARP) // 8 * 8)
+        self.entry = entry
+        self.per_thread = np.full(warps, entry, dtype=np.int64)
+        self.pool = 0
+
+    def setmaxnreg(
+        self, action: str, count: int, warps: list[int], what: str
+    ) -> list[tuple[Wait, list[int]]]:
+        """``setmaxnreg.{inc,dec}`` by whole warpgroups ``warps`` to ``count`` per thread:
+        each warpgroup whose ``.inc`` the pool cannot grant yet, with what it waits for
+        (the others are granted now, in warpgroup order)."""
+        if not 24 <= count <= 256 or count % 8:
+            raise SimError(
+                f"{what}: {count} registers per thread, must be a multiple of 8 in [24, 256]"
+            )
+        groups: dict[int, list[int]] = {}
+        for w in warps:
+            groups.setdefault(w // 4, []).append(w)
+        total = len(self.per_thread)
+        for g, mine in groups.items():
+            if mine != list(range(4 * g, min(4 * g + 4, total))):
+                raise SimError(
+                    f"{what} is executed by {threads_text(_mask(mine, self.m.threads))} of "
+                    f"warpgroup {g} only: every warp of a warpgroup executes the same "
+                    f"setmaxnreg (.sync.aligned)"
+                )
+        now = self.per_thread[warps]
+        wrong = now < count if action == "dec" else now > count
+        if wrong.any():
+            direction = "raise" if action == "dec" else "lower"
+            raise SimError(
+                f"{what}: warps {warps} hold {sorted(set(now.tolist()))} registers per "
+                f"thread; .{action} cannot {direction} the count to {count}"
+            )
+        if action == "dec":
+            self.pool += int((now - count).sum()) * WARP
+            self.per_thread[warps] = count
+            self.m.events += 1
+            return []
+        waits = []
+        for mine in groups.values():
+            need = int((count - self.per_thread[mine]).sum()) * WARP
+            if need <= self.pool and not waits:
+                self._grant(mine, count, need)
+                continue
+            waits.append((self._wait(mine, count, need, what), mine))
+        return waits
+
+    def _grant(self, warps: list[int], count: int, need: int) -> None:
+        self.pool -= need
+        self.per_thread[warps] = count
+
+    def _wait(self, warps: list[int], count: int, need: int, what: str) -> Wait:
+        total = len(self.per_thread)
+        return Wait(
+            what,
+            lambda: need <= self.pool,
+            lambda: (
+                f"{need} registers from the CTA's pool, which holds {self.pool} (each warp "
+                f"started with {self.entry} per thread, {self.entry * WARP * total} of the "
+                f"{REGISTER_FILE}; only setmaxnreg.dec of other warps fills the pool)"
+            ),
+            then=lambda: self._grant(warps, count, need),
+        )
+
+
+def _mask(warps: list[int], threads: int) -> np.ndarray:
+    mask = np.zeros(threads, dtype=bool)
+    for w in warps:
+        mask[w * WARP : (w + 1) * WARP] = True
+    return mask
