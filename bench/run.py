@@ -64,6 +64,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import gemm_bounds  # noqa: E402
 import gemm_designs  # noqa: E402
 import gemm_hand  # noqa: E402
+import gemm_ws  # noqa: E402
 import loops  # noqa: E402
 import norms  # noqa: E402
 import numpy as np  # noqa: E402
@@ -709,17 +710,18 @@ TITLES = {
     "gemm_sustained": "8d. The GEMM run for seconds: examples/gemm.py (plain, 4096^3, strict, 128x256x64 s3) whole and its two halves, torch.matmul and the mma.sync limit loop, each launched back to back for 4 s (twice), with the SM clock, power and the reasons the clock is held down (nvidia-smi, every 50 ms)",
     "gemm_hand": "8e. examples/gemm.py (128x256x64 s3, plain, 4096^3, strict) against the same design written by hand in CUDA (cp.async ring, swizzle, ldmatrix, mma.sync), in two orders of its main loop",
     "gemm_designs": "8f. Which design reaches 0.85 of the mma.sync limit: examples/gemm.py (cp.async + mma.sync) against hand-written CUDA kernels of its tiles and shared layouts with the loads (cp.async or TMA) and the math (mma.sync or wgmma) changed, and torch (4096^3, float16, plain)",
+    "gemm_ws": "8g. The warp-specialized persistent GEMM (examples/gemm_hopper_ws.py: a TMA producer warpgroup, two wgmma consumer warpgroups, setmaxnreg, chunked TMA-store epilogue; strict) at issue 32's shapes, float16 and bfloat16, C = A B and C = relu(A B + bias), against torch (cuBLAS) and examples/gemm_hopper.py (speeds: above 1, ours is faster)",
     "cp_async_stream": '9. cp.async streaming copy global -> shared -> global, one tile per CTA per step: copy_async(dispatch="ldgsts") ours vs built-in, and our synchronous copy, vs a device copy (GB/s: bytes read + written)',
 }
 DEFAULT_PARTS = (
     "stream,masked,paths,reg,reg_hand,ldst,eltwise,sass,compile,"
     "rmsnorm,softmax,cta_sum,warp_sum,warp_sum_sass,mma_limit,gemm,gemm_bounds,gemm_sustained,"
-    "gemm_hand,gemm_designs,cp_async_stream"
+    "gemm_hand,gemm_designs,gemm_ws,cp_async_stream"
 )
 GPU_PARTS = {
     "stream", "masked", "paths", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise",
     "rmsnorm", "softmax", "cta_sum", "warp_sum", "mma_limit", "gemm", "gemm_bounds",
-    "gemm_sustained", "gemm_hand", "gemm_designs", "cp_async_stream",
+    "gemm_sustained", "gemm_hand", "gemm_designs", "gemm_ws", "cp_async_stream",
 }  # fmt: skip
 
 
@@ -808,6 +810,7 @@ def main() -> int:
         "gemm_sustained": lambda: gemm_bounds.part_gemm_sustained(gpu, args),
         "gemm_hand": lambda: gemm_hand.part_gemm_hand(gpu, args),
         "gemm_designs": lambda: gemm_designs.part_gemm_designs(gpu, args),
+        "gemm_ws": lambda: gemm_ws.part_gemm_ws(gpu, args),
         "cp_async_stream": lambda: gemm.part_cp_async_stream(gpu, args),
     }
     unknown = [p for p in parts if p not in runners]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import sys
 
+import ml_dtypes
 import numpy as np
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
@@ -329,32 +330,36 @@ kernel = gemm_kernel(128, 128, 96, stages=3)
 
 
 def reference(a: np.ndarray, b: np.ndarray, bias: np.ndarray, epilogue: str = "bias_relu"):
-    """float64 products and sums, bias added, relu, one rounding into float16."""
+    """float64 products and sums, bias added, relu, one rounding into A's type."""
     exact = a.astype(np.float64) @ b.astype(np.float64)
     if epilogue == "plain":
-        return exact.astype(np.float16)
-    return np.maximum(exact + bias.astype(np.float64), 0.0).astype(np.float16)
+        return exact.astype(a.dtype)
+    return np.maximum(exact + bias.astype(np.float64), 0.0).astype(a.dtype)
 
 
-def inputs(m: int, n: int, k: int, seed: int = 0) -> list[np.ndarray]:
+def inputs(m: int, n: int, k: int, seed: int = 0, dtype: str = "float16") -> list[np.ndarray]:
+    """A, B, bias uniform in [-1, 1) of ``dtype`` (float16, bfloat16) and C poisoned."""
     rng = np.random.default_rng(seed)
-    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
-    b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
-    bias = rng.uniform(-1, 1, n).astype(np.float16)
-    c = np.full((m, n), np.nan, dtype=np.float16)
+    kind = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    a = rng.uniform(-1, 1, (m, k)).astype(kind)
+    b = rng.uniform(-1, 1, (k, n)).astype(kind)
+    bias = rng.uniform(-1, 1, n).astype(kind)
+    c = np.full((m, n), np.nan, dtype=kind)
     return [a, b, bias, c]
 
 
 def close(c: np.ndarray, want: np.ndarray, k: int) -> bool:
-    """Within the float32 accumulation bound plus one float16 rounding of the result."""
+    """Within the float32 accumulation bound plus one rounding of the result into its type
+    (float16: 2^-10 relative; bfloat16: 2^-7)."""
+    ulp = 2.0**-7 if c.dtype == ml_dtypes.bfloat16 else 2.0**-10
     a, b = c.astype(np.float64), want.astype(np.float64)
-    return bool(np.all(np.abs(a - b) <= 2.0**-10 * np.abs(b) + k * 2.0**-22))
+    return bool(np.all(np.abs(a - b) <= ulp * np.abs(b) + k * 2.0**-22))
 
 
-def check(kernel, shape, make, gpu_archs=None) -> int:
+def check(kernel, shape, make, gpu_archs=None, gpu_shapes=((4096, 4096, 4096),)) -> int:
     """The example's run: explain() of ``kernel`` (``shape``), the simulator against numpy,
-    then on a GPU (of ``gpu_archs``, any when None) ``make(4096, 4096, 4096)`` against numpy;
-    0 when every check passed."""
+    then on a GPU (of ``gpu_archs``, any when None) ``make(m, n, k)`` of each of
+    ``gpu_shapes`` against numpy; 0 when every check passed."""
     print(tirx_cuda_dispatch.explain(kernel, "sm_90a"))
     m, n, k = shape
     a, b, bias, c = inputs(m, n, k)
@@ -365,13 +370,14 @@ def check(kernel, shape, make, gpu_archs=None) -> int:
     if arch is None or (gpu_archs is not None and arch not in gpu_archs):
         print(f"no CUDA GPU{'' if arch is None else ' it runs on (' + arch + ')'}: simulated only")
         return 0 if ok else 1
-    m = n = k = 4096
-    a, b, bias, c = inputs(m, n, k)
-    exe = runtime.build(make(m, n, k), arch, "tirx_cuda_dispatch.strict")
-    c = runtime.run(exe, "gemm", [a, b, bias, c])[3]
-    gpu_ok = close(c, reference(a, b, bias), k)
-    print(f"{arch}, {m}x{n}x{k}: {'ok' if gpu_ok else 'WRONG'}")
-    return 0 if ok and gpu_ok else 1
+    for m, n, k in gpu_shapes:
+        a, b, bias, c = inputs(m, n, k)
+        exe = runtime.build(make(m, n, k), arch, "tirx_cuda_dispatch.strict")
+        c = runtime.run(exe, "gemm", [a, b, bias, c])[3]
+        gpu_ok = close(c, reference(a, b, bias), k)
+        ok = ok and gpu_ok
+        print(f"{arch}, {m}x{n}x{k}: {'ok' if gpu_ok else 'WRONG'}")
+    return 0 if ok else 1
 
 
 def main() -> int:

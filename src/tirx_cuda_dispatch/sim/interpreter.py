@@ -92,6 +92,7 @@ class Machine:
         # the running unit (:mod:`.schedule`): its frames, loops (innermost last), threads
         self.unit: Unit | None = None
         self.stack: list[Frame] = []
+        self.stmt: Any = None  # the simple statement running (what a wait names)
         self.loops: list[Loop] = []
         self.members = self.mask
         self.barriers: NamedBarriers | None = None
@@ -158,6 +159,7 @@ class Machine:
         becomes a frame the unit steps through."""
         kind = type(stmt).__name__
         if kind in _LEAVES:
+            self.stmt = stmt
             getattr(self, f"_s_{kind}")(stmt)
         elif kind == "SeqStmt":
             self.push(SeqFrame(list(stmt.seq)))

@@ -1074,7 +1074,7 @@ def _phase_wait(m: Machine, bar: Any, phase: int, tids: np.ndarray, what: str):
     warps = sorted(set((tids // 32).tolist()))
     asynchrony = m.asynchrony
     wait = Wait(
-        f"{what} on {bar.describe()}",
+        what,
         lambda: bar.phase > phase,
         lambda: asynchrony.describe_unmet((bar, phase)),
         then=lambda: asynchrony.phase_done(m, bar, phase, warps, True),

@@ -53,6 +53,7 @@ class Wait:
     state: Callable[[], str] = lambda: ""
     then: Callable[[], None] | None = None
     call: int | None = None
+    line: str | None = None  # the statement's source location (file:line), where known
 
 
 class Block(Exception):  # noqa: N818 - a control signal, not an error
@@ -241,6 +242,7 @@ class WhileFrame(_LoopFrame):
                     lambda: asynchrony.version != version,
                     lambda: asynchrony.describe_unmet(unmet),
                 )
+                m.stmt = self.stmt
                 raise Block([(wait, m.mask)])
         if self.done or not self.loop.start(m):
             self.finish(m)
@@ -386,6 +388,7 @@ class Scheduler:
             if not waiting.any():
                 continue
             wait.call = m.call if wait.call is None else wait.call
+            wait.line = wait.line or source_line(m.stmt)
             if (waiting == m.mask).all():
                 unit.wait = wait
                 self._fork(unit)
@@ -443,7 +446,11 @@ class Scheduler:
         waiting = [u for u in self.units if not u.finished and u.wait is not None]
         lines = []
         for u in waiting:
-            where = f"call [{u.wait.call}]" if u.wait.call is not None else "the kernel's code"
+            where = [u.wait.line] if u.wait.line else []
+            where.append(
+                f"call [{u.wait.call}]" if u.wait.call is not None else "the kernel's code"
+            )
+            where = ", ".join(where)
             state = u.wait.state()
             who = threads_text(u.members)
             verb = "waits" if " " in who and who.split(" ")[0] in ("warp", "thread") else "wait"
@@ -459,6 +466,16 @@ class Scheduler:
         if len(set(err.calls)) == 1:
             err.call = err.calls[0]
         return err
+
+
+def source_line(stmt: Any) -> str | None:
+    """A statement's source location as ``file:line`` (TVMScript keeps the line of the
+    statement it parsed), None where it has none."""
+    span = getattr(stmt, "span", None)
+    name = getattr(getattr(span, "source_name", None), "name", None)
+    if not name or not getattr(span, "line", 0):
+        return None
+    return f"{name}:{span.line}"
 
 
 def threads_text(mask: np.ndarray) -> str:

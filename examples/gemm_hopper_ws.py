@@ -1,0 +1,271 @@
+"""The warp-specialized Hopper GEMM, written only with tile primitives: C = epilogue(A B)
+with a producer warpgroup, two consumer warpgroups and a persistent grid.
+
+A is ``[M, K]``, B ``[K, N]``, bias ``[N]``, C ``[M, N]``, all float16 or all bfloat16; the
+products accumulate in float32. Any M, N, K whose rows TMA can address (K and N
+multiples of 8: byte strides multiples of 16); the tiles at the edges need nothing of
+their own (TMA zero-fills the loads past A's and B's edges and clips the stores past C's).
+
+The CTA has three warpgroups and walks output tiles of 128 x 256 (tile ``bx``, then
+``bx + grid``, ...; ``grid`` CTAs, one per SM; tiles numbered along the side with fewer
+tiles first):
+
+- **the producer** (warpgroup 0) gives registers back (``setmaxnreg.dec`` to 40) and its
+  first thread loads, for every K tile of every output tile, A's 128 x 64 and B's 64 x 256
+  (and, with the tile's first K tile, its 256 bias values) into the next stage of a ring
+  (``copy_async -> tma_auto``, 128-byte swizzled), once the consumers have freed it (the
+  stage's ``empty`` mbarrier), announcing the bytes on the stage's ``full`` mbarrier;
+- **two consumers** (warpgroups 1 and 2, ``setmaxnreg.inc`` to 232) each own 64 rows of
+  the tile: they wait for a stage, run four ``wgmma.m64n256k16`` on it (``gemm_async ->
+  wgmma``), commit, and wait for all but this K tile's group, so one K tile of MMAs is in
+  flight while the previous tile's stage is freed (one thread per consumer arrives on its
+  ``empty`` barrier);
+- **the epilogue** of each consumer: bias (from the stage of the tile's first K tile) and
+  relu in float32, rounded to C's type once, then its 64 x 256 rows in four chunks of 64
+  columns through two staging buffers of its own: ``stmatrix`` into a buffer,
+  ``fence.proxy.async`` and the consumer's named barrier, one TMA store (``copy_async``
+  shared -> global) per chunk; a buffer is written again only after the store that read
+  it is done reading (``wait_group.read 1``), so the last stores overlap the next tile's
+  main loop. (Small staging buffers leave room for four 48 KiB stages.)
+
+``python examples/gemm_hopper_ws.py`` prints the explain() report, checks small GEMMs in
+the CPU simulator against numpy (a tile multiple and odd sizes), and on an sm_90 GPU
+checks 4096 x 4096 x 4096 and 1000 x 1000 x 1000.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.tirx.layout import ComposeLayout, R, S, TileLayout, tid_in_wg
+
+from tirx_cuda_dispatch import demos
+
+BM, BN, BK = 128, 256, 64
+CHUNK = 64  # columns of C a consumer stores at a time, through two staging buffers
+CONSUMERS = 2  # consumer warpgroups, each 64 rows of the tile
+WG_ROWS = BM // CONSUMERS
+PRODUCER_REGS, CONSUMER_REGS = 40, 232
+OMITS = (None, "full_wait", "empty_arrive", "proxy_fence", "store_wait")
+
+
+def bias_fragment(n: int) -> TileLayout:
+    """The columns of a wgmma accumulator (1 x n): thread ``32 w + l`` holds columns
+    ``8 j + 2 (l % 4)`` and ``+ 1``, the same in the 8 threads of each ``l % 4`` of every
+    warp (replicas over ``l / 4`` and ``w``)."""
+    return TileLayout(
+        S[(1, n // 8, 4, 2) : (n // 4, 2, 1 @ tid_in_wg, 1)]
+        + R[(4, 8) : (32 @ tid_in_wg, 4 @ tid_in_wg)]
+    )
+
+
+def store_chunks(C, C_s, D16, c, m0, n0, tid_wg, fence: bool, store_wait: bool) -> None:
+    """A consumer's rows of the tile leave in column chunks of 64 through its two staging
+    buffers: before a buffer is written again, the store that read it two chunks ago has
+    read it (``wait_group.read 1`` by the issuing thread, then the consumer's barrier);
+    stmatrix, ``fence.proxy.async``, the barrier, one TMA store, commit. The chunks are
+    unrolled here (in Python), so each copy takes a constant column range of D16."""
+    for cb in range(BN // CHUNK):
+        buf, cols = cb % 2, slice(n0 + cb * CHUNK, n0 + cb * CHUNK + CHUNK)
+        if store_wait:
+            with T.If(tid_wg == 0), T.Then():
+                T.evaluate(T.ptx["cp.async.bulk.wait_group.read"](1))
+            T.evaluate(T.cuda.warpgroup_sync(1 + c))
+        Tx.wg.copy(C_s[c, buf, :, :], D16[:, cb * CHUNK : cb * CHUNK + CHUNK])
+        if fence:
+            T.evaluate(T.ptx["fence.proxy.async.shared::cta"]())
+        T.evaluate(T.cuda.warpgroup_sync(1 + c))
+        Tx.wg.copy_async(C[m0 : m0 + WG_ROWS, cols], C_s[c, buf, :, :])
+        with T.If(tid_wg == 0), T.Then():
+            T.evaluate(T.ptx["cp.async.bulk.commit_group"]())
+
+
+def gemm_kernel(
+    m: int,
+    n: int,
+    k: int,
+    dtype: str = "float16",
+    stages: int = 4,
+    grid: int = 132,
+    epilogue: str = "bias_relu",
+    registers: bool = True,
+    omit: str | None = None,
+):
+    """C = relu(A B + bias) (``epilogue="plain"``: C = A B rounded to C's type) with
+    ``stages`` TMA stages on ``grid`` CTAs (fewer where there are fewer tiles).
+    ``registers=False`` leaves out the setmaxnreg split. ``omit`` breaks the kernel on
+    purpose, for the tests' negative controls: "full_wait" (a consumer reads a stage
+    without waiting for it), "empty_arrive" (the consumers never free a stage),
+    "proxy_fence" (a staging buffer is stored by TMA without fence.proxy.async after the
+    stmatrix), "store_wait" (a staging buffer is written again without waiting for the
+    store that reads it)."""
+    if omit not in OMITS:
+        raise ValueError(f"omit={omit!r}: one of {OMITS}")
+    if dtype not in ("float16", "bfloat16"):
+        raise ValueError(f"dtype={dtype!r}: float16 or bfloat16")
+    if k % 8 or n % 8:
+        raise ValueError(f"{m}x{n}x{k}: K and N must be multiples of 8 (TMA's 16-byte strides)")
+    if not 2 <= stages <= 4:
+        raise ValueError(f"stages={stages}: 2 to 4 (48 KiB each)")
+    if epilogue not in ("bias_relu", "plain"):
+        raise ValueError(f"epilogue={epilogue!r}: 'bias_relu' or 'plain'")
+    with_bias = epilogue == "bias_relu"
+    tiles_m, tiles_n, kts = -(-m // BM), -(-n // BN), -(-k // BK)
+    tiles = tiles_m * tiles_n
+    grid = min(grid, tiles)
+    rounds = -(-tiles // grid)  # output tiles a CTA walks, the last one maybe not
+
+    def origin(tile):
+        """The (row, column) tile of ``tile``: along the side with fewer tiles first, so
+        the CTAs running at once share the operand of the long side (with M = 1024 and N =
+        16384, eight CTAs in a row read each column block of B, which is read once)."""
+        if tiles_m <= tiles_n:
+            return tile % tiles_m, tile // tiles_m
+        return tile // tiles_n, tile % tiles_n
+
+    a_elems, b_elems = stages * BM * BK, stages * BK * BN
+    c_at = a_elems + b_elems  # the consumers' staging chunks (C_s), 1024-byte aligned
+    bias_at = c_at + CONSUMERS * 2 * WG_ROWS * CHUNK
+    bars_at = bias_at + stages * BN  # elements; 2 * stages mbarriers of 8 bytes after it
+    pool_elems = bars_at + 2 * stages * 4
+    stage_bytes = (BM * BK + BK * BN) * 2
+    bias_bytes = BN * 2 if with_bias else 0
+    a_layout = ComposeLayout(3, 3, 3, TileLayout(S[(stages, BM, BK) : (BM * BK, BK, 1)]))
+    b_layout = ComposeLayout(
+        3, 3, 3, TileLayout(S[(stages, BK, BN // 64, 64) : (BK * BN, 64, BK * 64, 1)])
+    )
+    chunk = WG_ROWS * CHUNK  # elements of one staging buffer
+    c_layout = ComposeLayout(
+        3, 3, 3, TileLayout(S[(CONSUMERS, 2, WG_ROWS, CHUNK) : (2 * chunk, chunk, CHUNK, 1)])
+    )
+    acc = demos.wgmma_accumulator_layout(BN, 1)
+    bias_frag = bias_fragment(BN)
+    wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
+    fence, store_wait = omit != "proxy_fence", omit != "store_wait"
+
+    # fmt: off
+    @T.prim_func
+    def gemm(A_ptr: T.handle, B_ptr: T.handle, bias_ptr: T.handle, C_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (m, k), dtype)
+        B = T.match_buffer(B_ptr, (k, n), dtype)
+        bias = T.match_buffer(bias_ptr, (n,), dtype)
+        C = T.match_buffer(C_ptr, (m, n), dtype)
+        T.device_entry()
+        bx = T.cta_id([grid])
+        wg = T.warpgroup_id([1 + CONSUMERS])
+        T.warp_id_in_wg([4])
+        T.lane_id([32])
+        tid_wg = T.thread_id_in_wg([128])
+        tid = T.thread_id([(1 + CONSUMERS) * 128])
+        pool = T.alloc_buffer((pool_elems,), dtype, scope="shared.dyn", align=1024)
+        T.attr({"tirx.dyn_smem_bytes": pool_elems * 2})
+        A_s = T.decl_buffer((stages, BM, BK), dtype, pool.data, scope="shared.dyn", layout=a_layout)
+        B_s = T.decl_buffer((stages, BK, BN), dtype, pool.data, elem_offset=a_elems,
+                            scope="shared.dyn", layout=b_layout)
+        C_s = T.decl_buffer((CONSUMERS, 2, WG_ROWS, CHUNK), dtype, pool.data, elem_offset=c_at,
+                            scope="shared.dyn", layout=c_layout)
+        bias_s = T.decl_buffer((stages, BN), dtype, pool.data, elem_offset=bias_at,
+                               scope="shared.dyn")
+        bars = T.decl_buffer((2 * stages,), "uint64", pool.data, elem_offset=bars_at // 4,
+                             scope="shared.dyn")
+        D = T.alloc_buffer((WG_ROWS, BN), "float32", scope="local", layout=acc)
+        D16 = T.alloc_buffer((WG_ROWS, BN), dtype, scope="local", layout=acc)
+        bias16 = T.alloc_buffer((1, BN), dtype, scope="local", layout=bias_frag)
+        bias32 = T.alloc_buffer((1, BN), "float32", scope="local", layout=bias_frag)
+        if tid == 0:
+            for s in range(stages):
+                T.ptx.mbarrier.init.shared.b64(bars.ptr_to([s]), 1)
+                T.ptx.mbarrier.init.shared.b64(bars.ptr_to([stages + s]), CONSUMERS)
+            T.ptx["fence.mbarrier_init.release.cluster"]()
+        T.cuda.cta_sync()
+        if wg == 0:  # the producer
+            if registers:
+                T.ptx.setmaxnreg.dec.sync.aligned.u32(PRODUCER_REGS)
+            if tid_wg == 0:
+                for r in range(rounds):
+                    tile = bx + r * grid
+                    if tile < tiles:
+                        tm, tn = T.meta_var(origin(tile))
+                        m0 = tm * BM
+                        n0 = tn * BN
+                        for kt in range(kts):
+                            g = r * kts + kt  # this CTA's K tiles so far: the ring position
+                            s = T.meta_var(g % stages)
+                            if g >= stages:  # the stage held K tile g - stages: freed yet?
+                                T.cuda.mbarrier_wait(bars.ptr_to([stages + s]),
+                                                     (g // stages - 1) % 2)
+                            k0 = kt * BK
+                            if kt == 0:  # the tile's bias comes with its first K tile
+                                T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
+                                    bars.ptr_to([s]), stage_bytes + bias_bytes))
+                                if with_bias:
+                                    Tx.copy_async(bias_s[s, :], bias[n0 : n0 + BN],
+                                                  mbar=bars.ptr_to([s]))
+                            else:
+                                T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
+                                    bars.ptr_to([s]), stage_bytes))
+                            Tx.copy_async(A_s[s, :, :], A[m0 : m0 + BM, k0 : k0 + BK],
+                                          mbar=bars.ptr_to([s]))
+                            Tx.copy_async(B_s[s, :, :], B[k0 : k0 + BK, n0 : n0 + BN],
+                                          mbar=bars.ptr_to([s]))
+        if wg >= 1:  # the consumers
+            if registers:
+                T.ptx.setmaxnreg.inc.sync.aligned.u32(CONSUMER_REGS)
+            c = wg - 1
+            for r in range(rounds):
+                tile = bx + r * grid
+                if tile < tiles:
+                    tm, tn = T.meta_var(origin(tile))
+                    m0 = tm * BM + c * WG_ROWS
+                    n0 = tn * BN
+                    Tx.wg.fill(D[:, :], T.float32(0.0))
+                    for kt in range(kts):
+                        g = r * kts + kt
+                        s = T.meta_var(g % stages)
+                        if wait_full:
+                            T.cuda.mbarrier_wait(bars.ptr_to([s]), (g // stages) % 2)
+                        if with_bias:
+                            if kt == 0:
+                                Tx.wg.copy(bias16[:, :], bias_s[s : s + 1, :])
+                        Tx.wg.gemm_async(D[:, :], A_s[s, c * WG_ROWS : c * WG_ROWS + WG_ROWS, :],
+                                         B_s[s, :, :], transA=False, transB=True, accum=True)
+                        T.ptx["wgmma.commit_group.sync.aligned"]()
+                        T.ptx["wgmma.wait_group.sync.aligned"](1)
+                        if arrive_empty:
+                            if kt > 0 and tid_wg == 0:  # K tile kt - 1's MMAs are done
+                                T.ptx["mbarrier.arrive.shared.b64"](
+                                    bars.ptr_to([stages + (g - 1) % stages]))
+                    T.ptx["wgmma.wait_group.sync.aligned"](0)
+                    if arrive_empty:
+                        if tid_wg == 0:
+                            T.ptx["mbarrier.arrive.shared.b64"](
+                                bars.ptr_to([stages + (r * kts + kts - 1) % stages]))
+                    if with_bias:
+                        Tx.wg.cast(bias32[:, :], bias16[:, :])
+                        Tx.wg.add(D[:, :], D[:, :], bias32[:, :])
+                        Tx.wg.maximum(D16[:, :], D[:, :], T.float32(0.0))
+                    else:
+                        Tx.wg.cast(D16[:, :], D[:, :])
+                    store_chunks(C, C_s, D16, c, m0, n0, tid_wg, fence, store_wait)
+            if tid_wg == 0:
+                T.ptx["cp.async.bulk.wait_group"](0)
+    # fmt: on
+    return gemm
+
+
+# The program at a small size, for `tirx-dispatch explain/lower/sim examples/gemm_hopper_ws.py`.
+kernel = gemm_kernel(256, 256, 192, stages=2, grid=2)
+
+
+def main() -> int:
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from gemm import check
+
+    shapes = ((4096, 4096, 4096), (1000, 1000, 1000))
+    return check(kernel, (256, 256, 192), gemm_kernel, gpu_archs=("sm_90a",), gpu_shapes=shapes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

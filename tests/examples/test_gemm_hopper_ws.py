@@ -1,0 +1,100 @@
+"""examples/gemm_hopper_ws.py: the warp-specialized persistent GEMM (a TMA producer
+warpgroup, two wgmma consumer warpgroups, setmaxnreg, a TMA-store epilogue) lowers
+entirely through the strict pipeline, the scheduling simulator runs it equal to numpy
+within the accumulation bound (tiles and odd shapes, several tiles per CTA), and each of
+its synchronizations left out is reported by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from executors import execute
+from modules import ROOT, load_file
+from tirx_cuda_dispatch import explain, sim, toolchain
+
+gemm = load_file("example_gemm", ROOT / "examples" / "gemm.py")  # inputs, reference, close
+ws = load_file("example_gemm_hopper_ws", ROOT / "examples" / "gemm_hopper_ws.py")
+STRICT = "tirx_cuda_dispatch.strict"
+WHERE = ["sim", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+def test_every_call_is_ours():
+    report = explain(ws.gemm_kernel(256, 256, 192, stages=2, grid=2), "sm_90a")
+    assert [r.index for r in report if r.variant is None] == []
+    variants = {r.variant for r in report}
+    assert {"tma_auto", "wgmma", "ldstmatrix", "reg"} <= variants
+    stores = [r for r in report if r.op == "copy_async" and r.plan.get("direction") == "store"]
+    assert len(stores) == 4 and "bulk async-group" in " ".join(stores[0].resources)  # 4 chunks
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize(
+    "shape, stages, grid, dtype",
+    [
+        ((256, 512, 192), 2, 1, "float16"),  # four tiles on one CTA: the ring wraps
+        ((200, 264, 136), 3, 2, "float16"),  # edge tiles in M, N and K
+        ((128, 256, 128), 3, 1, "bfloat16"),
+        ((256, 1024, 64), 2, 3, "float16"),  # fewer row tiles: numbered along M first
+    ],
+    ids=["rounds", "edges", "bf16", "m_first"],
+)
+def test_equals_numpy(shape, stages, grid, dtype, where, gpu):
+    m, n, k = shape
+    a, b, bias, c = gemm.inputs(m, n, k, seed=5, dtype=dtype)
+    func = ws.gemm_kernel(m, n, k, dtype=dtype, stages=stages, grid=grid)
+    out = execute(func, [a, b, bias, c], where, gpu, pipeline=STRICT)[3]
+    assert gemm.close(out, gemm.reference(a, b, bias), k)
+
+
+def test_the_plain_epilogue_without_the_register_split_equals_numpy():
+    m, n, k = 128, 256, 64
+    a, b, bias, c = gemm.inputs(m, n, k, seed=6)
+    func = ws.gemm_kernel(m, n, k, stages=2, grid=1, epilogue="plain", registers=False)
+    out = sim.run(func, [a, b, bias, c], target="sm_90a", pipeline=STRICT)[3]
+    assert gemm.close(out, gemm.reference(a, b, bias, "plain"), k)
+
+
+@pytest.mark.parametrize(
+    "omit, expect",
+    [
+        (
+            "full_wait",
+            r"race on pool byte .* warp [4-9] reads it after a TMA copy issued by warp 0",
+        ),
+        (
+            "empty_arrive",
+            r"deadlock: no warp can run: thread 0 waits at mbarrier_wait .*gemm_hopper_ws.py:\d+"
+            r".*; warps 4-11 wait at mbarrier_wait",
+        ),
+        (
+            "proxy_fence",
+            r"Tx.warpgroup.copy_async .*wrote through the generic proxy with no fence.proxy.async",
+        ),
+        ("store_wait", r"Tx.warpgroup.copy .*still reads it.*cp.async.bulk.wait_group.read"),
+    ],
+)
+def test_each_synchronization_left_out_is_reported(omit, expect):
+    """Negative controls: a consumer that does not wait for its stage (the read races with
+    the TMA), consumers that never free a stage (a deadlock naming the producer's wait and
+    theirs, with their lines), a staging buffer stored without fence.proxy.async, and a
+    staging buffer written again while the store of two chunks ago still reads it."""
+    a, b, bias, c = gemm.inputs(256, 512, 192)
+    func = ws.gemm_kernel(256, 512, 192, stages=2, grid=1, omit=omit)
+    with pytest.raises(sim.SimError, match=expect):
+        sim.run(func, [a, b, bias, c], target="sm_90a", pipeline=STRICT)
+
+
+def test_shapes_tma_cannot_address_are_an_error():
+    with pytest.raises(ValueError, match="multiples of 8"):
+        ws.gemm_kernel(1000, 1000, 1001)
+
+
+def test_sass_is_tma_wgmma_and_a_register_split():
+    ops = toolchain.opcodes(
+        toolchain.kernel_sass(ws.gemm_kernel(1000, 1000, 1000), "sm_90a", STRICT)
+    )
+    assert sum(v for op, v in ops.items() if op.startswith("UTMALDG")) > 0
+    assert sum(v for op, v in ops.items() if op.startswith("UTMASTG")) > 0
+    assert ops["HGMMA.64x256x16.F32"] % 4 == 0 and ops["HGMMA.64x256x16.F32"] > 0
+    assert sum(v for op, v in ops.items() if op.startswith("USETMAXREG")) == 2
+    assert not [op for op in ops if op.startswith(("LDL", "STL", "LDGSTS", "HMMA"))]
