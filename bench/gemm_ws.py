@@ -6,7 +6,9 @@ against ``torch.relu(torch.addmm(bias, A, B))``, each of ours checked first agai
 float64 product (C NaN-poisoned; max |C - ref| / max |ref| at most ``GEMM_TOL``), then
 all contenders of the shape timed in one interleaved run (``norms.time_queued``). Ratios
 are speeds (torch's time over ours): above 1, ours is faster. The examples/gemm_hopper.py
-row (tiles only, float16) is the non-specialized design on the same tiles.
+row (tiles only, float16) is the non-specialized design on the same tiles. Float8 (e4m3,
+per-tensor scales, bfloat16 out; B K-major) against ``torch._scaled_mm`` at
+``FP8_SHAPES``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ SHAPES = [
 DTYPES = ("float16", "bfloat16")
 EPILOGUES = ("plain", "bias_relu")
 WS_CONFIG = {"stages": 4}  # the grid is the GPU's SM count
-TORCH = {"plain": "torch matmul", "bias_relu": "torch addmm+relu"}
+TORCH = {"plain": "torch matmul", "bias_relu": "torch addmm+relu", "scaled": "torch _scaled_mm"}
+FP8_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
 
 
 def contender(design: str, epilogue: str) -> str:
@@ -98,12 +101,53 @@ def measure(gpu, shape, dtype: str, args) -> list[dict]:
     return rows_of(shape, dtype, ms, errors, notes)
 
 
+def measure_fp8(gpu, shape, args) -> list[dict]:
+    """Float8 e4m3 with per-tensor scales into bfloat16: ours against torch._scaled_mm."""
+    torch = gpu.torch
+    m, n, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(23 + m)
+    a = (4 * torch.rand(m, k, device="cuda", generator=gen) - 2).to(torch.float8_e4m3fn)
+    bt = (4 * torch.rand(n, k, device="cuda", generator=gen) - 2).to(torch.float8_e4m3fn)
+    sa = torch.tensor(0.5, device="cuda")
+    sb = torch.tensor(0.75, device="cuda")
+    scale = (sa * sb).reshape(1).float()
+    ref = (a.double() @ bt.double().T) * float(scale)
+    fns, errors, notes = {}, {}, {}
+    name = contender("ws", "scaled")
+    import tvm
+
+    try:
+        fn = build("ws", shape, "float8_e4m3fn", "scaled", gpu.sms)
+        c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        tensors = [tvm.runtime.from_dlpack(t) for t in (a, bt, scale, c)]
+        fn(*tensors)
+        torch.cuda.synchronize()
+        errors[name] = rel_error(torch, c, ref)
+        if errors[name] <= GEMM_TOL:
+            fns[name] = lambda: fn(*tensors)
+        else:
+            notes[name] = f"wrong result: max err / max ref {errors[name]:.3g}"
+    except Exception as exc:  # noqa: BLE001  # a kernel that cannot be had is a row
+        notes[name] = f"cannot run: {first_line(exc)}"
+    twin = TORCH["scaled"]
+
+    def scaled_mm():
+        return torch._scaled_mm(a, bt.t(), sa, sb, out_dtype=torch.bfloat16)
+
+    errors[twin] = rel_error(torch, scaled_mm(), ref)
+    fns[twin] = scaled_mm
+    del ref
+    ms = norms.time_queued(torch, fns, batch=10, reps=args.reps)
+    return rows_of(shape, "float8_e4m3fn", ms, errors, notes)
+
+
 def rows_of(shape, dtype: str, ms: dict, errors: dict, notes: dict) -> list[dict]:
     """One row per contender: TFLOP/s, and ours over torch's twin (a speed)."""
     m, n, k = shape
     flops = 2 * m * n * k
     rows = []
-    names = [contender(d, e) for e in EPILOGUES for d in ("ws", "hopper")] + list(TORCH.values())
+    names = [contender(d, e) for e in (*EPILOGUES, "scaled") for d in ("ws", "hopper")]
+    names += list(TORCH.values())
     for name in names:
         t = ms.get(name)
         if t is None and name not in notes:
@@ -129,4 +173,11 @@ def part_gemm_ws(gpu, args) -> list[dict]:
                 traceback.print_exc()
                 rows.append({"shape": "x".join(map(str, shape)), "dtype": dtype,
                              "note": cell(first_line(exc))})  # fmt: skip
+    for shape in FP8_SHAPES:
+        try:
+            rows += measure_fp8(gpu, shape, args)
+        except Exception as exc:  # noqa: BLE001
+            traceback.print_exc()
+            rows.append({"shape": "x".join(map(str, shape)), "dtype": "float8_e4m3fn",
+                         "note": cell(first_line(exc))})  # fmt: skip
     return rows

@@ -37,13 +37,16 @@ from __future__ import annotations
 
 import sys
 
+import ml_dtypes
+import numpy as np
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import ComposeLayout, R, S, TileLayout, tid_in_wg
 
 from tirx_cuda_dispatch import demos
 
-BM, BN, BK = 128, 256, 64
+BM, BN = 128, 256  # the output tile; a K tile is one 128-byte row (64 or 128 elements)
+DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 CHUNK = 64  # columns of C a consumer stores at a time, through two staging buffers
 CONSUMERS = 2  # consumer warpgroups, each 64 rows of the tile
 WG_ROWS = BM // CONSUMERS
@@ -89,7 +92,7 @@ def gemm_kernel(
     dtype: str = "float16",
     stages: int = 4,
     grid: int = 132,
-    epilogue: str = "bias_relu",
+    epilogue: str | None = None,
     registers: bool = True,
     omit: str | None = None,
 ):
@@ -103,16 +106,25 @@ def gemm_kernel(
     store that reads it)."""
     if omit not in OMITS:
         raise ValueError(f"omit={omit!r}: one of {OMITS}")
-    if dtype not in ("float16", "bfloat16"):
-        raise ValueError(f"dtype={dtype!r}: float16 or bfloat16")
-    if k % 8 or n % 8:
-        raise ValueError(f"{m}x{n}x{k}: K and N must be multiples of 8 (TMA's 16-byte strides)")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}: one of {DTYPES}")
+    float8 = dtype.startswith("float8")
+    size = 1 if float8 else 2  # bytes of an element of A and B
+    if k % (16 // size) or n % 8:
+        raise ValueError(
+            f"{m}x{n}x{k}: K must be a multiple of {16 // size} and N of 8 (TMA's 16-byte strides)"
+        )
     if not 2 <= stages <= 4:
         raise ValueError(f"stages={stages}: 2 to 4 (48 KiB each)")
-    if epilogue not in ("bias_relu", "plain"):
-        raise ValueError(f"epilogue={epilogue!r}: 'bias_relu' or 'plain'")
-    with_bias = epilogue == "bias_relu"
-    tiles_m, tiles_n, kts = -(-m // BM), -(-n // BN), -(-k // BK)
+    epilogues = ("scaled",) if float8 else ("bias_relu", "plain")
+    if epilogue is None:
+        epilogue = epilogues[0]
+    if epilogue not in epilogues:
+        raise ValueError(f"epilogue={epilogue!r} with {dtype}: one of {epilogues}")
+    with_bias, scaled = epilogue == "bias_relu", epilogue == "scaled"
+    out = "bfloat16" if float8 else dtype  # C's type
+    bk = 128 // size  # a K tile is one 128-byte swizzled row of A and of B
+    tiles_m, tiles_n, kts = -(-m // BM), -(-n // BN), -(-k // bk)
     tiles = tiles_m * tiles_n
     grid = min(grid, tiles)
     rounds = -(-tiles // grid)  # output tiles a CTA walks, the last one maybe not
@@ -125,17 +137,24 @@ def gemm_kernel(
             return tile % tiles_m, tile // tiles_m
         return tile // tiles_n, tile % tiles_n
 
-    a_elems, b_elems = stages * BM * BK, stages * BK * BN
-    c_at = a_elems + b_elems  # the consumers' staging chunks (C_s), 1024-byte aligned
-    bias_at = c_at + CONSUMERS * 2 * WG_ROWS * CHUNK
-    bars_at = bias_at + stages * BN  # elements; 2 * stages mbarriers of 8 bytes after it
-    pool_elems = bars_at + 2 * stages * 4
-    stage_bytes = (BM * BK + BK * BN) * 2
+    # the pool, in bytes: the stages of A and B, the staging chunks, the bias, the barriers
+    a_at, b_at = 0, stages * BM * bk * size
+    c_at = b_at + stages * BN * bk * size  # 1024-byte aligned
+    bias_at = c_at + CONSUMERS * 2 * WG_ROWS * CHUNK * 2
+    bars_at = bias_at + stages * BN * 2
+    pool_bytes = bars_at + 2 * stages * 8
+    stage_bytes = (BM + BN) * bk * size
     bias_bytes = BN * 2 if with_bias else 0
-    a_layout = ComposeLayout(3, 3, 3, TileLayout(S[(stages, BM, BK) : (BM * BK, BK, 1)]))
-    b_layout = ComposeLayout(
-        3, 3, 3, TileLayout(S[(stages, BK, BN // 64, 64) : (BK * BN, 64, BK * 64, 1)])
-    )
+    unit = 3 if size == 2 else 4  # log2 of a 16-byte unit's elements: the 128-byte swizzle
+    a_layout = ComposeLayout(unit, 3, 3, TileLayout(S[(stages, BM, bk) : (BM * bk, bk, 1)]))
+    if float8:  # B given N x K: K-major rows, as float8 wgmma reads them
+        b_shape, b_tile = (n, k), (stages, BN, bk)
+        b_layout = ComposeLayout(unit, 3, 3, TileLayout(S[b_tile : (BN * bk, bk, 1)]))
+    else:  # B given K x N: 64-column blocks
+        b_shape, b_tile = (k, n), (stages, bk, BN)
+        b_layout = ComposeLayout(
+            3, 3, 3, TileLayout(S[(stages, bk, BN // 64, 64) : (bk * BN, 64, bk * 64, 1)])
+        )
     chunk = WG_ROWS * CHUNK  # elements of one staging buffer
     c_layout = ComposeLayout(
         3, 3, 3, TileLayout(S[(CONSUMERS, 2, WG_ROWS, CHUNK) : (2 * chunk, chunk, CHUNK, 1)])
@@ -149,9 +168,9 @@ def gemm_kernel(
     @T.prim_func
     def gemm(A_ptr: T.handle, B_ptr: T.handle, bias_ptr: T.handle, C_ptr: T.handle):
         A = T.match_buffer(A_ptr, (m, k), dtype)
-        B = T.match_buffer(B_ptr, (k, n), dtype)
-        bias = T.match_buffer(bias_ptr, (n,), dtype)
-        C = T.match_buffer(C_ptr, (m, n), dtype)
+        B = T.match_buffer(B_ptr, b_shape, dtype)
+        bias = T.match_buffer(bias_ptr, (1,) if scaled else (n,), "float32" if scaled else out)
+        C = T.match_buffer(C_ptr, (m, n), out)
         T.device_entry()
         bx = T.cta_id([grid])
         wg = T.warpgroup_id([1 + CONSUMERS])
@@ -159,20 +178,22 @@ def gemm_kernel(
         T.lane_id([32])
         tid_wg = T.thread_id_in_wg([128])
         tid = T.thread_id([(1 + CONSUMERS) * 128])
-        pool = T.alloc_buffer((pool_elems,), dtype, scope="shared.dyn", align=1024)
-        T.attr({"tirx.dyn_smem_bytes": pool_elems * 2})
-        A_s = T.decl_buffer((stages, BM, BK), dtype, pool.data, scope="shared.dyn", layout=a_layout)
-        B_s = T.decl_buffer((stages, BK, BN), dtype, pool.data, elem_offset=a_elems,
+        pool = T.alloc_buffer((pool_bytes,), "uint8", scope="shared.dyn", align=1024)
+        T.attr({"tirx.dyn_smem_bytes": pool_bytes})
+        A_s = T.decl_buffer((stages, BM, bk), dtype, pool.data, elem_offset=a_at // size,
+                            scope="shared.dyn", layout=a_layout)
+        B_s = T.decl_buffer(b_tile, dtype, pool.data, elem_offset=b_at // size,
                             scope="shared.dyn", layout=b_layout)
-        C_s = T.decl_buffer((CONSUMERS, 2, WG_ROWS, CHUNK), dtype, pool.data, elem_offset=c_at,
-                            scope="shared.dyn", layout=c_layout)
-        bias_s = T.decl_buffer((stages, BN), dtype, pool.data, elem_offset=bias_at,
+        C_s = T.decl_buffer((CONSUMERS, 2, WG_ROWS, CHUNK), out, pool.data,
+                            elem_offset=c_at // 2, scope="shared.dyn", layout=c_layout)
+        bias_s = T.decl_buffer((stages, BN), out, pool.data, elem_offset=bias_at // 2,
                                scope="shared.dyn")
-        bars = T.decl_buffer((2 * stages,), "uint64", pool.data, elem_offset=bars_at // 4,
+        bars = T.decl_buffer((2 * stages,), "uint64", pool.data, elem_offset=bars_at // 8,
                              scope="shared.dyn")
         D = T.alloc_buffer((WG_ROWS, BN), "float32", scope="local", layout=acc)
-        D16 = T.alloc_buffer((WG_ROWS, BN), dtype, scope="local", layout=acc)
-        bias16 = T.alloc_buffer((1, BN), dtype, scope="local", layout=bias_frag)
+        D16 = T.alloc_buffer((WG_ROWS, BN), out, scope="local", layout=acc)
+        bias16 = T.alloc_buffer((1, BN), out, scope="local", layout=bias_frag)
+        factor = T.alloc_buffer((1,), "float32", scope="local")
         bias32 = T.alloc_buffer((1, BN), "float32", scope="local", layout=bias_frag)
         if tid == 0:
             for s in range(stages):
@@ -196,7 +217,7 @@ def gemm_kernel(
                             if g >= stages:  # the stage held K tile g - stages: freed yet?
                                 T.cuda.mbarrier_wait(bars.ptr_to([stages + s]),
                                                      (g // stages - 1) % 2)
-                            k0 = kt * BK
+                            k0 = kt * bk
                             if kt == 0:  # the tile's bias comes with its first K tile
                                 T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
                                     bars.ptr_to([s]), stage_bytes + bias_bytes))
@@ -206,10 +227,14 @@ def gemm_kernel(
                             else:
                                 T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
                                     bars.ptr_to([s]), stage_bytes))
-                            Tx.copy_async(A_s[s, :, :], A[m0 : m0 + BM, k0 : k0 + BK],
+                            Tx.copy_async(A_s[s, :, :], A[m0 : m0 + BM, k0 : k0 + bk],
                                           mbar=bars.ptr_to([s]))
-                            Tx.copy_async(B_s[s, :, :], B[k0 : k0 + BK, n0 : n0 + BN],
-                                          mbar=bars.ptr_to([s]))
+                            if float8:
+                                Tx.copy_async(B_s[s, :, :], B[n0 : n0 + BN, k0 : k0 + bk],
+                                              mbar=bars.ptr_to([s]))
+                            else:
+                                Tx.copy_async(B_s[s, :, :], B[k0 : k0 + bk, n0 : n0 + BN],
+                                              mbar=bars.ptr_to([s]))
         if wg >= 1:  # the consumers
             if registers:
                 T.ptx.setmaxnreg.inc.sync.aligned.u32(CONSUMER_REGS)
@@ -230,7 +255,8 @@ def gemm_kernel(
                             if kt == 0:
                                 Tx.wg.copy(bias16[:, :], bias_s[s : s + 1, :])
                         Tx.wg.gemm_async(D[:, :], A_s[s, c * WG_ROWS : c * WG_ROWS + WG_ROWS, :],
-                                         B_s[s, :, :], transA=False, transB=True, accum=True)
+                                         B_s[s, :, :], transA=False, transB=not float8,
+                                         accum=True)
                         T.ptx["wgmma.commit_group.sync.aligned"]()
                         T.ptx["wgmma.wait_group.sync.aligned"](1)
                         if arrive_empty:
@@ -246,6 +272,10 @@ def gemm_kernel(
                         Tx.wg.cast(bias32[:, :], bias16[:, :])
                         Tx.wg.add(D[:, :], D[:, :], bias32[:, :])
                         Tx.wg.maximum(D16[:, :], D[:, :], T.float32(0.0))
+                    elif scaled:  # the per-tensor scales' product, from global memory
+                        factor[0] = bias[0]
+                        Tx.wg.mul(D[:, :], D[:, :], factor[0])
+                        Tx.wg.cast(D16[:, :], D[:, :])
                     else:
                         Tx.wg.cast(D16[:, :], D[:, :])
                     store_chunks(C, C_s, D16, c, m0, n0, tid_wg, fence, store_wait)
@@ -253,6 +283,32 @@ def gemm_kernel(
                 T.ptx["cp.async.bulk.wait_group"](0)
     # fmt: on
     return gemm
+
+
+def scaled_inputs(m: int, n: int, k: int, dtype: str = "float8_e4m3fn", seed: int = 0):
+    """The float8 kernel's arguments: A (m x k), Bt (n x k: B K-major), the product of the
+    two per-tensor scales (one float32) and C poisoned (bfloat16)."""
+    rng = np.random.default_rng(seed)
+    kind = getattr(ml_dtypes, dtype)
+    a = rng.uniform(-2, 2, (m, k)).astype(kind)
+    bt = rng.uniform(-2, 2, (n, k)).astype(kind)
+    scale = np.array([rng.uniform(0.25, 1.0)], np.float32)
+    return [a, bt, scale, np.full((m, n), np.nan, ml_dtypes.bfloat16)]
+
+
+def scaled_close(c: np.ndarray, a: np.ndarray, bt: np.ndarray, scale: np.ndarray) -> bool:
+    """C against the float64 product of the float8 values times the scale: within one
+    bfloat16 rounding (2^-8 relative) and ``K / 32 * 2^-16`` of ``scale * sum |a| |b|``.
+    The second term is the accumulation: the H200's float8 wgmma keeps fewer bits than
+    float32 (measured there: up to 2^-14 of that sum at K = 384, 2^-11.5 at K = 4096, after
+    the rounding; docs/performance.md, part 8g); a K tile lost or an element misplaced is
+    far outside it."""
+    s = float(scale[0])
+    a64, b64 = a.astype(np.float64), bt.astype(np.float64)
+    want = a64 @ b64.T * s
+    magnitude = np.abs(a64) @ np.abs(b64).T * s
+    bound = 2.0**-8 * np.abs(want) + a.shape[1] / 32 * 2.0**-16 * magnitude
+    return bool(np.all(np.abs(c.astype(np.float64) - want) <= bound))
 
 
 # The program at a small size, for `tirx-dispatch explain/lower/sim examples/gemm_hopper_ws.py`.
@@ -264,7 +320,23 @@ def main() -> int:
     from gemm import check
 
     shapes = ((4096, 4096, 4096), (1000, 1000, 1000))
-    return check(kernel, (256, 256, 192), gemm_kernel, gpu_archs=("sm_90a",), gpu_shapes=shapes)
+    failed = check(kernel, (256, 256, 192), gemm_kernel, gpu_archs=("sm_90a",), gpu_shapes=shapes)
+    from tirx_cuda_dispatch import runtime, sim
+
+    m, n, k = 256, 512, 256  # float8 e4m3 with a per-tensor scale, into bfloat16
+    func = gemm_kernel(m, n, k, dtype="float8_e4m3fn", stages=2, grid=2)
+    args = scaled_inputs(m, n, k)
+    ok = scaled_close(sim.run(func, args, pipeline="tirx_cuda_dispatch.strict")[3], *args[:3])
+    print(f"simulator, float8 {m}x{n}x{k}: {'ok' if ok else 'WRONG'}")
+    if runtime.gpu_arch() == "sm_90a":
+        m = n = k = 4096
+        args = scaled_inputs(m, n, k)
+        exe = runtime.build(gemm_kernel(m, n, k, dtype="float8_e4m3fn"), "sm_90a",
+                            "tirx_cuda_dispatch.strict")  # fmt: skip
+        ok_gpu = scaled_close(runtime.run(exe, "gemm", args)[3], *args[:3])
+        print(f"sm_90a, float8 {m}x{n}x{k}: {'ok' if ok_gpu else 'WRONG'}")
+        ok = ok and ok_gpu
+    return failed or (0 if ok else 1)
 
 
 if __name__ == "__main__":

@@ -51,3 +51,13 @@ def test_rows_are_speeds_against_torchs_twin(bench):
     assert by["ours ws bias_relu"]["speed / torch"] == pytest.approx(0.5)
     assert by["ours hopper plain"]["note"] == "x" and "TFLOP/s" not in by["ours hopper plain"]
     assert by["ours ws plain"]["TFLOP/s"] == pytest.approx(2 * 1024**3 / 1e-3 / 1e12)
+
+
+def test_the_float8_row_is_timed_against_scaled_mm(bench):
+    ms = {"ours ws scaled": 1.0, "torch _scaled_mm": 1.2}
+    rows = bench.rows_of((1024, 1024, 1024), "float8_e4m3fn", ms, {}, {})
+    by = {r["contender"]: r for r in rows}
+    assert by["ours ws scaled"]["speed / torch"] == pytest.approx(1.2)
+    ws = bench.norms.example("gemm_hopper_ws")
+    func = ws.gemm_kernel(4096, 4096, 4096, dtype="float8_e4m3fn", grid=132, **bench.WS_CONFIG)
+    assert [r.index for r in explain(func, "sm_90a") if r.variant is None or r.error] == []

@@ -1061,6 +1061,63 @@ def wgmma_gemm(
     return wgmma_gemm
 
 
+def wgmma_gemm_f8(
+    m: int = 64,
+    n: int = 128,
+    k: int = 128,
+    a_dtype: str = "float8_e4m3fn",
+    b_dtype: str = "float8_e4m3fn",
+    b_major: str = "K",
+) -> Any:
+    """One warpgroup, float8 operands: A (m x k) and B given as Bt (n x k), both K-major in
+    128-byte swizzled shared tiles (rows of 128 elements), C = A Bt^T in float32 with
+    ``Tx.wg.gemm_async``, committed and waited, C -> D (arguments A, Bt, D). ``b_major=
+    "MN"`` lays B out N-major instead (transB; a layout the float8 wgmma cannot read)."""
+    from tvm.tirx.layout import ComposeLayout
+
+    kb = min(k, 128)
+    a_l = ComposeLayout(4, 3, 3, TileLayout(S[(m, k // kb, kb) : (kb, m * kb, 1)]))
+    if b_major == "K":
+        b_shape, b_l = (
+            (n, k),
+            ComposeLayout(4, 3, 3, TileLayout(S[(n, k // kb, kb) : (kb, n * kb, 1)])),
+        )
+    else:
+        b_shape = (k, n)
+        b_l = ComposeLayout(4, 3, 3, TileLayout(S[(k, n // 128, 128) : (128, k * 128, 1)]))
+    c_layout = wgmma_accumulator_layout(n, m // 64)
+
+    # fmt: off
+    @T.prim_func
+    def wgmma_gemm_f8(A_ptr: T.handle, B_ptr: T.handle, D_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (m, k), a_dtype)
+        B = T.match_buffer(B_ptr, b_shape, b_dtype)
+        D = T.match_buffer(D_ptr, (m, n), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        T.lane_id([32])
+        T.thread_id([128])
+        pool = T.alloc_buffer((m * k + k * n,), "uint8", scope="shared.dyn", align=1024)
+        A_s = T.decl_buffer((m, k), a_dtype, pool.data, scope="shared.dyn", layout=a_l)
+        B_s = T.decl_buffer(b_shape, b_dtype, pool.data, elem_offset=m * k, scope="shared.dyn",
+                            layout=b_l)
+        C = T.alloc_buffer((m, n), "float32", scope="local", layout=c_layout)
+        Tx.cta.copy(A_s[:, :], A[:, :])
+        Tx.cta.copy(B_s[:, :], B[:, :])
+        T.ptx["fence.proxy.async.shared::cta"]()
+        T.cuda.cta_sync()
+        Tx.wg.gemm_async(C[:, :], A_s[:, :], B_s[:, :], transA=False, transB=b_major == "MN",
+                         accum=False)
+        T.ptx["wgmma.commit_group.sync.aligned"]()
+        T.ptx["wgmma.wait_group.sync.aligned"](0)
+        Tx.wg.copy(D[:, :], C[:, :])
+    # fmt: on
+
+    return wgmma_gemm_f8
+
+
 def mma_rows_layout() -> Any:
     """Row statistics of that fragment: 16 x 4, column c in the lanes with lane % 4 == c."""
     red_atom = TileLayout(S[(1, 1) : (1, 1)])

@@ -6,6 +6,8 @@ its synchronizations left out is reported by name."""
 
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 from executors import execute
@@ -85,7 +87,7 @@ def test_each_synchronization_left_out_is_reported(omit, expect):
 
 
 def test_shapes_tma_cannot_address_are_an_error():
-    with pytest.raises(ValueError, match="multiples of 8"):
+    with pytest.raises(ValueError, match="K must be a multiple of 8 and N of 8"):
         ws.gemm_kernel(1000, 1000, 1001)
 
 
@@ -98,3 +100,41 @@ def test_sass_is_tma_wgmma_and_a_register_split():
     assert ops["HGMMA.64x256x16.F32"] % 4 == 0 and ops["HGMMA.64x256x16.F32"] > 0
     assert sum(v for op, v in ops.items() if op.startswith("USETMAXREG")) == 2
     assert not [op for op in ops if op.startswith(("LDL", "STL", "LDGSTS", "HMMA"))]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [((256, 512, 384), "float8_e4m3fn"), ((200, 264, 144), "float8_e5m2")],
+    ids=["e4m3", "e5m2-edges"],
+)
+def test_float8_with_a_per_tensor_scale_equals_numpy(shape, dtype, where, gpu):
+    """The same kernel on float8 operands (B K-major, as float8 wgmma reads it): K tiles of
+    128, m64n256k32 steps, C = scale A B in bfloat16."""
+    m, n, k = shape
+    args = ws.scaled_inputs(m, n, k, dtype, seed=8)
+    func = ws.gemm_kernel(m, n, k, dtype=dtype, stages=2, grid=2)
+    out = execute(func, args, where, gpu, pipeline=STRICT)[3]
+    assert ws.scaled_close(out, *args[:3])
+
+
+def test_float8_epilogues_other_than_scaled_are_an_error():
+    with pytest.raises(ValueError, match="epilogue='bias_relu' with float8_e4m3fn"):
+        ws.gemm_kernel(256, 256, 256, dtype="float8_e4m3fn", epilogue="bias_relu")
+
+
+def test_float8_sass_is_qgmma():
+    func = ws.gemm_kernel(1024, 1024, 1024, dtype="float8_e4m3fn")
+    ops = toolchain.opcodes(toolchain.kernel_sass(func, "sm_90a", STRICT))
+    assert ops["QGMMA.64x256x32.F32.E4M3.E4M3"] > 0
+    assert not [op for op in ops if op.startswith(("LDL", "STL", "HGMMA", "HMMA"))]
+
+
+def test_the_float8_bound_catches_a_lost_k_tile():
+    """Negative control of the comparison: C without its last K tile of 128 is outside
+    the stated bound."""
+    a, bt, scale, _ = ws.scaled_inputs(64, 64, 384, seed=3)
+    whole = a.astype(np.float64) @ bt.astype(np.float64).T * float(scale[0])
+    short = a[:, :256].astype(np.float64) @ bt[:, :256].astype(np.float64).T * float(scale[0])
+    assert ws.scaled_close(whole.astype(ml_dtypes.bfloat16), a, bt, scale)
+    assert not ws.scaled_close(short.astype(ml_dtypes.bfloat16), a, bt, scale)

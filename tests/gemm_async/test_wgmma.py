@@ -4,8 +4,11 @@ wgmma) against float64."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import ComposeLayout, S, TileLayout
 
 import tirx_cuda_dispatch as tcd
@@ -154,3 +157,62 @@ def test_the_simulator_counts_the_instructions():
     counts = out.counters.instructions
     assert counts["wgmma.mma_async.m64n256k16.f32.f16.f16"] == 8 * 4  # 8 per warp
     assert counts["wgmma.fence"] == 4 and counts["wgmma.wait_group"] == 4
+
+
+# -- float8 -----------------------------------------------------------------------------------
+F8 = ("float8_e4m3fn", "float8_e5m2")
+
+
+def _f8(shape, dtype, rng) -> np.ndarray:
+    """Random float8 values, none zero (an element lost or doubled shows)."""
+    kind = getattr(ml_dtypes, dtype)
+    mags = rng.uniform(0.25, 2.0, shape) * rng.choice([-1, 1], shape)
+    return mags.astype(kind)
+
+
+def test_a_float8_plan_takes_k32_steps_without_transposes():
+    plan = _plan(demos.wgmma_gemm_f8(64, 256, 256, "float8_e4m3fn", "float8_e5m2"))
+    assert plan.instruction == "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e5m2"
+    assert plan.count == 256 // 32 and plan.a.major == plan.b.major == "K"
+    assert plan.facts()["ptx"].endswith("scale-d, 1, 1")  # no imm-trans on float8 lines
+
+
+def test_a_float8_operand_not_k_major_declines_naming_the_layout():
+    why = _reason(demos.wgmma_gemm_f8(64, 128, 128, b_major="MN"))
+    assert "laid out MN-major; a float8 wgmma reads K-major operands only" in why
+
+
+def test_float8_by_float16_declines():
+    @T.prim_func
+    def mixed(A_ptr: T.handle):
+        T.match_buffer(A_ptr, (64, 64), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        T.warpgroup_id([1])
+        T.thread_id([128])
+        pool = T.alloc_buffer((64 * 64 * 3,), "uint8", scope="shared.dyn", align=1024)
+        A_s = T.decl_buffer((64, 64), "float8_e4m3fn", pool.data, scope="shared.dyn")
+        B_s = T.decl_buffer((64, 64), "float16", pool.data, elem_offset=2048, scope="shared.dyn")
+        C = T.alloc_buffer((64, 64), "float32", scope="local",
+                           layout=demos.wgmma_accumulator_layout(64, 1))  # fmt: skip
+        Tx.wg.gemm_async(C[:, :], A_s[:, :], B_s[:, :], transA=False, transB=False)
+
+    assert "float8 (e4m3, e5m2) by float8" in _reason(mixed)
+
+
+def test_float8_sass_is_qgmma():
+    ops = toolchain.opcodes(toolchain.kernel_sass(demos.wgmma_gemm_f8(64, 128, 256), "sm_90a"))
+    assert ops["QGMMA.64x128x32.F32.E4M3.E4M3"] == 8, ops
+    assert not any(k.startswith(("LDL", "STL", "HGMMA")) for k in ops), ops
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("a_dtype, b_dtype", [(a, b) for a in F8 for b in F8])
+def test_float8_product(a_dtype, b_dtype, rng, where, gpu):
+    """Every pairing of e4m3 and e5m2 against the float64 product of the same float8
+    values (the products are exact in float32; the sums round)."""
+    m, n, k = 64, 128, 256
+    a, b = _f8((m, k), a_dtype, rng), _f8((n, k), b_dtype, rng)
+    out = execute(demos.wgmma_gemm_f8(m, n, k, a_dtype, b_dtype), [a, b, np.full((m, n), np.nan, np.float32)], where, gpu)[2]  # fmt: skip
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3 * np.sqrt(k))

@@ -6,18 +6,21 @@ target notes; Blackwell has tcgen05 instead); warpgroup scope with all 128 threa
 64, N a multiple of 8 up to 256, in the wgmma accumulator fragment (thread ``t``, register
 ``j`` of an m64nN tile: :func:`..isa.wgmma.accumulator_element`; M = 128 takes two sets of
 registers); A (M x K, or K x M with ``transA``) and B (N x K, or K x N with ``transB``) in
-shared memory, both float16 or both bfloat16, K a multiple of 16, each laid out as one of
-the ISA's canonical layouts (:mod:`..layout.descriptor`: K-major rows or MN-major column
-blocks under the 128-, 64- or 32-byte swizzle, or none) in an allocation aligned to the
+shared memory, both float16 or both bfloat16 (K a multiple of 16), or each float8
+(``float8_e4m3fn`` or ``float8_e5m2``, in any pairing; K a multiple of 32), each laid out
+as one of the ISA's canonical layouts (:mod:`..layout.descriptor`: K-major rows or
+MN-major column blocks under the 128-, 64- or 32-byte swizzle, or none; float8 operands
+K-major only, the ISA has no transpose for them) in an allocation aligned to the
 swizzle's period (``T.alloc_buffer(..., align=1024)``); constant ``transA``, ``transB``,
 ``accum``.
 
 Emits ``wgmma.fence.sync.aligned`` (orders the warpgroup's earlier register accesses
-before the MMAs read C) and, per 64-row tile and K step of 16, ``wgmma.mma_async.sync.
+before the MMAs read C) and, per 64-row tile and K step (16; 32 for float8), ``wgmma.mma_async.sync.
 aligned.m64nNk16.f32.<ab>.<ab> {C registers}, descA, descB, scale-d, 1, 1, trans-a,
-trans-b``: descriptors built from the operands' shared addresses (the start advancing by
-the layout's K step), trans-a/b 1 where the layout is MN-major, scale-d 0 on the first K
-step unless ``accum`` (C = A B, else C += A B).
+trans-b`` (float8: ``m64nNk32.f32.<a>.<b>`` without trans-a/b): descriptors built from
+the operands' shared addresses (the start advancing by the layout's K step), trans-a/b 1
+where the layout is MN-major, scale-d 0 on the first K step unless ``accum`` (C = A B,
+else C += A B).
 
 Completion is the caller's: nothing here commits or waits, so the MMAs run while the
 warpgroup goes on. Before reading C, or writing A's or B's shared memory, the caller
@@ -38,7 +41,7 @@ from ..call import Operand, TileCall
 from ..codegen import storage_words
 from ..errors import Decline, check
 from ..irfacts import as_flag, as_int
-from ..isa.wgmma import SWIZZLE_MODES, WARPGROUP_THREADS, M, accumulator_element
+from ..isa.wgmma import K_BY_DTYPE, SWIZZLE_MODES, WARPGROUP_THREADS, M, accumulator_element
 from ..layout.atoms import memory_view
 from ..layout.descriptor import PERIOD, OperandDescriptors, match
 from ..layout.register import register_table, register_view
@@ -52,8 +55,8 @@ from ..registry import variant
 from ..resources import Completion
 
 MULTIPLICANDS = {"float16": "f16", "bfloat16": "bf16"}
+FLOAT8 = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}  # any pairing of the two
 ACCUMULATOR = "float32"
-K_STEP = 16  # K of one f16/bf16 instruction
 MAX_N = 256
 
 
@@ -86,12 +89,15 @@ def requires_operand_memories(call: TileCall) -> tuple[bool, str | None]:
 
 
 def requires_wgmma_dtypes(call: TileCall) -> tuple[bool, str | None]:
-    """A and B both float16 or both bfloat16; C float32."""
+    """A and B both float16, both bfloat16, or each float8 (e4m3 or e5m2); C float32."""
     c, a, b = (call.operand(n) for n in ("C", "A", "B"))
-    if a.dtype not in MULTIPLICANDS or b.dtype != a.dtype:
+    pair = (a.dtype in MULTIPLICANDS and b.dtype == a.dtype) or (
+        a.dtype in FLOAT8 and b.dtype in FLOAT8
+    )
+    if not pair:
         return False, (
             f"A {a.name} is {a.dtype} and B {b.name} {b.dtype}; this variant multiplies "
-            "float16 by float16 or bfloat16 by bfloat16"
+            "float16 by float16, bfloat16 by bfloat16, or float8 (e4m3, e5m2) by float8"
         )
     if c.dtype != ACCUMULATOR:
         return False, f"C {c.name} is {c.dtype}; the accumulator is float32 here"
@@ -111,7 +117,7 @@ def requires_constant_flags(call: TileCall) -> tuple[bool, str | None]:
 class WgmmaPlan:
     """The instruction, the operands' descriptors and C's registers per 64-row tile."""
 
-    ab: str  # "f16" / "bf16"
+    ab: str  # "f16" / "bf16", or float8 "e4m3.e5m2" (atype.btype)
     m: int
     n: int
     k: int
@@ -121,16 +127,28 @@ class WgmmaPlan:
     accum: bool
 
     @property
+    def float8(self) -> bool:
+        return "." in self.ab
+
+    @property
+    def k_step(self) -> int:
+        return K_BY_DTYPE["float8_e4m3fn" if self.float8 else "float16"]
+
+    @property
     def shape(self) -> str:
-        return f"m{M}n{self.n}k{K_STEP}"
+        return f"m{M}n{self.n}k{self.k_step}"
+
+    @property
+    def types(self) -> str:
+        return self.ab if self.float8 else f"{self.ab}.{self.ab}"
 
     @property
     def instruction(self) -> str:
-        return f"wgmma.mma_async.sync.aligned.{self.shape}.f32.{self.ab}.{self.ab}"
+        return f"wgmma.mma_async.sync.aligned.{self.shape}.f32.{self.types}"
 
     @property
     def count(self) -> int:
-        return (self.m // M) * (self.k // K_STEP)
+        return (self.m // M) * (self.k // self.k_step)
 
     def resources(self) -> tuple[Completion, ...]:
         return (
@@ -143,9 +161,9 @@ class WgmmaPlan:
         )
 
     def facts(self) -> dict:
+        trans = "" if self.float8 else f", {int(self.a.major == 'MN')}, {int(self.b.major == 'MN')}"
         return {
-            "ptx": f"{self.instruction} {{C}}, descA, descB, scale-d, 1, 1, "
-            f"{int(self.a.major == 'MN')}, {int(self.b.major == 'MN')}",
+            "ptx": f"{self.instruction} {{C}}, descA, descB, scale-d, 1, 1{trans}",
             "instructions": self.count,
             "A": str(self.a),
             "B": str(self.b),
@@ -155,7 +173,7 @@ class WgmmaPlan:
 
     def __str__(self) -> str:
         return (
-            f"wgmma {self.m}x{self.n}x{self.k} {self.ab}->f32: {self.count} x {self.shape} "
+            f"wgmma {self.m}x{self.n}x{self.k} {self.types}->f32: {self.count} x {self.shape} "
             f"(A {self.a.major}-major, B {self.b.major}-major, {self.a.swizzle}/{self.b.swizzle})"
         )
 
@@ -230,11 +248,23 @@ def plan(call: TileCall) -> WgmmaPlan:
         n % 8 == 0 and n <= MAX_N,
         f"N = {n}; one wgmma covers N = 8, 16, ..., 256: split a wider tile into calls",
     )
-    check(k % K_STEP == 0, f"K = {k}; a {a.dtype} wgmma takes K in steps of {K_STEP}")
-    descs_a = _descriptors(call, a, ta, (M, K_STEP))
-    descs_b = _descriptors(call, b, tb, (n, K_STEP))
+    float8 = a.dtype in FLOAT8
+    step = K_BY_DTYPE[a.dtype]
+    check(k % step == 0, f"K = {k}; a {a.dtype} wgmma takes K in steps of {step}")
+    descs_a = _descriptors(call, a, ta, (M, step))
+    descs_b = _descriptors(call, b, tb, (n, step))
+    if float8:
+        for o, d in ((a, descs_a), (b, descs_b)):
+            check(
+                d.major == "K",
+                f"{o.role} {o.name} ({o.dtype}) is laid out {d.major}-major; a float8 wgmma "
+                f"reads K-major operands only (the ISA has no transpose for .e4m3/.e5m2): "
+                f"keep each row of K contiguous ({o.role} as "
+                f"{'M x K' if o.role == 'A' else 'N x K'})",
+            )
     regs = _c_registers(c, m, n)
-    return WgmmaPlan(MULTIPLICANDS[a.dtype], m, n, k, descs_a, descs_b, regs, bool(accum))
+    ab = f"{FLOAT8[a.dtype]}.{FLOAT8[b.dtype]}" if float8 else MULTIPLICANDS[a.dtype]
+    return WgmmaPlan(ab, m, n, k, descs_a, descs_b, regs, bool(accum))
 
 
 # -- emission --------------------------------------------------------------------------------
@@ -277,10 +307,10 @@ def emit(plan: WgmmaPlan, call: TileCall):
         bases.append(address if as_int(offset) == 0 else address + tirx.Cast("uint32", offset))
     body.evaluate(T.ptx["wgmma.fence.sync.aligned"]())
     spelling = T.ptx[plan.instruction]
-    trans = (int(plan.a.major == "MN"), int(plan.b.major == "MN"))
+    trans = () if plan.float8 else (int(plan.a.major == "MN"), int(plan.b.major == "MN"))
     for mi, regs in enumerate(plan.c_registers):
         d = [dv[r] for r in regs]
-        for kk in range(plan.k // K_STEP):
+        for kk in range(plan.k // plan.k_step):
             desc_a = _descriptor(bases[0], plan.a.starts[mi][kk], plan.a)
             desc_b = _descriptor(bases[1], plan.b.starts[0][kk], plan.b)
             scale_d = tirx.const(bool(plan.accum or kk > 0), "bool")

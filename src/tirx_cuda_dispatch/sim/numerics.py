@@ -33,6 +33,8 @@ _SCALARS = {
     "uint64": np.dtype(np.uint64),
     "float16": np.dtype(np.float16),
     "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
     "float32": np.dtype(np.float32),
     "float64": np.dtype(np.float64),
 }
@@ -74,8 +76,11 @@ def scalar_name(dtype: np.dtype) -> str:
     raise SimError(f"no TIR name for numpy dtype {dtype}")
 
 
+_ML_FLOATS = {_SCALARS[n] for n in ("bfloat16", "float8_e4m3fn", "float8_e5m2")}
+
+
 def is_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f" or dtype == _SCALARS["bfloat16"]
+    return dtype.kind == "f" or dtype in _ML_FLOATS
 
 
 def cast(values: np.ndarray, to: np.dtype) -> np.ndarray:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .asynchrony import Effect
@@ -80,10 +81,19 @@ def fragment(n: int) -> tuple[np.ndarray, np.ndarray]:
     return row, col
 
 
-def _values(raw: np.ndarray, ab: str) -> np.ndarray:
-    """Element bytes ``(..., 2)`` as float32 values of f16 / bf16."""
-    bits = raw.view(np.uint16)[..., 0]
-    if ab == "f16":
+_ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
+
+
+def _values(raw: np.ndarray, type_: str) -> np.ndarray:
+    """Element bytes ``(..., size)`` as float32 values of f16 / bf16 / e4m3 / e5m2 (each
+    exact in float32: e4m3 has 3 significand bits, bias 7, no infinity, S.1111.111 NaN;
+    e5m2 is float16's top byte)."""
+    if type_ in ("e4m3", "e5m2"):
+        bits = np.ascontiguousarray(raw[..., 0])
+        kind = ml_dtypes.float8_e4m3fn if type_ == "e4m3" else ml_dtypes.float8_e5m2
+        return bits.view(kind).astype(np.float32)
+    bits = np.ascontiguousarray(raw).view(np.uint16)[..., 0]
+    if type_ == "f16":
         return bits.view(np.float16).astype(np.float32)
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
@@ -140,24 +150,35 @@ def _wgmma_wait(m: Machine, call: Any) -> None:
     m.counters.instructions["wgmma.wait_group"] += len(m.warps())
 
 
-@TABLE.entry("tirx.ptx.wgmma_f16_ss", "tirx.ptx.wgmma_bf16_ss")
+@TABLE.entry("tirx.ptx.wgmma_f16_ss", "tirx.ptx.wgmma_bf16_ss", "tirx.ptx.wgmma_fp8_ss")
 def _wgmma_mma(m: Machine, call: Any) -> None:
     """``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} d, a-desc,
-    b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b`` (9.7.15.5.2):
-    the warpgroup's 128 threads compute ``D = A B + (scale-d ? D : 0)`` for a 64 x N tile,
-    A (64 x 16) and B (16 x N, given as N x 16) read from shared memory through their
-    descriptors, K-major unless imm-trans says MN-major; scale-a/b -1 negate. The new D
-    lands when a wgmma.wait_group completes the warpgroup's group of it."""
-    ab = "bf16" if "bf16" in call.op.name else "f16"
+    b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b`` and
+    ``...m64nNk32.f32.{e4m3,e5m2}.{e4m3,e5m2} d, a-desc, b-desc, scale-d, imm-scale-a,
+    imm-scale-b`` (9.7.15.5.2): the warpgroup's 128 threads compute ``D = A B + (scale-d ?
+    D : 0)`` for a 64 x N tile, A (64 x K) and B (K x N, given as N x K) read from shared
+    memory through their descriptors, K-major unless imm-trans says MN-major (float8
+    operands are K-major: the line has no imm-trans); float8 elements are e4m3 (bias 7, no
+    infinity) or e5m2 (bias 15); scale-a/b -1 negate. The new D lands when a
+    wgmma.wait_group completes the warpgroup's group of it."""
     parsed = plain_ptx_operands(call, "wgmma.mma_async")
     tokens = [t for t in parsed.tokens if t]
     shape = next((t for t in tokens if t.startswith("m64n")), None)
-    if shape is None or not shape.endswith("k16"):
-        raise NotModeled(f"wgmma.mma_async {tokens}: only the m64nNk16 lines are modeled")
-    n = int(shape[4:-3])
+    float8 = call.op.name.endswith("fp8_ss")
+    types = [t for t in tokens if t in _ELEMENT_BYTES]
+    if float8:
+        kk, trailing, (at, bt) = 32, 5, types[-2:]
+    else:
+        ab = "bf16" if "bf16" in call.op.name else "f16"
+        kk, trailing, (at, bt) = 16, 7, (ab, ab)
+    if shape is None or not shape.endswith(f"k{kk}"):
+        raise NotModeled(f"wgmma.mma_async {tokens}: only the m64nNk16/k32 lines are modeled")
+    n = int(shape[4:].split("k")[0])
     ops = parsed.operands
-    regs, (desc_a, desc_b, scale_d, scale_a, scale_b, trans_a, trans_b) = ops[:-7], ops[-7:]
-    what = f"wgmma.mma_async.{shape}.f32.{ab}.{ab}"
+    regs, tail = ops[:-trailing], ops[-trailing:]
+    desc_a, desc_b, scale_d, scale_a, scale_b = tail[:5]
+    trans_a, trans_b = tail[5:] if not float8 else (None, None)
+    what = f"wgmma.mma_async.{shape}.f32.{at}.{bt}"
     if len(regs) != n // 2:
         raise SimError(f"{what}: {len(regs)} D registers, needs {n // 2}")
     threads = m.active_threads()
@@ -168,7 +189,7 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
     for mem in mems.values():  # chained on an earlier wgmma's accumulator: in order
         m.asynchrony.settle(m, "wgmma", mem, threads)
     scale = [int(np.asarray(m.eval(x)).flat[0]) for x in (scale_a, scale_b)]
-    flags = [int(np.asarray(m.eval(x)).flat[0]) for x in (trans_a, trans_b)]
+    flags = [0 if x is None else int(np.asarray(m.eval(x)).flat[0]) for x in (trans_a, trans_b)]
     keep = np.asarray(m.per_thread(m.eval(scale_d))).astype(bool)
     if keep[threads].any():  # scale-d 0: D is not read (it may hold anything)
         d = np.stack([np.asarray(m.per_thread(m.eval(r)), dtype=np.float32) for r in regs], 1)
@@ -184,8 +205,8 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
         if len({int(x) for x in da[mine]}) != 1 or len({int(x) for x in db[mine]}) != 1:
             raise SimError(f"{what}: the descriptors differ between the warpgroup's threads")
         memory = _shared_memory(m, what)
-        a_at = operand_bytes(decode(int(da[mine[0]])), bool(flags[0]), 64, 16, 2)
-        b_at = operand_bytes(decode(int(db[mine[0]])), bool(flags[1]), n, 16, 2)
+        a_at = operand_bytes(decode(int(da[mine[0]])), bool(flags[0]), 64, kk, _ELEMENT_BYTES[at])
+        b_at = operand_bytes(decode(int(db[mine[0]])), bool(flags[1]), n, kk, _ELEMENT_BYTES[bt])
         reader = np.full(a_at.size + b_at.size, mine[0])
         cells = np.concatenate([a_at.ravel(), b_at.ravel()])
         # the operand reads belong to the async proxy (the warpgroup's wgmma unit): ordered
@@ -194,15 +215,24 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
         agent = m.clocks.wgmma_unit(g)
         snapshot = m.clocks.issue(agent, range(4 * g, 4 * g + 4))
         agents = np.full(reader.size, agent)
-        raw = memory.load(reader, cells, 2, m.clocks, agents)  # guards: TMA bytes in flight
-        vals = _values(raw, ab)
-        a = vals[: a_at.size].reshape(64, 16) * scale[0]
-        b = vals[a_at.size :].reshape(n, 16).T * scale[1]
+        cells_a, cells_b = cells[: a_at.size], cells[a_at.size :]
+        raw_a = memory.load(
+            reader[: a_at.size], cells_a, _ELEMENT_BYTES[at], m.clocks, agents[: a_at.size]
+        )
+        raw_b = memory.load(
+            reader[a_at.size :], cells_b, _ELEMENT_BYTES[bt], m.clocks, agents[a_at.size :]
+        )
+        a = _values(raw_a, at).reshape(64, kk) * scale[0]  # guards: TMA bytes in flight
+        b = _values(raw_b, bt).reshape(n, kk).T * scale[1]
         c = np.zeros((64, n), np.float32)
         c[row, col] = np.where(keep[mine][:, None], d[mine], 0.0)
         full = mma_sum(a, b, c, np.float32)
         out[mine] = full[row, col]
-        reads.append((memory, mine[0], cells, agent, snapshot))
+        read = np.concatenate([
+            (cells_a[:, None] + np.arange(_ELEMENT_BYTES[at])).ravel(),
+            (cells_b[:, None] + np.arange(_ELEMENT_BYTES[bt])).ravel(),
+        ])  # fmt: skip
+        reads.append((memory, mine[0], read, agent, snapshot))
     queue_register_writes(m, "wgmma", what, issued_at(m, call), regs, out, group="wgmma")
     for memory, reader, cells, agent, snapshot in reads:
         _queue_reads(m, call, what, memory, reader, cells, agent, snapshot)
@@ -220,13 +250,13 @@ def _queue_reads(
     m: Machine, call: Any, what: str, memory: Any, reader: int, cells: np.ndarray,
     agent: int, snapshot: np.ndarray,
 ) -> None:  # fmt: skip
-    """The shared bytes the wgmma reads, busy until its group completes: an effect that
+    """The shared bytes (``cells``) the wgmma reads, busy until its group completes: an effect that
     writes nothing and reads them (a plain write over them before the wait is an error);
     the wait orders the warpgroup after the reads (the unit's clock at the issue)."""
     one = np.array([reader])
     index = memory.index(one, np.zeros((1, 0), dtype=np.int64))
     group = m.asynchrony.open_groups(m, one, "wgmma")
-    source = np.unique(np.concatenate([cells, cells + 1]))[None, :]
+    source = np.unique(cells)[None, :]
     effect = Effect(
         "wgmma", what, issued_at(m, call), m.call, memory, one, index,
         np.zeros((1, 0), dtype=np.uint8), group,
