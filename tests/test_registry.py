@@ -103,6 +103,19 @@ class _Costed:
 
     est_clocks: float
 
+    def facts(self) -> dict:
+        return {"est_clocks": self.est_clocks}
+
+    def __str__(self) -> str:
+        return f"costed {self.est_clocks:g}"
+
+
+@dataclass(frozen=True)
+class _Bare:
+    """A plan class that breaks the Plan contract (no facts(), no __str__)."""
+
+    n: int
+
 
 def test_cost_rule_takes_a_cheaper_later_variant_and_keeps_order_on_ties(scratch_op):
     from tirx_cuda_dispatch.dispatch import choose
@@ -120,9 +133,11 @@ def test_cost_rule_takes_a_cheaper_later_variant_and_keeps_order_on_ties(scratch
     assert choose(_call(scratch_op)).variant == "first"  # equal estimates: trial order
 
 
-def test_a_declining_emitter_passes_the_call_to_a_lower_priority_variant(scratch_op):
+def test_an_emitter_that_declines_is_a_bug_of_its_variant(scratch_op):
+    """The plan decides; an emitter does not decline. A Decline from one is a
+    VariantError naming the variant and the emitter, and the call is not passed on."""
     from tirx_cuda_dispatch.dispatch import choose
-    from tirx_cuda_dispatch.errors import Decline
+    from tirx_cuda_dispatch.errors import Decline, VariantError
 
     def declines(plan, call):
         raise Decline("high emitter declines")
@@ -130,9 +145,46 @@ def test_a_declining_emitter_passes_the_call_to_a_lower_priority_variant(scratch
     func = _noop_func()
     tcd.variant(scratch_op, "high", priority=20)(declines)
     tcd.variant(scratch_op, "low", priority=10)(lambda plan, call: func)
+    with pytest.raises(VariantError, match="'high' .* emitter \\(an emitter does not decline"):
+        choose(_call(scratch_op), emit=True)
+
+
+def test_the_plan_contract_is_checked_as_a_variant_registers(scratch_op):
+    """A plan class without facts() or a __str__ of its own is refused at registration
+    (annotated planner) or at its first plan (a lambda); a conforming one is taken."""
+
+    def bare(call) -> _Bare:
+        return _Bare(1)
+
+    with pytest.raises(ValueError, match="its plan _Bare lacks facts, __str__"):
+        tcd.variant(scratch_op, "bare", plan=bare)(_emit)
+    tcd.variant(scratch_op, "lazy", plan=lambda c: _Bare(1))(_emit)
+    with pytest.raises(ValueError, match="'lazy' of op .*its plan _Bare lacks facts"):
+        tcd.registry.variants_for(scratch_op)[0].make_plan(_call(scratch_op))
+    tcd.unregister(scratch_op, "lazy")
+
+    def good(call) -> _Costed:
+        return _Costed(2)
+
+    tcd.variant(scratch_op, "good", plan=good)(_emit)
+    assert isinstance(good(None), tcd.registry.Plan)
+
+
+def test_an_emitter_gets_what_the_bridge_provided(scratch_op):
+    """emit(plan, call, given): the call stays read-only; the resources arrive as a
+    read-only mapping (empty without a provider)."""
+    from tirx_cuda_dispatch.dispatch import choose
+
+    seen = {}
+    func = _noop_func()
+
+    def emit(plan, call, given):
+        seen["given"] = given
+        return func
+
+    tcd.variant(scratch_op, "takes", priority=5)(emit)
     out = choose(_call(scratch_op), emit=True)
-    assert out.variant == "low" and out.func is func
-    assert [tuple(c) for c in out.candidates] == [
-        ("high", False, "high emitter declines"),
-        ("low", True, None),
-    ]
+    assert out.func is func and dict(seen["given"]) == {}
+    with pytest.raises(TypeError):
+        seen["given"]["x"] = 1
+    assert not hasattr(_call(scratch_op), "resources")

@@ -49,10 +49,10 @@ def test_barrier_ids_the_kernel_names_are_found():
 
 def test_a_plans_named_barriers_avoid_the_kernels_own_ids():
     report = report_of(_kernel_with_barriers(True))
-    first = report.call_object.resources["sync"]
+    first = report.given["sync"]
     assert first not in (0, 1, 2, 3, 8) and first + 1 not in (0, 1, 2, 3, 8)
     # the control: without the kernel's own barriers, the first free ids are taken
-    control = report_of(_kernel_with_barriers(False)).call_object.resources["sync"]
+    control = report_of(_kernel_with_barriers(False)).given["sync"]
     assert control == 1
 
 
@@ -64,3 +64,35 @@ def test_barrier_pool_hands_out_runs_and_reuses_a_groups_ids():
     assert pool.missing(9) is not None and "consecutive" in pool.missing(9)
     with pytest.raises(ValueError):
         pool.take("too many", 9)
+
+
+def test_the_simulator_holds_a_call_to_the_completions_its_plan_declares(monkeypatch):
+    """The lowering marks each call's code with its plan's Completion mechanisms; an
+    asynchronous effect whose mechanism the plan does not declare is an error naming it.
+    The control: ldgsts's plan declares its cp.async group, and the round trip runs."""
+    import numpy as np
+
+    from tirx_cuda_dispatch import demos, runtime, sim
+    from tirx_cuda_dispatch.copy_async.ldgsts import LdgstsPlan
+    from tirx_cuda_dispatch.resources import Completion
+
+    func = demos.ldgsts_roundtrip("float16", (64, 64), dispatch=None)
+    a = runtime.random_array((64, 64), "float16", np.random.default_rng(2))
+    args = [a, runtime.poison_like(a), runtime.poison_like(a)]
+    out = sim.run(func, args)
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+    wrong = (Completion("mbarrier complete-tx", "a wrong declaration, for this test"),)
+    monkeypatch.setattr(LdgstsPlan, "resources", lambda self: wrong)
+    with pytest.raises(
+        sim.SimError,
+        match="completes through the cp.async group, but the call's plan declares mbarrier complete-tx",
+    ):
+        sim.run(func, args)
+
+
+def test_a_completion_outside_the_vocabulary_is_refused():
+    from tirx_cuda_dispatch.resources import COMPLETIONS, Completion
+
+    with pytest.raises(ValueError, match="'tcgen05.wait' is not one of"):
+        Completion("tcgen05.wait", "the caller")
+    assert {"cp.async group", "mbarrier complete-tx", "bulk async-group"} <= set(COMPLETIONS)

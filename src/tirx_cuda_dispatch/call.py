@@ -99,9 +99,6 @@ class TileCall:
         self.prim = prim
         self.ctx = ctx
         self.enclosing = enclosing
-        # What the bridge provides for the chosen plan's resources (:mod:`.resources`):
-        # workspace buffers and barrier ids by name, set before the emitter runs.
-        self.resources: dict[str, Any] = {}
 
     # -- the op and its arguments --------------------------------------------------------
     @cached_property

@@ -39,6 +39,7 @@ _ACCESS_CTYPES = {
 # The attribute the lowering puts around each call body it emits, valued with the call's
 # explain() index: the simulator attributes counts and faults to calls by it.
 CALL_MARK = "tirx_cuda_dispatch.call"
+COMPLETION_MARK = "tirx_cuda_dispatch.completion"  # the completions a call's plan declares
 
 
 def impl_prim_func(body: Any) -> Any:

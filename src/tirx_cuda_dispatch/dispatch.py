@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from tvm.tirx import PrimFunc
@@ -25,11 +27,14 @@ class Provider(Protocol):
     def check(self, plan: Any, call: TileCall) -> str | None:
         """Why the plan's resources cannot be provided for ``call`` (None: they can)."""
 
-    def provide(self, plan: Any, call: TileCall) -> None:
-        """Fill ``call.resources`` for the emitter."""
+    def provide(self, plan: Any, call: TileCall) -> Mapping[str, Any]:
+        """What the emitter gets, by resource name (``emit(plan, call, given)``)."""
 
-    def commit(self, plan: Any, call: TileCall) -> None:
+    def commit(self, plan: Any, call: TileCall, given: Mapping[str, Any]) -> None:
         """The emitter succeeded: allocate what it used."""
+
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 class Candidate(NamedTuple):
@@ -49,6 +54,7 @@ class Outcome:
     plan: Any = None
     func: Any = None  # the emitted PrimFunc, when emitted
     candidates: list[Candidate] = field(default_factory=list)
+    given: Mapping[str, Any] = field(default_factory=dict)  # what the plan's resources got
     # Filled in by the lowering bridge: the call's bounds verdicts, what TVM's built-in
     # variants would do when none of ours accepts, and the error lowering raises (if any).
     bounds: Any = None
@@ -113,8 +119,9 @@ def choose(
     Variants are asked in trial order; among those of the highest priority that accept,
     the first is chosen unless a later one's plan estimates fewer SM clocks
     (:func:`estimated_clocks`: the cost rule, e.g. copy -> reg against ldmatrix on a
-    conflicting shared layout). With ``emit`` the chosen variant's emitter runs too (an
-    emitter that declines passes the call on to the next choice). With ``exhaustive``
+    conflicting shared layout). With ``emit`` the chosen variant's emitter runs too; an
+    emitter never declines (the plan decided): a Decline it raises is a bug of the variant
+    (:class:`VariantError`), as any other exception is. With ``exhaustive``
     lower-priority variants are still asked, so a report can say what each would have
     done. A forced ``dispatch=`` name restricts the trial to that variant (unless
     ``honour_forced`` is False: an error message then says what the others would have
@@ -130,24 +137,17 @@ def choose(
     for group in _priority_groups(variants):
         first = len(verdicts)
         verdicts += [_verdict(v, call, provider) for v in group]
-        while winner is None:
-            pick = _winner(verdicts, first)
-            if pick is None:
-                break
-            if emit:
-                v, _, _, plan = verdicts[pick]
-                try:
-                    out.func = _emitted(v, plan, call, provider)
-                except Decline as d:  # the emitter declines: the next choice gets the call
-                    verdicts[pick][1:3] = [False, d.reason]
-                    continue
-            winner = pick
+        if winner is None:
+            winner = _winner(verdicts, first)
+            if winner is not None and emit:
+                v, _, _, plan = verdicts[winner]
+                out.func, out.given = _emitted(v, plan, call, provider)
         if winner is not None and not exhaustive:
             break
     if winner is not None:
         out.chosen, out.plan = verdicts[winner][0], verdicts[winner][3]
         if provider is not None and not emit:
-            provider.provide(out.plan, call)  # explain shows what lowering would get
+            out.given = provider.provide(out.plan, call)  # explain: what lowering would get
     for i, (v, ok, reason, plan) in enumerate(verdicts):
         if ok and i != winner:
             reason = _why_not(v, plan, out.chosen, out.plan, i < winner)
@@ -181,23 +181,24 @@ def _verdict(v: Variant, call: TileCall, provider: Provider | None) -> list:
     return [v, ok, reason, plan]
 
 
-def _emitted(v: Variant, plan: Any, call: TileCall, provider: Provider | None) -> PrimFunc:
-    """The variant's PrimFunc (its resources provided first, allocated once it returned);
-    a Decline passes through, anything else is a bug."""
-    if provider is not None:
-        provider.provide(plan, call)
+def _emitted(
+    v: Variant, plan: Any, call: TileCall, provider: Provider | None
+) -> tuple[PrimFunc, Mapping[str, Any]]:
+    """The variant's PrimFunc and what it was given: its resources provided first
+    (``emit(plan, call, given)``), allocated once it returned. Any exception, a Decline
+    too, is a bug of the variant: the plan has already accepted the call."""
+    given = MappingProxyType(dict(provider.provide(plan, call))) if provider else EMPTY
     try:
-        func = v.emit(plan, call)
-    except Decline:
-        raise
+        func = v.emit(plan, call, given)
     except Exception as exc:
-        raise _bug(v, "emitter", call, exc) from exc
+        stage = "emitter (an emitter does not decline: its plan decides)"
+        raise _bug(v, stage if isinstance(exc, Decline) else "emitter", call, exc) from exc
     if not isinstance(func, PrimFunc):
         wrong = TypeError(f"returned {type(func).__name__}, not a PrimFunc")
         raise _bug(v, "emitter", call, wrong)
     if provider is not None:
-        provider.commit(plan, call)
-    return func
+        provider.commit(plan, call, given)
+    return func, given
 
 
 def _winner(verdicts: list[list], first: int) -> int | None:

@@ -61,6 +61,8 @@ class CallReport:
     # The chosen variant's plan object itself (what the emitter receives); not serialized.
     plan_object: Any = field(default=None, repr=False, compare=False)
     call_object: Any = field(default=None, repr=False, compare=False)  # the TileCall
+    # What the bridge provided for the plan's resources, by name (barrier ids, buffers).
+    given: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_outcome(cls, index: int, out: Outcome) -> CallReport:
@@ -80,9 +82,10 @@ class CallReport:
             bounds_undecided=[str(o) for o in out.bounds.undecided] if out.bounds else [],
             bounds_past_edge=[str(o) for o in out.bounds.past_edge] if out.bounds else [],
             arguments=_argument_values(call),
-            resources=[_resource_text(r, call) for r in resources_of(out.plan)],
+            resources=[_resource_text(r, out.given) for r in resources_of(out.plan)],
             plan_object=out.plan,
             call_object=call,
+            given=dict(out.given),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -190,10 +193,10 @@ def _operand_rows(call: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _resource_text(resource: Any, call: Any) -> str:
+def _resource_text(resource: Any, provided: Any) -> str:
     """A plan's resource, with what the bridge gave it (barrier ids)."""
     text = str(resource)
-    given = call.resources.get(getattr(resource, "name", None))
+    given = provided.get(getattr(resource, "name", None))
     count = getattr(resource, "instances", None)
     if isinstance(given, int) and count:
         ids = f"id {given}" if count == 1 else f"ids {given}-{given + count - 1}"

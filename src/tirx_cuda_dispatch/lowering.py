@@ -17,7 +17,7 @@ registered under each of our variant names (active only when that name is forced
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,19 +31,12 @@ from tvm.tirx.operator.tile_primitive.dispatcher import DispatchFail
 from . import bounds
 from .builtin import BRIDGE_PREDICATE, builtin_names, probe
 from .call import TileCall
-from .codegen import CALL_MARK, encode_tensor_map, impl_prim_func
+from .codegen import CALL_MARK, COMPLETION_MARK, encode_tensor_map, impl_prim_func
 from .dispatch import Outcome, choose
 from .errors import DispatchError, VariantError
 from .participation import DivergentScopeError
 from .registry import variants_for
-from .resources import (
-    BarrierPool,
-    NamedBarrier,
-    TensorMap,
-    Workspace,
-    barrier_ids_in,
-    resources_of,
-)
+from .resources import BarrierPool, TensorMap, barrier_ids_in, completions_of, resources_of
 from .signatures import SIGNATURES
 
 BRIDGE_NAME = "tirx_cuda_dispatch"
@@ -64,8 +57,32 @@ class Session:
     bounds: list[bounds.CallBounds] = field(default_factory=list)  # every call's verdicts
     pools: dict[int, BarrierPool] = field(default_factory=dict)  # per kernel (id of func)
 
-    # -- the resource provider (dispatch.Provider) ---------------------------------------
-    def _pool(self, call: TileCall) -> BarrierPool | None:
+    # -- the resource provider (dispatch.Provider): each kind's steps (resources.Kind) ----
+    def check(self, plan: Any, call: TileCall) -> str | None:
+        for r in resources_of(plan):
+            missing = r.check(self, call)
+            if missing is not None:
+                return missing
+        return None
+
+    def provide(self, plan: Any, call: TileCall) -> dict[str, Any]:
+        given = {}
+        for r in resources_of(plan):
+            value = r.provide(self, call)
+            if value is not None:
+                given[r.name] = value
+        return given
+
+    def commit(self, plan: Any, call: TileCall, given: Mapping[str, Any]) -> None:
+        for r in resources_of(plan):
+            r.commit(self, call, given.get(getattr(r, "name", None)))
+
+    # -- the bridge's primitives (resources.Bridge) --------------------------------------
+    @property
+    def lowering(self) -> bool:
+        return self.mode == "lower"
+
+    def barrier_pool(self, call: TileCall) -> BarrierPool | None:
         """The kernel's barrier ids, None when the call's kernel is unknown."""
         func = getattr(call.enclosing, "function", None)
         if func is None:
@@ -75,42 +92,19 @@ class Session:
         return self.pools[id(func)]
 
     @staticmethod
-    def _key(r: NamedBarrier, call: TileCall) -> Any:
-        return r.group or (id(call.prim), r.name)
+    def declare_buffer(name: str, shape: tuple, dtype: str, scope: str) -> Any:
+        return tvm.tirx.decl_buffer(shape, dtype, name=name, scope=scope)
 
-    def check(self, plan: Any, call: TileCall) -> str | None:
-        for r in resources_of(plan):
-            if not isinstance(r, NamedBarrier):
-                continue
-            pool = self._pool(call)
-            if pool is None:
-                return f"named barrier {r.name}: the kernel's own barrier ids are unknown"
-            if (self._key(r, call), r.instances) in pool.given:
-                continue  # the same threads' calls share their ids
-            missing = pool.missing(r.instances)
-            if missing is not None:
-                return f"named barrier {r.name} {missing}"
-        return None
-
-    def provide(self, plan: Any, call: TileCall) -> None:
-        given: dict[str, Any] = {}
-        for r in resources_of(plan):
-            if isinstance(r, Workspace):
-                given[r.name] = tvm.tirx.decl_buffer(
-                    r.shape, r.dtype, name=f"{call.op}_{r.name}", scope=r.scope
-                )
-            elif isinstance(r, NamedBarrier):
-                given[r.name] = self._pool(call).take(self._key(r, call), r.instances)
-            elif isinstance(r, TensorMap):
-                given[r.name] = self._tensor_map(r, call)
-        call.resources = given
+    @staticmethod
+    def allocate(buffer: Any, call: TileCall) -> None:
+        call.ctx.add_alloc_buffer(buffer)
 
     @staticmethod
     def _tensor_map_key(r: TensorMap, call: TileCall) -> str:
         data = call.operand(r.operand).buffer.data
         return f"{BRIDGE_NAME}.tensormap:{hash(data)}:{r.key}"
 
-    def _tensor_map(self, r: TensorMap, call: TileCall) -> Any:
+    def tensor_map_var(self, r: TensorMap, call: TileCall) -> Any:
         """The kernel's variable for descriptor ``r``: the one an earlier call of the kernel
         got for an equal descriptor over the same buffer, else a new one (encoded on the
         host at commit). TVM's dispatch cache is per kernel and lives across its calls."""
@@ -121,18 +115,12 @@ class Session:
         name = f"{call.operand(r.operand).name}_tensormap"
         return tvm.tirx.Var(name, T.handle("tensormap").ty)
 
-    def commit(self, plan: Any, call: TileCall) -> None:
-        if self.mode != "lower":
-            return
-        for r in resources_of(plan):
-            if isinstance(r, Workspace):
-                call.ctx.add_alloc_buffer(call.resources[r.name])
-            elif isinstance(r, TensorMap):
-                key = self._tensor_map_key(r, call)
-                if call.ctx.cache_get(key) is None:
-                    var, buffer = call.resources[r.name], call.operand(r.operand).buffer
-                    call.ctx.add_init_stmt(encode_tensor_map(var, buffer, r), host=True)
-                    call.ctx.cache_set(key, var)
+    def encode_tensor_map(self, var: Any, r: TensorMap, call: TileCall) -> None:
+        key = self._tensor_map_key(r, call)
+        if call.ctx.cache_get(key) is None:
+            buffer = call.operand(r.operand).buffer
+            call.ctx.add_init_stmt(encode_tensor_map(var, buffer, r), host=True)
+            call.ctx.cache_set(key, var)
 
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
@@ -198,15 +186,19 @@ def _dispatch_in_session(s: Session, call: TileCall, scanned: Any) -> Any:
         s.errors.append(out.error)
         fail(str(out.error))
     if out.chosen is not None:
-        return _marked(out.func, len(s.outcomes) - 1)
+        return _marked(out.func, len(s.outcomes) - 1, completions_of(out.plan))
     fail("no tirx_cuda_dispatch variant accepted:\n" + out.reasons_table())
 
 
-def _marked(func: tvm.tirx.PrimFunc, index: int) -> tvm.tirx.PrimFunc:
+def _marked(func: tvm.tirx.PrimFunc, index: int, completions: tuple[str, ...]) -> Any:
     """The emitted body under an attribute naming the call (its index in explain()'s
-    numbering), so that the simulator can say which call an access or a fault came from.
-    CUDA codegen emits nothing for an attribute it does not know."""
-    body = tvm.tirx.AttrStmt(tvm.ir.StringImm(CALL_MARK), CALL_MARK, index, func.body)
+    numbering), so that the simulator can say which call an access or a fault came from,
+    and one naming the completion mechanisms its plan declares (data the simulator holds
+    the call's asynchronous effects to). CUDA codegen emits nothing for an attribute it
+    does not know."""
+    text = tvm.ir.StringImm("|".join(completions))
+    body = tvm.tirx.AttrStmt(tvm.ir.StringImm(COMPLETION_MARK), COMPLETION_MARK, text, func.body)
+    body = tvm.tirx.AttrStmt(tvm.ir.StringImm(CALL_MARK), CALL_MARK, index, body)
     return func.with_body(body)
 
 

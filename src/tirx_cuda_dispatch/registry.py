@@ -12,16 +12,76 @@ instruction is tried before the generic register copy.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .errors import Decline
 from .signatures import signature
 
 PredicateFn = Callable[[Any], "tuple[bool, str | None]"]
 PlanFn = Callable[[Any], Any]
-EmitFn = Callable[[Any, Any], Any]
+EmitFn = Callable[[Any, Any, Any], Any]  # emit(plan, call, given) -> PrimFunc
+
+
+@runtime_checkable
+class Plan(Protocol):
+    """What every plan is: a frozen record that explain() can show. ``facts()`` are its
+    fields as plain data, ``str(plan)`` one line. Optional, read where present:
+    ``resources()`` (:mod:`.resources`: what the bridge provides and what completes
+    asynchronously; none by default), ``est_clocks`` (the cost rule's estimate, in SM
+    clocks), ``memory_accesses()`` (draw's picture), ``edges()`` (operands that may
+    reach past their buffer, and what the hardware does there)."""
+
+    def facts(self) -> dict: ...
+
+    def __str__(self) -> str: ...
+
+
+def plan_type(plan: PlanFn) -> type | None:
+    """The class a plan function's return annotation names (None: not annotated, e.g. a
+    lambda; its plans are checked as they are made)."""
+    try:
+        kind = typing.get_type_hints(plan).get("return")
+    except Exception:  # noqa: BLE001  # an annotation that does not resolve
+        return None
+    return kind if isinstance(kind, type) else None
+
+
+def contract_gaps(kind: type) -> list[str]:
+    """What a plan class lacks of :class:`Plan` (empty: nothing)."""
+    missing = [m for m in ("facts",) if not callable(getattr(kind, m, None))]
+    if kind.__str__ is object.__str__:
+        missing.append("__str__")
+    return missing
+
+
+def _contract_error(kind: type, op: str, name: str) -> ValueError:
+    return ValueError(
+        f"variant {name!r} of op {op!r}: its plan {kind.__name__} lacks "
+        f"{', '.join(contract_gaps(kind))} (registry.Plan: facts() and a one-line __str__)"
+    )
+
+
+def _with_given(emit: Callable) -> EmitFn:
+    """``emit(plan, call, given)``; an emitter written as ``emit(plan, call)`` (one that
+    takes no resources) is called without them."""
+    params = [
+        p
+        for p in inspect.signature(emit).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(params) >= 3:
+        return emit
+
+    @functools.wraps(emit)
+    def with_given(plan: Any, call: Any, given: Any) -> Any:
+        return emit(plan, call)
+
+    return with_given
 
 
 @dataclass(frozen=True)
@@ -74,8 +134,13 @@ class Variant:
         return True, None
 
     def make_plan(self, call: Any) -> Any:
-        """The variant's plan for ``call``; raises :class:`Decline` when the call does not fit."""
-        return self.plan(call)
+        """The variant's plan for ``call``; raises :class:`Decline` when the call does not
+        fit. A plan of a class whose plan function is not annotated (a lambda) is held to
+        :class:`Plan` here (a dict plan of a variant without a planner is plain data)."""
+        made = self.plan(call)
+        if not isinstance(made, dict) and contract_gaps(type(made)):
+            raise _contract_error(type(made), self.op, self.name)
+        return made
 
 
 _VARIANTS: dict[str, list[Variant]] = {}
@@ -96,18 +161,26 @@ def variant(
     plan: PlanFn | None = None,
     replace: bool = False,
 ) -> Callable[[EmitFn], EmitFn]:
-    """Register the decorated emitter ``emit(plan, call) -> PrimFunc`` as variant ``name`` of ``op``.
+    """Register the decorated emitter ``emit(plan, call, given) -> PrimFunc`` as variant
+    ``name`` of ``op``.
 
     ``op`` is the tile op without its ``tirx.tile.`` prefix (``"copy"``, ``"copy_async"``,
-    ``"sqrt"``, ...): one of :data:`.signatures.SIGNATURES`, else a ValueError. ``predicates`` run in the given order before ``plan(call)``, which
-    computes the variant's plan (plain data) or raises :class:`Decline`. The emitter turns
-    the plan into TIR and does not decline. A second registration of the same (op, name)
-    is an error unless ``replace=True``.
+    ``"sqrt"``, ...): one of :data:`.signatures.SIGNATURES`, else a ValueError.
+    ``predicates`` run in the given order before ``plan(call)``, which computes the
+    variant's plan or raises :class:`Decline`; the plan function's return annotation names
+    its plan class, which must satisfy :class:`Plan` (checked here). The emitter turns the
+    plan into TIR with ``given`` (a read-only mapping: what the bridge provided for the
+    plan's resources, by name; ``emit(plan, call)`` for an emitter that takes none) and
+    does not decline: a Decline it raises is a bug of the variant, as any other exception
+    is. A second registration of the same (op, name) is an error unless ``replace=True``.
     """
     if not op or op.startswith("tirx.tile."):
         raise ValueError(f"op must be the bare tile op name (e.g. 'copy'), got {op!r}")
     signature(op)  # an op TIRx does not have is an error here, naming the ops it has
     preds = tuple(p if isinstance(p, Predicate) else predicate(p) for p in predicates)
+    kind = plan_type(plan) if plan is not None else None
+    if kind is not None and contract_gaps(kind):
+        raise _contract_error(kind, op, name)  # checked as the variant registers
 
     def decorator(emit: EmitFn) -> EmitFn:
         existing = _VARIANTS.setdefault(op, [])
@@ -125,7 +198,7 @@ def variant(
                 order=order,
                 predicates=preds,
                 plan=plan or _no_plan,
-                emit=emit,
+                emit=_with_given(emit),
                 seq=_SEQ[0],
                 doc=(emit.__doc__ or "").strip().splitlines()[0] if emit.__doc__ else "",
             )
@@ -175,6 +248,7 @@ def list_variants() -> list[dict[str, Any]]:
 
 __all__ = [
     "Decline",
+    "Plan",
     "Predicate",
     "Variant",
     "list_variants",

@@ -1,13 +1,20 @@
 """What a plan needs besides its operands, as data: workspace buffers, named barriers, tensor
 maps the host encodes, and what completes asynchronously (and who waits for it).
 
-A plan lists these in ``resources()``; the lowering bridge provides them (a buffer per
-:class:`Workspace`, barrier ids per :class:`NamedBarrier`) before the emitter runs, hands
-them to it by name (``call.resources["partials"]``), and allocates the buffers through
-TVM's dispatch context only once the emitter returned. explain() lists every resource
-with why the plan needs it. A :class:`Completion` is not provided: it states a contract
-(``tcgen05.ld`` results are valid after ``tcgen05.wait::ld``, which the caller issues),
-shown by explain() and checked by the simulator.
+A plan lists these in ``resources()``. Each kind is a record with three steps against the
+lowering bridge (:class:`Bridge`, the host's side): ``check`` says why it cannot be had
+for a call (a plan whose resources cannot be had declines), ``provide`` gives the emitter
+what it names (a buffer, the first barrier id, the variable a tensor map arrives in; the
+emitter receives them as ``emit(plan, call, given)``, ``given[name]``), and ``commit``
+makes it real once the emitter returned (the buffer allocated, the tensor map encoded on
+the host). A new kind is one class here with those methods; the bridge only offers its
+primitives. explain() lists every resource with why the plan needs it.
+
+A :class:`Completion` is not provided: it states a contract, as data (the mechanism, from
+:data:`COMPLETIONS`, and who waits): ``tcgen05.ld`` results are valid after
+``tcgen05.wait::ld``, which the caller issues. explain() shows it, and the simulator checks
+that every asynchronous effect a call's code issues completes by a mechanism its plan
+declared.
 
 A :class:`TensorMap` is a TMA descriptor (``CUtensorMap``) over a global operand: the bridge
 has the host encode it before the launch (``cuTensorMapEncodeTiled``, through TVM 0.27's
@@ -22,7 +29,7 @@ so a plan's barrier cannot complete with the kernel's own arrivals (:class:`Barr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import tvm
 
@@ -32,8 +39,44 @@ BARRIER_IDS = 16  # per CTA (PTX ISA "bar, barrier")
 RESERVED_BARRIERS = frozenset({0, 8})
 
 
+class Bridge(Protocol):
+    """What a resource kind may ask of the lowering bridge (the host's side)."""
+
+    lowering: bool  # False while explaining: nothing is allocated or encoded
+
+    def barrier_pool(self, call: Any) -> BarrierPool | None:
+        """The named-barrier ids of ``call``'s kernel, None where the kernel is unknown."""
+
+    def declare_buffer(self, name: str, shape: tuple, dtype: str, scope: str) -> Any:
+        """A buffer the emitter may name (allocated only at :meth:`allocate`)."""
+
+    def allocate(self, buffer: Any, call: Any) -> None:
+        """Allocate ``buffer`` in ``call``'s kernel."""
+
+    def tensor_map_var(self, r: TensorMap, call: Any) -> Any:
+        """The variable ``call``'s kernel receives tensor map ``r`` in."""
+
+    def encode_tensor_map(self, var: Any, r: TensorMap, call: Any) -> None:
+        """Have the host encode ``r`` into ``var`` before the launch (once per kernel)."""
+
+
+class Kind:
+    """A resource kind's steps; a kind that needs none of them keeps these."""
+
+    def check(self, bridge: Bridge, call: Any) -> str | None:
+        """Why it cannot be had for ``call`` (None: it can)."""
+        return None
+
+    def provide(self, bridge: Bridge, call: Any) -> Any:
+        """What the emitter gets under the resource's name (None: nothing)."""
+        return None
+
+    def commit(self, bridge: Bridge, call: Any, given: Any) -> None:
+        """The emitter returned: make ``given`` real."""
+
+
 @dataclass(frozen=True)
-class Workspace:
+class Workspace(Kind):
     """A scratch buffer the emitted code needs: its scope, dtype and shape."""
 
     name: str
@@ -53,9 +96,16 @@ class Workspace:
         shape = ", ".join(str(e) for e in self.shape)
         return f"workspace {self.name}: {self.scope} {self.dtype}[{shape}] ({self.why})"
 
+    def provide(self, bridge: Bridge, call: Any) -> Any:
+        return bridge.declare_buffer(f"{call.op}_{self.name}", self.shape, self.dtype, self.scope)
+
+    def commit(self, bridge: Bridge, call: Any, given: Any) -> None:
+        if bridge.lowering:
+            bridge.allocate(given, call)
+
 
 @dataclass(frozen=True)
-class NamedBarrier:
+class NamedBarrier(Kind):
     """Named barriers (``bar.sync id, threads``): one id per instance of the scope that runs
     the call at once (every warpgroup of a CTA runs its own ``Tx.wg`` call)."""
 
@@ -71,21 +121,54 @@ class NamedBarrier:
         ids = f"{self.instances} ids" if self.instances > 1 else "1 id"
         return f"named barrier {self.name}: {ids}, {self.threads} threads each ({self.why})"
 
+    def key(self, call: Any) -> Any:
+        """Which calls share the ids: the same group (its threads run them in turn)."""
+        return self.group or (id(call.prim), self.name)
+
+    def check(self, bridge: Bridge, call: Any) -> str | None:
+        pool = bridge.barrier_pool(call)
+        if pool is None:
+            return f"named barrier {self.name}: the kernel's own barrier ids are unknown"
+        if (self.key(call), self.instances) in pool.given:
+            return None  # the same threads' calls share their ids
+        missing = pool.missing(self.instances)
+        return None if missing is None else f"named barrier {self.name} {missing}"
+
+    def provide(self, bridge: Bridge, call: Any) -> Any:
+        return bridge.barrier_pool(call).take(self.key(call), self.instances)
+
+
+COMPLETIONS = {
+    "cp.async group": "the issuing thread's cp.async groups (commit_group, wait_group)",
+    "mbarrier complete-tx": "an mbarrier phase the copy completes its bytes on",
+    "bulk async-group": "the issuing thread's bulk async-groups (cp.async.bulk.commit_group, wait_group)",
+    "wgmma group": "the warpgroup's wgmma groups (wgmma.commit_group, wait_group)",
+    "tcgen05.ld": "the issuing warp's tcgen05.wait::ld",
+    "tcgen05.st": "the issuing warp's tcgen05.wait::st",
+}
+"""The completion mechanisms a plan may declare (the simulator knows each)."""
+
 
 @dataclass(frozen=True)
-class Completion:
-    """Something the emitted code starts and does not finish: what completes it and who
-    waits for it."""
+class Completion(Kind):
+    """Something the emitted code starts and does not finish: the mechanism that
+    completes it (one of :data:`COMPLETIONS`) and who waits for it."""
 
     mechanism: str  # "tcgen05.ld", "cp.async group"
     waiter: str  # "the caller: T.ptx.tcgen05.wait__ld.sync.aligned() before reading dst"
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in COMPLETIONS:
+            raise ValueError(
+                f"completion mechanism {self.mechanism!r} is not one of {sorted(COMPLETIONS)}"
+            )
 
     def __str__(self) -> str:
         return f"completion: {self.mechanism} completes asynchronously; {self.waiter}"
 
 
 @dataclass(frozen=True)
-class TensorMap:
+class TensorMap(Kind):
     """A tiled TMA descriptor the host encodes before the launch (CUDA driver
     ``cuTensorMapEncodeTiled``), over the global buffer of operand ``operand``. Every
     array is in the driver's order, dimension 0 innermost: ``dims`` the tensor's extents
@@ -115,6 +198,13 @@ class TensorMap:
         dims = tuple(str(d) for d in self.dims)
         return (self.dtype, dims, self.strides, self.box, self.swizzle, self.l2_promotion)
 
+    def provide(self, bridge: Bridge, call: Any) -> Any:
+        return bridge.tensor_map_var(self, call)
+
+    def commit(self, bridge: Bridge, call: Any, given: Any) -> None:
+        if bridge.lowering:
+            bridge.encode_tensor_map(given, self, call)
+
     def __str__(self) -> str:
         dims = "x".join(str(d) for d in self.dims)
         box = "x".join(str(b) for b in self.box)
@@ -127,13 +217,18 @@ class TensorMap:
         )
 
 
-Resource = Workspace | NamedBarrier | Completion | TensorMap
+Resource = Kind  # any kind: Workspace, NamedBarrier, Completion, TensorMap, ...
 
 
 def resources_of(plan: Any) -> tuple[Resource, ...]:
     """A plan's resources (``plan.resources()``), none for a plan that declares none."""
     fn = getattr(plan, "resources", None)
     return tuple(fn()) if callable(fn) else ()
+
+
+def completions_of(plan: Any) -> tuple[str, ...]:
+    """The completion mechanisms a plan declares (what the simulator holds its code to)."""
+    return tuple(r.mechanism for r in resources_of(plan) if isinstance(r, Completion))
 
 
 # -- barrier ids -------------------------------------------------------------------------

@@ -36,7 +36,9 @@ tail. explain() shows the pieces.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tvm.script import tirx as T
 
@@ -244,7 +246,7 @@ def plan(call: TileCall) -> GmemSmemPlan:
     ],
     plan=plan,
 )
-def emit(plan: GmemSmemPlan, call: TileCall):
+def emit(plan: GmemSmemPlan, call: TileCall, given: Mapping[str, Any]):
     """Serial round loop of vector copies between memory buffers (masked: one loop per
     piece, its last round under ``tid < tail``)."""
 

@@ -31,6 +31,7 @@ one instruction per group of ``num`` register words (m_outer groups).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -405,7 +406,7 @@ def _check_rows_aligned(rows: np.ndarray, base: Any, swizzle: Swizzle | None, na
     ],
     plan=plan,
 )
-def emit(plan: LdStMatrixPlan, call: TileCall):
+def emit(plan: LdStMatrixPlan, call: TileCall, given: Mapping[str, Any]):
     """One ldmatrix/stmatrix per group of num register words, unrolled."""
     reg, smem = _sides(call)
     r_buf, s_buf = reg.buffer, smem.buffer

@@ -16,6 +16,7 @@ renames most of them away.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,7 +190,7 @@ def _fuse(dims: list[Dim]) -> list[Dim]:
     ],
     plan=plan,
 )
-def emit(plan: LocalPlan, call: TileCall):
+def emit(plan: LocalPlan, call: TileCall, given: Mapping[str, Any]):
     """An unrolled loop of word copies between views of the two register arrays."""
     dst_buf, src_buf = call.operand("dst").buffer, call.operand("src").buffer
     bits, elem_bits, copies = plan.word_bits, plan.elem_bits, plan.copies

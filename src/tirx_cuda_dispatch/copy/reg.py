@@ -33,6 +33,7 @@ stays in registers (no local memory either way).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,7 +234,7 @@ def _store(plan: RegPlan, dst: Any, src: Any) -> Any:
     ],
     plan=plan,
 )
-def emit(plan: RegPlan, call: TileCall):
+def emit(plan: RegPlan, call: TileCall, given: Mapping[str, Any]):
     """Serial round loop of vector copies between a thread's registers and memory."""
     if plan.rotation is not None:
         return _emit_rotated(plan, call)

@@ -31,6 +31,7 @@ while the kernel goes on. Before reading dst the caller issues
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -419,7 +420,7 @@ def _cp_async(plan: LdgstsPlan, dst_vecs, src_vecs, dst_slot, src_slot, vec_bits
     ],
     plan=plan,
 )
-def emit(plan: LdgstsPlan, call: TileCall):
+def emit(plan: LdgstsPlan, call: TileCall, given: Mapping[str, Any]):
     """A round loop of cp.async (masked: one loop per piece, its last round under
     ``tid < tail``); no commit, wait or sync: the caller's."""
     pred = plan.config.predicate

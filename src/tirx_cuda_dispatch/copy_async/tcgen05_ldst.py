@@ -31,6 +31,7 @@ only after ``T.ptx.tcgen05.wait__st.sync.aligned()``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -289,7 +290,7 @@ def _instruction(plan: Tcgen05Plan, base: Any, warp: Any, slab: int, piece: tupl
     ],
     plan=plan,
 )
-def emit(plan: Tcgen05Plan, call: TileCall):
+def emit(plan: Tcgen05Plan, call: TileCall, given: Mapping[str, Any]):
     """tcgen05.ld / tcgen05.st per warp, slab and piece; the wait is the caller's."""
     tmem, reg = _tmem_and_reg(call)
     base = tmem.buffer.allocated_addr[0]

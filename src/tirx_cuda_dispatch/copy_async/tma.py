@@ -55,6 +55,7 @@ before src is written again, ``wait_group N`` before dst is read).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -518,14 +519,14 @@ def _issue_offsets(plan: TmaPlan, index: Any) -> tuple[dict[int, Any], Any]:
     ],
     plan=plan,
 )
-def emit(plan: TmaPlan, call: TileCall):
+def emit(plan: TmaPlan, call: TileCall, given: Mapping[str, Any]):
     """One thread issues every box: an unrolled loop over the issue axes."""
     glob, shared = (
         (call.operand("src"), call.operand("dst"))
         if plan.direction == "load"
         else (call.operand("dst"), call.operand("src"))
     )
-    tensor_map = call.resources["tensor_map"]
+    tensor_map = given["tensor_map"]
     mbar = call.config.get("mbar")
     view = memory_view(shared)
     starts = {d: lo for d, (lo, _) in enumerate(glob.region)}

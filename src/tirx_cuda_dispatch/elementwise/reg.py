@@ -22,6 +22,7 @@ node (:class:`..build.Body`): one register view per tensor operand, however many
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,7 +173,7 @@ def make_plan(op: ElementwiseOp):
 
 
 def make_emit(op: ElementwiseOp):
-    def emit(plan: ElementwisePlan, call: TileCall):
+    def emit(plan: ElementwisePlan, call: TileCall, given: Mapping[str, Any]):
         """Serial loop over each thread's bundle: one pair or one element per step."""
         b = Body()
         elements = Elements.of(op, call)

@@ -24,6 +24,7 @@ view, a vector of registers and its access-wide word per tensor operand, however
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,7 +200,7 @@ def _steps(plan: SmemElementwisePlan) -> list[_Steps]:
 
 
 def make_emit(op: ElementwiseOp):
-    def emit(plan: SmemElementwisePlan, call: TileCall):
+    def emit(plan: SmemElementwisePlan, call: TileCall, given: Mapping[str, Any]):
         """Load each input's vector into registers, compute, store dst's vector."""
         b = Body()
         elements = Elements.of(op, call)

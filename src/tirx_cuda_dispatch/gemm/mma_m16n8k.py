@@ -27,6 +27,7 @@ accumulation rule is in docs/gemm_mma.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -424,7 +425,7 @@ def plan(call: TileCall) -> MmaPlan:
     ],
     plan=plan,
 )
-def emit(plan: MmaPlan, call: TileCall):
+def emit(plan: MmaPlan, call: TileCall, given: Mapping[str, Any]):
     """D's initial value, the unrolled instructions, the alpha/beta epilogue."""
     d_buf, c_buf = call.operand("D").buffer, call.operand("C").buffer
     a_buf, b_buf = call.operand("A").buffer, call.operand("B").buffer

@@ -30,6 +30,7 @@ commits (``T.ptx.wgmma.commit_group.sync.aligned()``) and waits
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -294,7 +295,7 @@ def _descriptor(base: Any, start: int, d: OperandDescriptors) -> Any:
     ],
     plan=plan,
 )
-def emit(plan: WgmmaPlan, call: TileCall):
+def emit(plan: WgmmaPlan, call: TileCall, given: Mapping[str, Any]):
     """The fence, then every instruction, unrolled: 64-row tiles outside, K steps inside."""
     c, a, b = (call.operand(n).buffer for n in ("C", "A", "B"))
     body = Body()

@@ -21,6 +21,7 @@ schedule describes, in its summation order:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,9 +227,9 @@ def _sync_fact(sync: Sync, partials: bool, fill: bool) -> str:
     return f"{what}, {meets} per call" + (" (it repeats)" if sync.repeat else "")
 
 
-def emit_plan(plan: Reduction, call: Any, tid: Any) -> Any:
+def emit_plan(plan: Reduction, call: Any, tid: Any, given: Mapping[str, Any]) -> Any:
     """The PrimFunc of a reduction plan: its sides, and with a fill the outputs workspace
-    as the writers' destination."""
+    as the writers' destination (``given``: what the plan's resources were provided)."""
     instance = instance_index(call, plan.sync)
     dst = side(call.operand("dst"))
     fill = None
@@ -236,12 +237,12 @@ def emit_plan(plan: Reduction, call: Any, tid: Any) -> Any:
         fill = Fill(plan.fill, dst)
         n = math.prod(plan.schedule.dst_extents)
         base = instance * n if plan.sync.instances > 1 else 0
-        dst = Side(call.resources["outputs"], "shared", plan.schedule.acc_dtype, base)
+        dst = Side(given["outputs"], "shared", plan.schedule.acc_dtype, base)
     e = Emission(
         plan.schedule, side(call.operand("src")), dst, plan.sync, plan.lane_mask,
         plan.outputs, fill,
     )  # fmt: skip
-    return emit(e, tid, instance, call.resources)
+    return emit(e, tid, instance, given)
 
 
 # -- address arithmetic -----------------------------------------------------------------
@@ -279,7 +280,7 @@ def _zero(s: Schedule, kinds: tuple[str, ...], values, only_reduced: bool = Fals
 
 
 # -- the emitter ----------------------------------------------------------------------------
-def emit(e: Emission, tid: Any, instance: Any, resources: dict[str, Any]) -> Any:
+def emit(e: Emission, tid: Any, instance: Any, resources: Mapping[str, Any]) -> Any:
     """The PrimFunc of the reduction ``e`` describes (see the module docstring); ``tid`` is
     the thread's index in its instance, ``instance`` the instance's index. Threads src's
     layout names nothing in skip the fold and every write, never a barrier (all the

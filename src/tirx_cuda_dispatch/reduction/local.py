@@ -18,6 +18,7 @@ writer per output (shared memory). 16-bit data accumulates in float32.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -410,9 +411,9 @@ def _lane_mask(s: Schedule) -> int:
     return mask
 
 
-def emit(plan: LocalReducePlan, call: TileCall):
+def emit(plan: LocalReducePlan, call: TileCall, given: Mapping[str, Any]):
     """The schedule's fold, butterfly, workspace and dst write (:mod:`.combine`)."""
-    return combine.emit_plan(plan, call, thread_index(call))
+    return combine.emit_plan(plan, call, thread_index(call), given)
 
 
 for _op in ("sum", "max", "min"):

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -401,9 +403,9 @@ def _schedule(call: TileCall, shape: ReduceShape, digits, vec, vec_cell, threads
     )
 
 
-def emit(plan: SharedReducePlan, call: TileCall):
+def emit(plan: SharedReducePlan, call: TileCall, given: Mapping[str, Any]):
     """The synthesized schedule's fold, butterfly, workspace and dst write (:mod:`.combine`)."""
-    return combine.emit_plan(plan, call, participant_index(call))
+    return combine.emit_plan(plan, call, participant_index(call), given)
 
 
 for _op in ("sum", "max", "min"):

@@ -61,6 +61,17 @@ _HINTS = {
 }
 
 
+# the completion mechanism (resources.COMPLETIONS) of each kind of effect
+MECHANISMS = {
+    "cp.async": "cp.async group",
+    "cp.async.bulk.tensor": "mbarrier complete-tx",
+    "cp.async.bulk": "bulk async-group",
+    "wgmma": "wgmma group",
+    "tcgen05.ld": "tcgen05.ld",
+    "tcgen05.st": "tcgen05.st",
+}
+
+
 @dataclass
 class Ticket:
     """Rows of an effect that land when ``barrier`` completes ``phase`` (a
@@ -180,7 +191,10 @@ class Asynchrony:
     # -- effects ----------------------------------------------------------------------------
     def issue(self, m: Any, effect: Effect) -> None:
         """Queue ``effect``; its cells must not be in flight already (a write over an
-        in-flight write is a race with it) nor be a live mbarrier."""
+        in-flight write is a race with it) nor be a live mbarrier. An effect a tile call's
+        code issues must complete by a mechanism the call's plan declares (its Completion
+        resources: data the lowering marks the call's code with)."""
+        self._check_declared(m, effect)
         target = effect.target
         if target.guard is None:
             target.guard = np.zeros(target.data.shape, dtype=np.uint8)
@@ -196,6 +210,22 @@ class Asynchrony:
             source.owner = self
             np.add.at(source.reading, effect.source_bytes(), 1)
         self.effects.append(effect)
+
+    @staticmethod
+    def _check_declared(m: Any, effect: Effect) -> None:
+        declared = getattr(m, "declared", {}).get(effect.call)
+        if effect.call is None or declared is None:
+            return  # the kernel's own code, or a call TVM's built-in variants lowered
+        mechanism = MECHANISMS[effect.kind]
+        if mechanism not in declared:
+            said = ", ".join(declared) if declared else "no asynchronous completion"
+            err = SimError(
+                f"{effect.what} ({effect.origin}) completes through the {mechanism}, but the "
+                f"call's plan declares {said}: its Completion resources must name what its "
+                f"code leaves in flight (the caller is told to wait for those only)"
+            )
+            err.call = effect.call
+            raise err
 
     def _land(self, m: Any, effect: Effect, rows: np.ndarray, steps: Any = None) -> None:
         if effect.source is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codegen import CALL_MARK
+from ..codegen import CALL_MARK, COMPLETION_MARK
 from .asynchrony import Asynchrony
 from .barriers import NamedBarriers, RegisterFile
 from .errors import NotModeled, SimError
@@ -97,6 +97,8 @@ class Machine:
         self.members = self.mask
         self.barriers: NamedBarriers | None = None
         self.events = 0  # completions that may wake a waiting unit (:mod:`.schedule`)
+        # the completion mechanisms each tile call's plan declares, by explain() index
+        self.declared: dict[int | None, tuple[str, ...]] = {}
         self.registers: RegisterFile | None = None
         self.shared: dict[Any, Memory] = {}  # the running CTA's static shared allocations
         self.clocks = Clocks(1)
@@ -175,6 +177,9 @@ class Machine:
                 index = int(stmt.value)
                 self.push(CallFrame(index, stmt.body, (self.call, self.counters)))
                 self.set_call(index, self.counters_of(index))
+            elif stmt.attr_key == COMPLETION_MARK:  # what the call's plan declares
+                self.declared[self.call] = tuple(t for t in stmt.value.value.split("|") if t)
+                self.enter(stmt.body)
             elif stmt.attr_key == "thread_extent":
                 raise SimError(f"a thread launch inside the launched threads: {stmt.node}")
             else:
