@@ -205,13 +205,16 @@ def load_program(spec: str) -> tuple[str, Any]:
     return next(iter(programs.items()))
 
 
-def _explain(spec: str, arch: str, as_json: bool) -> int:
+def _explain(spec: str, arch: str, as_json: bool, ptxas: bool = False) -> int:
     from . import explain
 
     name, program = load_program(spec)
-    report = explain(program, arch)
+    report = explain(program, arch, ptxas=ptxas)
     if as_json:
-        print(json.dumps({"program": name, "arch": arch, "calls": report.as_dicts()}, indent=2))
+        doc = {"program": name, "arch": arch, "calls": report.as_dicts()}
+        if ptxas:
+            doc["ptxas"] = report.kernel_notes
+        print(json.dumps(doc, indent=2))
     else:
         print(f"{name} ({arch}):")
         print(report)
@@ -228,6 +231,8 @@ def _lower(spec: str, emit: str, arch: str, strict: bool) -> int:
         print(toolchain.lowered_tir(program, arch, pipeline).script())
         return EXIT_OK
     source = toolchain.cuda_source(program, arch, pipeline)
+    for note in toolchain.ptxas_notes(source, describe(arch)):  # performance verdicts
+        print(f"ptxas: {note}", file=sys.stderr)
     if emit == "cuda":
         print(source)
     elif emit == "ptx":
@@ -494,6 +499,11 @@ def main(argv: list[str] | None = None) -> int:
     p_explain.add_argument("program", help="FILE.py[:FUNC]")
     _add_target_options(p_explain)
     p_explain.add_argument("--json", action="store_true", help="the report as JSON")
+    p_explain.add_argument(
+        "--ptxas",
+        action="store_true",
+        help="also compile (NVRTC) and show ptxas's performance verdicts (C7508, C7517, ...)",
+    )
     p_lower = sub.add_parser("lower", help="the lowered TIR, CUDA, PTX or SASS")
     p_lower.add_argument("program", help="FILE.py[:FUNC]")
     p_lower.add_argument("--emit", choices=("tir", "cuda", "ptx", "sass"), default="cuda")
@@ -549,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "variants":
             return variants()
         if args.command == "explain":
-            return _explain(args.program, args.arch, args.json)
+            return _explain(args.program, args.arch, args.json, args.ptxas)
         if args.command == "lower":
             return _lower(args.program, args.emit, args.arch, args.strict)
         if args.command == "sim":

@@ -63,6 +63,8 @@ class CallReport:
     call_object: Any = field(default=None, repr=False, compare=False)  # the TileCall
     # What the bridge provided for the plan's resources, by name (barrier ids, buffers).
     given: Any = field(default=None, repr=False, compare=False)
+    # ptxas's performance verdicts on the code of this call (explain(..., ptxas=True)).
+    ptxas: list[str] = field(default_factory=list)
 
     @classmethod
     def from_outcome(cls, index: int, out: Outcome) -> CallReport:
@@ -102,6 +104,7 @@ class CallReport:
             "scalar_fallback": self.scalar_fallback,
             "error": self.error,
             "bounds_undecided": self.bounds_undecided,
+            "ptxas": self.ptxas,
             "bounds_past_edge": self.bounds_past_edge,
             "arguments": self.arguments,
             "resources": self.resources,
@@ -132,6 +135,8 @@ class CallReport:
             lines.append(f"    bounds not proved: {note}")
         for note in self.bounds_past_edge:
             lines.append(f"    bounds: {note}")
+        for note in self.ptxas:
+            lines.append(f"    ptxas: {note}")
         if self.plan:
             facts = ", ".join(f"{k}={_plain(v)}" for k, v in self.plan.items())
             lines.append(f"    plan: {facts}")
@@ -245,12 +250,21 @@ def _plain(value: Any) -> Any:
 
 
 class Explanation(list):
-    """The reports of a program, in program order; prints as text, dumps as JSON."""
+    """The reports of a program, in program order; prints as text, dumps as JSON.
+    ``kernel_notes``: ptxas's verdicts on the kernel's own code (explain(..., ptxas=True))."""
+
+    kernel_notes: list[str]
+
+    def __init__(self, reports: Any = ()) -> None:
+        super().__init__(reports)
+        self.kernel_notes = []
 
     def __str__(self) -> str:
         if not self:
             return "no tile-primitive calls"
-        return "\n".join(str(r) for r in self)
+        lines = [str(r) for r in self]
+        lines += [f"ptxas, on the kernel's own code: {note}" for note in self.kernel_notes]
+        return "\n".join(lines)
 
     def as_dicts(self) -> list[dict[str, Any]]:
         return [r.as_dict() for r in self]
@@ -259,10 +273,31 @@ class Explanation(list):
         return json.dumps(self.as_dicts(), **kwargs)
 
 
-def explain(func_or_mod: Any, target: Any = "sm_90a") -> Explanation:
-    """One :class:`CallReport` per tile-primitive call of ``func_or_mod``, in program order."""
+def explain(func_or_mod: Any, target: Any = "sm_90a", ptxas: bool = False) -> Explanation:
+    """One :class:`CallReport` per tile-primitive call of ``func_or_mod``, in program order.
+    With ``ptxas`` the kernel is also compiled (NVRTC) and ptxas's performance verdicts
+    (:func:`.toolchain.ptxas_notes`) join the reports of the calls whose code they concern
+    (wgmma's: the gemm_async calls lowered to wgmma) or the kernel's notes."""
     tgt = as_target(target)
     mod = as_module(func_or_mod)
     with tgt:
         _, session = run_lower(mod, mode="explain")
-    return Explanation(CallReport.from_outcome(i, out) for i, out in enumerate(session.outcomes))
+    report = Explanation(CallReport.from_outcome(i, out) for i, out in enumerate(session.outcomes))
+    if ptxas:
+        _attach_ptxas(report, func_or_mod, tgt)
+    return report
+
+
+def _attach_ptxas(report: Explanation, func_or_mod: Any, target: Any) -> None:
+    """ptxas's verdicts, each on the calls whose instructions it concerns."""
+    from .targets import describe
+    from .toolchain import cuda_source, ptxas_notes
+
+    arch = describe(target)
+    notes = ptxas_notes(cuda_source(func_or_mod, target), arch)
+    for note in notes:
+        calls = [r for r in report if note.subject == "wgmma" and r.variant == "wgmma"]
+        for r in calls:
+            r.ptxas.append(str(note))
+        if not calls:
+            report.kernel_notes.append(str(note))

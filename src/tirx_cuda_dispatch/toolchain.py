@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,44 @@ _TENSOR_MAP_TYPE = (
 )
 
 
-def _nvrtc(source: str, arch: str, name: str, output: str) -> bytes:
+@dataclass(frozen=True)
+class PtxasNote:
+    """One of ptxas's messages about the kernel: its code (``C7508``), the text, and what
+    it concerns (``wgmma``, ``setmaxnreg``, or ``""``): performance verdicts such as
+    'setmaxnreg' ignored (C7508) or wgmma serialized / waits injected (C7515-C7520)
+    that leave the kernel right and slow."""
+
+    code: str
+    text: str
+    subject: str
+
+    def __str__(self) -> str:
+        return f"({self.code}) {self.text}" if self.code else self.text
+
+
+_PTXAS_NOTE = re.compile(r"^ptxas (?:info|warning)\s*:\s*(?:\((C\d{4})\)\s*)?(.*)$")
+
+
+def ptxas_notes(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> list[PtxasNote]:
+    """ptxas's coded messages and warnings compiling ``source`` (NVRTC, ``-v``): what it
+    says about the kernel beyond register counts."""
+    log = _nvrtc(source, arch, name, "log", extra=[b"--ptxas-options=-v"])
+    notes = []
+    for line in log.decode(errors="replace").splitlines():
+        m = _PTXAS_NOTE.match(line.strip())
+        if m is None or (m.group(1) is None and "warning" not in line):
+            continue
+        text = m.group(2).strip()
+        low = text.lower()
+        subject = "setmaxnreg" if "setmaxnreg" in low else "wgmma" if "gmma" in low else ""
+        notes.append(PtxasNote(m.group(1) or "", text, subject))
+    return notes
+
+
+def _nvrtc(
+    source: str, arch: str, name: str, output: str, extra: list[bytes] | None = None
+) -> bytes:
+    """Compile with NVRTC; ``output`` "cubin", "ptx" or "log" (the compiler's messages)."""
     from cuda.bindings import nvrtc
 
     if "CUtensorMap" in source and "CUtensorMap_st {" not in source:
@@ -110,6 +148,7 @@ def _nvrtc(source: str, arch: str, name: str, output: str) -> bytes:
 
     (prog,) = ok(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
     opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-default-device"]
+    opts += extra or []
     opts += [b"-I" + str(p).encode() for p in cuda_include_dirs()]
     try:
         result = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
@@ -120,6 +159,11 @@ def _nvrtc(source: str, arch: str, name: str, output: str) -> bytes:
             raise ToolchainError(
                 f"NVRTC could not compile for {arch}:\n{log.decode(errors='replace')}"
             )
+        if output == "log":
+            (size,) = ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            return log.rstrip(b"\0 ")
         if output == "ptx":
             (size,) = ok(nvrtc.nvrtcGetPTXSize(prog), "ptx size")
             ptx = b" " * size
