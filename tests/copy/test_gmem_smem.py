@@ -922,13 +922,15 @@ def test_disjoint_regions_of_one_buffer_are_copied(rng, where, gpu):
 
 def shifted_in_place(shift):
     """Each of 2 CTAs copies rows [bx*64, bx*64 + 32) of A to rows ``shift`` further on,
-    in A itself (``shift`` an int, or "by": the other CTA index's multiple of 32)."""
+    in A itself (``shift`` an int, or "by": the other CTA index's multiple of 32; only then
+    is there a second grid dimension, whose CTAs would all write the same rows)."""
+    rows_of_ctas = 2 if shift == "by" else 1
 
     @T.prim_func
     def kernel(A_ptr: T.handle):
         A = T.match_buffer(A_ptr, (128, 32), "float32")
         T.device_entry()
-        bx, by = T.cta_id([2, 2])
+        bx, by = T.cta_id([2, rows_of_ctas])
         T.warp_id([1])
         T.lane_id([32])
         T.thread_id([32])

@@ -374,3 +374,43 @@ def test_a_wgmma_in_the_issuing_warpgroup_still_waits_for_the_tma(rng):
             match="warpgroup 0's wgmma reads it after a TMA copy issued by warp 0 wrote it",
         ):
             sim.run(tma_wgmma(wait), [a, b, np.zeros((64, 64), np.float32)])
+
+
+# -- the CTAs of a grid -----------------------------------------------------------------------
+def rows_per_cta(overlap: bool, read_back: bool = False):
+    """Each of 4 CTAs writes a row of B (``overlap``: CTAs 2 and 3 the same row as 0 and 1);
+    ``read_back``: CTA c then reads row c - 1 (another CTA's), adding it to its own."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (4, 32), "float32")
+        B = T.match_buffer(B_ptr, (4, 32), "float32")
+        T.device_entry()
+        bx = T.cta_id([4])
+        tid = T.thread_id([32])
+        row = T.meta_var(bx % 2 if overlap else bx)
+        B[row, tid] = A[bx, tid]
+        if read_back:
+            if bx > 0:
+                B[bx, tid] = B[bx, tid] + B[bx - 1, tid]
+    # fmt: on
+    return kernel
+
+
+def test_ctas_of_one_launch_writing_one_byte_race(rng):
+    """The grid's CTAs are not ordered: two that write one byte (or one that reads what
+    another wrote) race, whichever order the simulator runs them in; the control writes
+    a row each."""
+    a, b = poisoned((4, 32), rng)
+    out = sim.run(rows_per_cta(False), [a, b], pipeline=BUILTIN)
+    np.testing.assert_array_equal(out[1], a)
+    with pytest.raises(
+        SimError,
+        match=r"CTA \(x=2\) writes byte 0 of global B_ptr .*which CTA \(x=0\) wrote: the CTAs of one launch are not ordered",
+    ):
+        sim.run(rows_per_cta(True), [a, b], pipeline=BUILTIN)
+    with pytest.raises(
+        SimError, match=r"CTA \(x=1\) reads byte 0 of global B_ptr .*which CTA \(x=0\) wrote"
+    ):
+        sim.run(rows_per_cta(False, read_back=True), [a, b], pipeline=BUILTIN)

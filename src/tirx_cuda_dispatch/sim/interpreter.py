@@ -97,6 +97,8 @@ class Machine:
         self.members = self.mask
         self.barriers: NamedBarriers | None = None
         self.events = 0  # completions that may wake a waiting unit (:mod:`.schedule`)
+        self.cta_count = 0  # CTAs started so far (each one's number for the global memories)
+        self.block_index: dict[str, int] = {}  # the running CTA's block index, by blockIdx tag
         # the completion mechanisms each tile call's plan declares, by explain() index
         self.declared: dict[int | None, tuple[str, ...]] = {}
         self.registers: RegisterFile | None = None
@@ -331,6 +333,7 @@ class Machine:
             for b in chosen:
                 if b >= extent:
                     raise SimError(f"CTA {b} does not exist: the grid has {extent}")
+                self.block_index[tag] = b
                 self._start_cta()
                 self.env[var] = np.array([b], dtype=np.int32)
                 self.exec(s.body)
@@ -369,6 +372,7 @@ class Machine:
             for b in chosen:
                 if b >= extent:
                     raise SimError(f"CTA {b} does not exist: the grid has {extent}")
+                self.block_index[body.node.thread_tag] = b
                 self._start_cta()
                 self.env[body.node.var] = np.array([b], dtype=np.int32)
                 self._run_threads(body.body)
@@ -382,6 +386,10 @@ class Machine:
 
     def _start_cta(self) -> None:
         self.asynchrony.check_drained(self)
+        self.cta_count += 1
+        label = ", ".join(f"{tag[-1]}={b}" for tag, b in sorted(self.block_index.items()))
+        for g in self.globals:  # the grid's CTAs are not ordered: each writes its own bytes
+            g.enter_cta(self.cta_count, f"CTA ({label})" if label else "the CTA")
         self.clocks = Clocks(-(-self.threads // 32))
         if self.tmem is not None:
             self.tmem.check_freed()

@@ -213,6 +213,40 @@ class Memory:
         self.guard: np.ndarray | None = None
         self.reading: np.ndarray | None = None
         self.owner: Any = None
+        # global memory: which CTA of the launch wrote each byte (0: none); the grid's
+        # CTAs are not ordered, so a byte one wrote is no other's to read or write
+        self.cta, self.cta_name = 0, ""
+        self.cta_writer: np.ndarray | None = None
+        self.cta_names: dict[int, str] = {}
+
+    def enter_cta(self, number: int, name: str) -> None:
+        """CTA ``number`` (``name`` in messages) runs from now on."""
+        self.cta, self.cta_name = number, name
+        self.cta_names[number] = name
+
+    def _check_ctas(self, threads: np.ndarray, cells: np.ndarray, write: bool) -> None:
+        """Global memory: another CTA of the grid wrote these bytes (a race: nothing orders
+        two CTAs of one launch); a write stamps them as this CTA's."""
+        if self.space != "global" or not self.cta:
+            return
+        if self.cta_writer is None:
+            if not write:
+                return
+            self.cta_writer = np.zeros(self.nbytes, dtype=np.int32)
+        flat = cells.reshape(-1)
+        other = (self.cta_writer[flat] != 0) & (self.cta_writer[flat] != self.cta)
+        if other.any():
+            i = int(np.argmax(other))
+            by = self.cta_names.get(int(self.cta_writer[flat[i]]), "another CTA")
+            row = np.broadcast_to(threads.reshape(-1, *([1] * (cells.ndim - 1))), cells.shape)
+            raise SimError(
+                f"{self.cta_name} {'writes' if write else 'reads'} byte {int(flat[i])} of "
+                f"global {self.name} (thread {int(row.reshape(-1)[i])}), which {by} wrote: "
+                f"the CTAs of one launch are not ordered, so two that touch one byte race "
+                f"(give each CTA its own part of the output)"
+            )
+        if write:
+            self.cta_writer[flat] = self.cta
 
     def describe(self, cell: tuple[int, ...]) -> str:
         """A cell of :meth:`index` in words (``byte 12 of shared S``)."""
@@ -283,6 +317,7 @@ class Memory:
             )
         if self.space == "shared":
             self._track(_rows(threads, agents), cells, clocks, write=False)
+        self._check_ctas(threads, cells, write=False)
         return self.data[index]
 
     def store(
@@ -297,6 +332,7 @@ class Memory:
                 raise self.owner.source_hazard(self, threads, index, busy)
         if self.space == "shared":
             self._track(threads // 32, cells, clocks, write=True)
+        self._check_ctas(threads, cells, write=True)
         self.data[index] = raw
         self.written[index] = True
 
@@ -314,6 +350,7 @@ class Memory:
         current step (at ``steps``, given) for the race tracker, no longer guarded."""
         if self.space == "shared":
             self._track(_rows(threads, agents), index[0], clocks, write=True, steps=steps)
+        self._check_ctas(threads, index[-1], write=True)
         self.data[index] = values
         self.written[index] = True
         self.guard[index] &= ~np.uint8(IN_FLIGHT)
