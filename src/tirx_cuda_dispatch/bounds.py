@@ -138,6 +138,10 @@ class Enclosing:
     # the loops around the call, innermost last: For and While statements
     loops: list[Any] = field(default_factory=list)
     function: Any = None  # the PrimFunc the call is in
+    # (buffer, value): register scalars (``n0 = tn * BN`` in TVMScript: a local buffer of one
+    # element) stored at one place only in the function, and the value stored there
+    scalars: list[tuple[Any, Any]] = field(default_factory=list)
+    stored_once: tuple[Any, ...] = ()  # the function's buffers with one store each
 
     def snapshot(self) -> Enclosing:
         return Enclosing(
@@ -150,6 +154,8 @@ class Enclosing:
             list(self.allocated),
             list(self.loops),
             self.function,
+            list(self.scalars),
+            self.stored_once,
         )
 
     @property
@@ -206,7 +212,8 @@ def scan(mod_or_func: Any) -> list[CallBounds]:
     out: list[CallBounds] = []
     for func in funcs:
         if isinstance(func, tvm.tirx.PrimFunc):
-            _walk(func.body, Enclosing(function=func), out)
+            env = Enclosing(function=func, stored_once=_stored_once(func.body))
+            _walk(func.body, env, out)
     return out
 
 
@@ -244,6 +251,14 @@ def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
         # a helper returns or a descriptor, says nothing about regions and cannot be bound)
         if str(stmt.var.ty).startswith(("int", "uint", "bool")):
             env.lets.append((stmt.var, stmt.value))
+    elif kind == "BufferStore":
+        buf = stmt.buffer
+        if (
+            _is_register_scalar(buf)
+            and any(b.same_as(buf) for b in env.stored_once)
+            and not _reads(stmt.value, buf)
+        ):
+            env.scalars.append((buf, resolve_scalars(stmt.value, env)))
     elif kind == "AllocBuffer":
         var = buffer_var(stmt.buffer.data)
         if var is not None:
@@ -382,6 +397,88 @@ def _axis(lo: Any, ext: Any, n: Any, env: Enclosing) -> tuple[str, str | None]:
     return "undecided", (
         f"cannot prove 0 <= {lo} and {lo} + {ext} <= {n} over the ranges of {_vars_text(lo_e, env)}"
     )
+
+
+def _is_register_scalar(buf: Any) -> bool:
+    return str(buf.scope()) == "local" and [as_int(d) for d in buf.shape] == [1]
+
+
+def _stored_once(body: Any) -> tuple[Any, ...]:
+    """The buffers that exactly one store statement of ``body`` writes."""
+    counts: list[list] = []  # [buffer, stores]
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if node is None:
+            continue
+        kind = type(node).__name__
+        if kind == "SeqStmt":
+            stack.extend(node.seq)
+            continue
+        if kind == "BufferStore":
+            hit = next((c for c in counts if c[0].same_as(node.buffer)), None)
+            if hit is None:
+                counts.append([node.buffer, 1])
+            else:
+                hit[1] += 1
+        for attr in ("body", "then_case", "else_case"):
+            stack.append(getattr(node, attr, None))
+    return tuple(buf for buf, n in counts if n == 1)
+
+
+def _loaded(node: Any) -> Any:
+    """The buffer a scalar load (``TensorLoad`` / ``BufferLoad``) reads, else None."""
+    kind = type(node).__name__
+    if kind == "TensorLoad":
+        return node.source
+    if kind == "BufferLoad":
+        return node.buffer
+    return None
+
+
+_REBUILT = ("Add", "Sub", "Mul", "FloorDiv", "FloorMod", "Div", "Mod", "Min", "Max",
+            "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or")  # fmt: skip
+
+
+def _reads(expr: Any, buf: Any) -> bool:
+    loaded = _loaded(expr)
+    if loaded is not None:
+        return loaded.same_as(buf)
+    if type(expr).__name__ in _REBUILT:
+        return _reads(expr.a, buf) or _reads(expr.b, buf)
+    value = getattr(expr, "value", None)
+    return isinstance(value, tvm.ir.expr.Expr) and _reads(value, buf)
+
+
+def resolve_scalars(expr: Any, env: Enclosing | None) -> Any:
+    """``expr`` with each load of a register scalar that one store writes (``env.scalars``)
+    replaced by the value stored (what it holds wherever it has been written), through
+    arithmetic, comparisons and casts; other expressions as they are."""
+    if env is None or not env.scalars or isinstance(expr, (bool, int)):
+        return expr
+    loaded = _loaded(expr)
+    if loaded is not None:
+        return next((v for b, v in reversed(env.scalars) if b.same_as(loaded)), expr)
+    kind = type(expr).__name__
+    if kind in _REBUILT:
+        a, b = resolve_scalars(expr.a, env), resolve_scalars(expr.b, env)
+        return expr if a.same_as(expr.a) and b.same_as(expr.b) else getattr(tvm.tirx, kind)(a, b)
+    if kind == "Cast":
+        value = resolve_scalars(expr.value, env)
+        return expr if value.same_as(expr.value) else tvm.tirx.Cast(expr.dtype, value)
+    return expr
+
+
+def proves(condition: Any, env: Enclosing | None) -> bool:
+    """Whether ``condition`` (a TIR boolean expression, or a bool) holds wherever the code
+    ``env`` describes runs (its loop and scope-id ranges, lets, enclosing conditions and
+    the values of register scalars stored once: :func:`resolve_scalars`)."""
+    if isinstance(condition, bool):
+        return condition
+    condition = resolve_scalars(condition, env)
+    with ExitStack() as stack:
+        ana = _analyzer(env, stack) if env is not None else sym.Analyzer()
+        return bool(ana.can_prove(condition))
 
 
 def _analyzer(env: Enclosing, stack: ExitStack) -> sym.Analyzer:

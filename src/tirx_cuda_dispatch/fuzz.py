@@ -12,14 +12,19 @@ lower on CUDA), over every dtype the ops take; copies by the lanes and warps tha
 enclosing ifs leave; reductions; cp.async copies (``copy_async``: odd tiles, offsets
 that leave 4-, 8- or 2-byte alignment, swizzles, CTA-uniform and per-thread predicates,
 zero fill and skip); warp GEMMs on mma fragments (m16n8k16 / m16n8k8, float16 /
-bfloat16, transposes, alpha and beta, C in place, fragments that must be refused).
+bfloat16, transposes, alpha and beta, C in place, fragments that must be refused); TMA
+loads and stores (``copy_async -> tma_auto``: every swizzle and scope, boxes reaching
+past the tensor's edges, reductions into global memory); warpgroup GEMMs (``gemm_async
+-> wgmma``: float16, bfloat16 and float8 pairings, K- and MN-major operands under every
+swizzle, accum).
 
 :func:`differential` lowers a case with ``"tirx_cuda_dispatch"`` (ours: calls our
 variants decline go to TVM's) and with ``"tirx"`` (TVM's built-in variants alone), runs
 both through ``execute`` (the simulator, or the GPU), and compares each with numpy,
 bit for bit (within an error bound where the answer depends on a summation order or
-another choice of the lowering: :class:`Case`), and checks that a program breaking a
-rule of one of our variants is refused by it.
+another choice of the lowering: :class:`Case`; on a GPU, wgmma's answer too, whose
+summation there is not the simulator's), and checks that a program breaking a rule of
+one of our variants is refused by it.
 """
 
 from __future__ import annotations
@@ -110,6 +115,13 @@ class Case:
     # with a reason containing one of the words (the differential checks it); None: no
     # claim.
     declines: tuple[str, tuple[str, ...]] | None = None
+    # per element of the output, how far the hardware's result may lie from the
+    # simulator's, where ``expected`` is the simulator's rounding and the hardware sums
+    # otherwise (wgmma: measured, not the simulator's exact sum rounded once per
+    # instruction); on hardware such a case is judged by ``close`` (differential's
+    # ``hardware``), and the GPU against the simulator within this (bench/differential.py)
+    # rather than bit for bit. None: bit for bit everywhere.
+    hardware_tolerance: np.ndarray | None = None
 
     def __str__(self) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in self.params.items())
@@ -592,6 +604,316 @@ def mma_case(c: Chooser, seed: int) -> Case:
     return Case("mma", params, func, [a, b, cc, poison], 3, expected, close, declines=declines)
 
 
+# -- TMA and wgmma ---------------------------------------------------------------------------
+TMA_DTYPES = ("float16", "bfloat16", "float32", "int8")
+TMA_SCOPES = ("thread", "warp", "warpgroup", "cta")
+# cp.reduce.async.bulk.tensor's element types (PTX ISA 9.7.9.25.5.2), of the dtypes drawn
+TMA_REDUCE_TYPES = {"add": ("float16", "bfloat16", "float32"), "max": ("float16", "bfloat16")}
+
+
+def _inside(start, tile, shape) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+    """The part of the box ``[start, start + tile)`` inside ``[0, shape)``: its slices of
+    the tensor and of the tile (empty where the box lies wholly outside)."""
+    outer, inner = [], []
+    for s, e, n in zip(start, tile, shape, strict=True):
+        lo = min(max(s, 0), n)
+        hi = max(min(s + e, n), lo)
+        outer.append(slice(lo, hi))
+        inner.append(slice(lo - s, hi - s))
+    return tuple(outer), tuple(inner)
+
+
+def _tma_combined(old: np.ndarray, new: np.ndarray, reduce: str | None) -> np.ndarray:
+    """What a TMA store leaves in global memory: ``new``, or ``old`` reduced with it and
+    rounded once into the element type (``.add`` rounds to nearest even)."""
+    from .sim.numerics import cast
+
+    if reduce is None:
+        return new
+    if reduce == "max" or np.issubdtype(old.dtype, np.integer):
+        fn = np.maximum if reduce == "max" else np.add
+        with np.errstate(over="ignore"):
+            if np.issubdtype(old.dtype, np.integer):
+                return fn(old, new)
+            return fn(old.astype(np.float64), new.astype(np.float64)).astype(old.dtype)
+    if old.dtype == np.float32:
+        return old + new  # IEEE float32 addition: rounded once
+    # the float64 sum of two 16-bit floats is exact; rounded once into their type
+    return cast(old.astype(np.float64) + new.astype(np.float64), old.dtype)
+
+
+def tma_case(c: Chooser, seed: int) -> Case:
+    """copy_async -> tma_auto both ways (demos.tma_roundtrip, demos.tma_store_roundtrip):
+    a load (global -> shared on an mbarrier: one thread's ``arrive.expect_tx`` of the
+    tile's bytes, every reader's ``mbarrier_wait``) or a store (shared -> global after
+    ``fence.proxy.async`` and a CTA barrier; thread 0 commits the bulk group and waits),
+    float16 / bfloat16 / float32 / int8, shared tiles of whole column blocks of each
+    swizzle (none, 32, 64, 128 bytes: demos.tma_shared_layout, whose blocks are as wide
+    as the swizzle in bytes, 128 int8 elements under 128 bytes), every scope (thread
+    under ``if tid == 0``), tensors whose rows are a multiple of 16 bytes, and boxes at
+    any start: inside the tensor, reaching past its far edge or before its start (a
+    negative coordinate), or wholly outside, the innermost coordinate mostly at a whole 16
+    bytes. A load reads zeros outside the tensor; a store writes only inside it (TMA clips
+    the box past the far edge), optionally a reduction
+    (``use_tma_reduce="add"`` / ``"max"``) into B's old values. The variant must refuse
+    a reduction the ISA does not list for the dtype, column blocks that are not a whole
+    number of swizzle periods apart (rows not a multiple of 8): stores at warp, warpgroup
+    and CTA scope, where nothing else lowers them; and coordinates the hardware stops on
+    with an illegal instruction (:mod:`.isa.bulk`): an innermost one not at a whole 16
+    bytes, a store's negative one (ours refuses them whatever would take them next).
+
+    TVM's built-in pipeline lowers these calls otherwise or not at all (it has no TMA at
+    warp, warpgroup or CTA scope; its cp.async takes the loads and ignores mbar=, so the
+    mbarrier never completes): what it does is recorded, a finding about the baseline."""
+    direction = c.pick(("load", "store"))
+    dtype = c.pick(TMA_DTYPES)
+    size = np.dtype(_np_type(dtype)).itemsize
+    swizzle = c.pick((0, 32, 64, 128))
+    scope = c.pick(TMA_SCOPES)
+    rows = c.pick((8, 8, 16, 16, 24, 32, 3, 5))
+    blocks = c.pick((1, 1, 2, 4))  # column blocks of the swizzle's width
+    plain = c.pick((1, 2, 3, 5, 8, 16))  # without a swizzle: 16-byte units a row
+    unit = 16 // size  # elements of 16 bytes: the tensor's row stride is a multiple
+    cols = blocks * swizzle // size if swizzle else plain * unit
+    # the tensor: about the tile's size, smaller or larger (rows a multiple of 16 bytes)
+    shape = (
+        c.integer(max(1, rows // 2), 2 * rows + 8),
+        unit * c.integer(max(1, cols // (2 * unit)), 2 * cols // unit + 2),
+    )
+    where = c.pick(("inside", "inside", "past", "past", "before"))
+    starts = []
+    for extent, n in zip((rows, cols), shape, strict=True):
+        lo, hi = {"inside": (0, max(0, n - extent)), "past": (max(0, n - extent), n),
+                  "before": (-extent, n - 1)}[where]  # fmt: skip
+        starts.append(c.integer(lo, hi))
+    if c.integer(0, 7):  # mostly at a whole 16 bytes: the innermost coordinate TMA takes
+        starts[1] -= starts[1] % unit
+    start = (starts[0], starts[1])
+    reduce = c.pick((None, None, "add", "max")) if direction == "store" else None
+    unlisted = c.integer(0, 3) == 3  # keep a reduction the ISA does not list for dtype
+    # refusals are drawn only where nothing else lowers the call: what tma_auto refuses
+    # goes to TVM's variants, whose cp.async takes many a load (at any scope) and drops
+    # mbar= (the mbarrier never completes: a deadlock), and whose thread-scope TMA store
+    # takes a store (and emits a reduction the ISA does not list)
+    if (direction == "load" or scope == "thread") and swizzle and blocks > 1 and rows % 8:
+        rows = 8
+    unlisted = unlisted and scope != "thread"
+    if reduce is not None and dtype not in TMA_REDUCE_TYPES[reduce] and not unlisted:
+        reduce = next((r for r in TMA_REDUCE_TYPES if dtype in TMA_REDUCE_TYPES[r]), None)
+
+    rng = np.random.default_rng(seed)
+    outer, inner = _inside(start, (rows, cols), shape)
+    declines = None
+    if blocks > 1 and swizzle and rows % 8:
+        # the column blocks are rows * swizzle bytes apart; a box's swizzled shared address
+        # must be a multiple of the swizzle's period (8 rows of it)
+        declines = ("tma_auto", ("bytes TMA needs",))
+    if direction == "load":
+        func = demos.tma_roundtrip(dtype, (rows, cols), swizzle, scope, shape, start)
+        a = runtime.random_array(shape, dtype, rng)
+        expected = np.zeros((rows, cols), a.dtype)  # TMA fills what lies outside A
+        expected[inner] = a[outer]
+        args = [a, runtime.poison_like(expected)]
+    else:
+        func = demos.tma_store_roundtrip(dtype, (rows, cols), swizzle, scope, shape, start,
+                                         reduce=reduce)  # fmt: skip
+        a = runtime.random_array((rows, cols), dtype, rng)
+        b = runtime.random_array(shape, dtype, rng)  # old values: what is not written shows
+        expected = b.copy()
+        expected[outer] = _tma_combined(b[outer], a[inner], reduce)
+        args = [a, b]
+    # coordinates the hardware faults on (isa.bulk): refused before the shared alignment
+    if start[1] % unit:
+        declines = ("tma_auto", ("16 bytes of",))
+    elif direction == "store" and min(start) < 0:
+        declines = ("tma_auto", ("must not be negative",))
+    if direction == "store" and reduce is not None and dtype not in TMA_REDUCE_TYPES[reduce]:
+        declines = ("tma_auto", ("use_tma_reduce=",))
+    params = dict(direction=direction, dtype=dtype, tile=(rows, cols), swizzle=swizzle,
+                  scope=scope, shape=shape, start=start, where=where, reduce=reduce)  # fmt: skip
+    return Case("tma", params, func, args, 1, expected, declines=declines)
+
+
+WGMMA_N = (8, 16, 24, 64, 128, 256)
+WGMMA_K = {"16-bit": (16, 32, 64, 128), "float8": (32, 64, 128, 256)}
+WGMMA_DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+F8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+# a multiplicand format's smallest normal exponent (subnormal operands are bounded as if
+# normal: they align as normal ones in the measured mma, sim.numerics.mma_bound)
+_EMIN = {"float16": -14, "bfloat16": -126, "float8_e4m3fn": -6, "float8_e5m2": -14}
+
+
+def wgmma_operand_layout(shape: tuple[int, int], contiguous: int, swizzle: int, size: int):
+    """A canonical wgmma layout of a shared ``shape`` operand whose dimension
+    ``contiguous`` (1: the row, 0: the column) runs contiguously: under a ``swizzle``-byte
+    swizzle, blocks as wide as it (8-row atoms of ``swizzle``-byte rows, blocks after
+    each other); without one, 8 x 16-byte core matrices, along the contiguous dimension
+    first. A swizzle wider than the contiguous extent is kept at that extent (no
+    canonical layout: the variant must refuse it)."""
+    from tvm.tirx.layout import ComposeLayout
+
+    r, c_ = shape
+    unit = 16 // size  # elements of 16 bytes
+    per_element = unit.bit_length() - 1
+    if swizzle:
+        atom = (swizzle // 16).bit_length() - 1
+        if contiguous == 1:
+            w = min(swizzle // size, c_)
+            base = TileLayout(S[(r, c_ // w, w) : (w, r * w, 1)])
+        else:
+            w = min(swizzle // size, r)
+            base = TileLayout(S[(r // w, w, c_) : (c_ * w, 1, w)])
+        return ComposeLayout(per_element, atom, 3, base)
+    if contiguous == 1:
+        return TileLayout(S[(r // 8, 8, c_ // unit, unit) : (8 * c_, unit, 8 * unit, 1)])
+    return TileLayout(S[(r // unit, unit, c_ // 8, 8) : (8 * unit, 1, 8 * r, unit)])
+
+
+def _wgmma_chain(a: np.ndarray, b: np.ndarray, d: np.ndarray | None, step: int) -> np.ndarray:
+    """``A B (+ D)`` as the simulator's wgmma computes it (:func:`.sim.numerics.mma_sum`):
+    one instruction per ``step`` of K (16; 32 for float8), in K order, each summing its
+    products and the accumulator exactly and rounding once to float32; D starts as the
+    old tile (accum) or zero (scale-d 0 on the first step). ``a`` is (M, K), ``b`` (K, N)."""
+    from .sim.numerics import mma_sum
+
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)  # every multiplicand is exact
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float32) if d is None else d.astype(np.float32)
+    for k in range(0, a.shape[1], step):
+        acc = mma_sum(a32[:, k : k + step], b32[k : k + step], acc, np.float32)
+    return acc
+
+
+def _wgmma_bound(
+    a: np.ndarray, b: np.ndarray, d: np.ndarray | None, types: tuple[str, str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """How far a wgmma's ``A B (+ D)`` may lie from the exact result, per output:
+    ``(n + 1) 2^-24 M + 2^-23 |exact| + 2^-148`` with ``n`` the addends (K products, and
+    D with accum) and ``M = sum_k |a_k|' |b_k|' (+ |D|)`` (``|x|'``: ``|x|`` raised to its
+    format's smallest normal, as in :func:`.sim.numerics.mma_bound`), plus ``K / 32
+    2^-16 M`` for float8. Were each 16-wide K step summed as the H200's mma.sync sums
+    (docs/simulator.md "mma numerics": 17 addends truncated to ``2^(E - 25)``, one
+    rounding toward zero), a step would cost less than ``17 2^-25 M + 2^-23 |S|``, about
+    ``10.5 2^-24 M``, and the ``K / 16`` chained steps less than ``0.66 K 2^-24 M``: the
+    first term leaves room for that; the second is the last rounding, the third the
+    subnormal floor. The 16-bit wgmma's summation has not been measured; its float8
+    summation keeps fewer bits (an H200 measured errors up to ``K/32 2^-16 M``: the float8
+    term). The simulator (exact per K step, one rounding each) lies well within the
+    bound. Returns (exact, bound); ``a`` is (M, K), ``b`` (K, N)."""
+    fp8 = any(t in F8_DTYPES for t in types)
+    scaled = []
+    for x, t in zip((a, b), types, strict=True):
+        x64 = np.abs(x.astype(np.float64))
+        scaled.append(np.maximum(x64, 2.0 ** _EMIN[t]) * (x64 != 0))
+    mag = scaled[0] @ scaled[1]
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    n = a.shape[1]
+    if d is not None:
+        mag = mag + np.abs(d.astype(np.float64))
+        exact = exact + d.astype(np.float64)
+        n += 1
+    bound = (n + 1) * 2.0**-24 * mag + 2.0**-23 * np.abs(exact) + 2.0**-148
+    if fp8:
+        bound = bound + a.shape[1] / 32 * 2.0**-16 * mag
+    return exact, bound
+
+
+def wgmma_case(c: Chooser, seed: int) -> Case:
+    """A warpgroup's ``gemm_async -> wgmma`` (demos.wgmma_gemm, demos.wgmma_gemm_f8): M 64
+    or 128, N 8 .. 256, float16 / bfloat16 with K 16 .. 128, A K- or M-major and B N- or
+    K-major under every swizzle (none, 32, 64, 128 bytes) that fits, accum (D's old tile
+    added) or not; float8 e4m3 / e5m2 with K 32 .. 256: a pair of one type through
+    wgmma_gemm (K-major operands of any swizzle, accum too), a mixed pair through
+    wgmma_gemm_f8 (128-byte swizzled K-major tiles: K 128 or 256). Some draws break a
+    rule the variant documents and must be refused: a swizzle wider than the operand's
+    contiguous run (no canonical layout), an MN-major float8 operand.
+
+    ``expected`` is the simulator's rule (:func:`_wgmma_chain`: the exact sum per K step
+    rounded once, in the variant's documented K order), compared bit for bit in the
+    simulator. The GPU's wgmma does not round that way (it sums with fewer bits, float8
+    with fewer still), so on hardware ours is judged by ``close`` (:func:`_wgmma_bound`
+    against the exact product) and the GPU against the simulator within twice that bound
+    (``Case.hardware_tolerance``: both lie within the bound of the exact result)."""
+    # as many draws whatever is drawn
+    a_type = c.pick(WGMMA_DTYPES)
+    b_f8 = c.pick(F8_DTYPES)
+    mixed = c.integer(0, 1) == 1  # a float8 A with a B of the other float8 type
+    m = c.pick((64, 128))
+    n = c.pick(WGMMA_N)
+    k_at = c.integer(0, 3)
+    # the rare choices last, so that hypothesis' simplest draws are the common ones
+    a_mn, b_k = c.integer(0, 2) == 2, c.integer(0, 2) == 2  # not the demo's majors
+    f8_mn = c.integer(0, 9) == 9  # a float8 B MN-major (refused)
+    swizzles = (c.pick((128, 64, 32, 0)), c.pick((128, 64, 32, 0)))
+    fits = c.integer(0, 7) != 7  # most draws narrow a swizzle to one that fits
+    accum = bool(c.integer(0, 1))
+    spread = c.pick(("normal", "wide"))
+    f8 = a_type in F8_DTYPES
+    b_type = b_f8 if f8 and mixed else a_type
+    f8_mn = f8_mn and f8
+    if f8_mn:  # whole 128-byte N blocks, so that the layout is one (just not K-major)
+        n = 128
+    k = WGMMA_K["float8" if f8 else "16-bit"][k_at]
+    size = 1 if f8 else 2
+    rng = np.random.default_rng(seed)
+
+    def data(shape, dt):
+        x = runtime.random_array(shape, "float32", rng)
+        if spread == "wide":  # operands' exponents spread over 2^-6 .. 2^6
+            x = x * np.exp2(rng.integers(-6, 7, size=shape)).astype(np.float32)
+        return x.astype(_np_type(dt))
+
+    refusals: tuple[str, ...] = ()
+    if f8 and a_type != b_type:  # a mixed pair: wgmma_gemm_f8's 128-byte swizzled tiles
+        k, accum = (128, 256)[k_at % 2], False
+        a = data((m, k), a_type)
+        if f8_mn:  # B given N-major (K x N): no float8 wgmma reads it
+            b = b_arg = data((k, n), b_type)
+            refusals += ("K-major operands only",)
+        else:  # Bt (N x K), K-major
+            b_arg = data((n, k), b_type)
+            b = b_arg.T
+        func = demos.wgmma_gemm_f8(m, n, k, a_type, b_type, b_major="MN" if f8_mn else "K")
+        shown = {"a": "K-major 128B", "b": f"{'MN' if f8_mn else 'K'}-major 128B"}
+    else:
+        # A (M x K): K-major (rows contiguous) or M-major; B (K x N): N-major or K-major
+        majors = ("MN" if a_mn else "K", "K" if b_k else "MN")
+        if f8:
+            majors = ("K", "MN" if f8_mn else "K")
+            if f8_mn:
+                refusals += ("K-major operands only",)
+        contiguous = (0 if majors[0] == "MN" else 1, 0 if majors[1] == "K" else 1)
+        layouts, shown = [], {}
+        for name, shape, major, cont, swz in zip(
+            "ab", ((m, k), (k, n)), majors, contiguous, swizzles, strict=True
+        ):
+            run = shape[cont] * size  # bytes of a contiguous run
+            if fits or swz <= run:  # whole swizzle-wide blocks: the swizzle divides the run
+                swz = next(s for s in (swz, 128, 64, 32, 0) if s == 0 or run % s == 0)
+            else:  # wider than the run: no canonical layout
+                refusals += ("no canonical wgmma layout",)
+            layouts.append(wgmma_operand_layout(shape, cont, swz, size))
+            shown[name] = f"{major}-major {swz}B" if swz else f"{major}-major unswizzled"
+        a, b = data((m, k), a_type), data((k, n), b_type)
+        b_arg = b
+        func = demos.wgmma_gemm(m, n, k, a_type, a_layout=layouts[0], b_layout=layouts[1],
+                                accum=accum)  # fmt: skip
+    d_old = data((m, n), "float32") if accum else None
+    exact, bound = _wgmma_bound(a, b, d_old, (a_type, b_type))
+    declines = ("wgmma", tuple(dict.fromkeys(refusals))) if refusals else None
+    expected = None if declines else _wgmma_chain(a, b, d_old, 32 if f8 else 16)
+
+    def close(out: np.ndarray) -> str | None:
+        err = np.abs(out.astype(np.float64) - exact)
+        bad = int(np.count_nonzero(~(err <= bound)))
+        return f"{bad} of {out.size} outputs outside the error bound" if bad else None
+
+    d = d_old if accum else runtime.poison_like(np.zeros((m, n), np.float32))
+    params = dict(m=m, n=n, k=k, a_dtype=a_type, b_dtype=b_type, a=shown["a"], b=shown["b"],
+                  accum=accum, data=spread)  # fmt: skip
+    return Case("wgmma", params, func, [a, b_arg, d], 2, expected, close,
+                declines=declines, hardware_tolerance=2 * bound)  # fmt: skip
+
+
 # -- reductions -----------------------------------------------------------------------------
 REDUCE_OPS = ("sum", "max", "min")
 REDUCE_DTYPES = ("float32", "float16", "bfloat16", "int32")
@@ -761,6 +1083,8 @@ GENERATORS: dict[str, Callable[[Chooser, int], Case]] = {
     "narrowed": narrowed_case,
     "ldgsts": ldgsts_case,
     "mma": mma_case,
+    "tma": tma_case,
+    "wgmma": wgmma_case,
 }
 
 
@@ -821,9 +1145,14 @@ def our_coverage(func: Any) -> str:
     return "lowered"
 
 
-def differential(case: Case, execute: Execute = simulate) -> Verdict:
+def differential(case: Case, execute: Execute = simulate, hardware: bool = False) -> Verdict:
     """Run ``case`` through both pipelines with ``execute``; compare with numpy and with each
-    other (see :class:`Verdict`)."""
+    other (see :class:`Verdict`). ``hardware``: ``execute`` returns what a GPU computed.
+    Then a case whose ``expected`` is the simulator's rounding of a sum the hardware
+    rounds otherwise (``Case.hardware_tolerance``: wgmma, whose summation on the H100 /
+    H200 is not the simulator's exact sum rounded once per instruction) has ours judged
+    by its error bound (``close``) rather than bit for bit; every other case, mma's
+    measured sm_90 rule included, stays bit for bit."""
     from .bounds import OutOfBoundsError
     from .errors import DispatchError
     from .sim.errors import NotModeled, SimError
@@ -845,7 +1174,7 @@ def differential(case: Case, execute: Execute = simulate) -> Verdict:
         verdict.ours = "cannot lower: " + reason_kind(str(ours).splitlines()[0])
     elif isinstance(ours, Exception):
         verdict.problems.append(f"ours: {_summary(ours)}")
-    elif (off := _off(case, ours, exact=case.expected is not None)) is not None:
+    elif (off := _off(case, ours, exact=_exact(case, hardware))) is not None:
         verdict.problems.append(f"ours {off}")
     if isinstance(builtin, NotModeled):
         verdict.problems.append(
@@ -860,6 +1189,14 @@ def differential(case: Case, execute: Execute = simulate) -> Verdict:
     elif isinstance(ours, DispatchError) and not rejected:
         verdict.problems.append("ours cannot lower a program TVM's built-in lowers correctly")
     return verdict
+
+
+def _exact(case: Case, hardware: bool) -> bool:
+    """Whether ours is compared with ``case.expected`` bit for bit: where there is one,
+    except on hardware where the hardware does not reproduce it (``hardware_tolerance``)."""
+    if case.expected is None:
+        return False
+    return not (hardware and case.hardware_tolerance is not None)
 
 
 def _missed_decline(case: Case) -> str | None:

@@ -34,7 +34,9 @@ from .call import TileCall
 from .codegen import CALL_MARK, COMPLETION_MARK, encode_tensor_map, impl_prim_func
 from .dispatch import Outcome, choose
 from .errors import DispatchError, VariantError
+from .isa.bulk import reduce_takes
 from .participation import DivergentScopeError
+from .predicates import tma_coordinates
 from .registry import variants_for
 from .resources import BarrierPool, TensorMap, barrier_ids_in, completions_of, resources_of
 from .signatures import SIGNATURES
@@ -176,9 +178,7 @@ def _dispatch_in_session(s: Session, call: TileCall, scanned: Any) -> Any:
     if out.chosen is None and call.forced_variant not in {v.name for v in variants_for(call.op)}:
         out.builtin = probe(call)
     out.error = (
-        (out.bounds.error() if out.bounds else None)
-        or _divergence_error(call)
-        or _lowering_error(s, call, out)
+        _bounds_error(out, scanned) or _divergence_error(call) or _lowering_error(s, call, out)
     )
     if s.mode == "explain":
         return _noop()
@@ -188,6 +188,19 @@ def _dispatch_in_session(s: Session, call: TileCall, scanned: Any) -> Any:
     if out.chosen is not None:
         return _marked(out.func, len(s.outcomes) - 1, completions_of(out.plan))
     fail("no tirx_cuda_dispatch variant accepted:\n" + out.reasons_table())
+
+
+def _bounds_error(out: Outcome, scanned: Any) -> DispatchError | None:
+    """The call's out-of-bounds error; where a variant might have taken the region past
+    the tensor's edge (a TMA box fills or clips there) but none accepted the call, with
+    each variant's reason."""
+    error = out.bounds.error() if out.bounds else None
+    if error is None or out.chosen is not None or not scanned.may_reach_past_edge():
+        return error
+    lines = "".join(
+        f"\n  {c.variant} declined: {c.reason}" for c in out.candidates if not c.accepted
+    )
+    return type(error)(f"{error}{lines}") if lines else error
 
 
 def _marked(func: tvm.tirx.PrimFunc, index: int, completions: tuple[str, ...]) -> Any:
@@ -237,6 +250,40 @@ def _lowering_error(s: Session, call: TileCall, out: Outcome) -> DispatchError |
     if out.builtin is not None and out.builtin.variant is None:
         why = "nothing can lower this call: none of our variants accepts it"
         return DispatchError(f"{_declined_message(out, why)}\n  and {out.builtin}")
+    unsound = _unsound_fallback(call, out.builtin.variant if out.builtin else None)
+    if unsound is not None:
+        return DispatchError(_declined_message(out, unsound))
+    return None
+
+
+def _unsound_fallback(call: TileCall, builtin: str | None) -> str | None:
+    """Why TVM 0.27's built-in variant ``builtin`` would lower ``call`` wrong (its own code
+    runs, but not what the call asks for), None where it would not."""
+    if call.op != "copy_async" or builtin is None:
+        return None
+    if builtin == "ldgsts" and call.config.get("mbar") is not None:
+        return (
+            "TVM's built-in 'ldgsts' would take this copy and drop its mbar= (cp.async "
+            "completes through cp.async groups, not on an mbarrier), so a wait for mbar's "
+            "phase would never complete: fix what tma_auto says below, or copy without mbar= "
+            "and wait with cp.async.wait_group"
+        )
+    if builtin.startswith("tma"):
+        src, dst = call.operand("src"), call.operand("dst")
+        store = dst is not None and dst.memory == "global"
+        glob = dst if store else src
+        if glob is not None:
+            ok, why = tma_coordinates(call, glob, store)
+            if not ok:
+                return f"TVM's built-in {builtin!r} would emit this TMA copy, but {why}"
+    op = call.config.get("use_tma_reduce")
+    dtype = call.operand("dst").dtype if call.operand("dst") is not None else None
+    if op is not None and not reduce_takes(str(op), str(dtype)):
+        return (
+            f"TVM's built-in {builtin!r} would emit cp.reduce.async.bulk.tensor .{op} on "
+            f"{dtype}, which the PTX ISA does not list (ptxas refuses it): reduce with an "
+            "operation that takes this type"
+        )
     return None
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tvm.tirx import EQ, floormod
+
+from .bounds import proves
 from .call import Operand, TileCall
+from .irfacts import as_int, prove_multiple
+from .isa.bulk import COORD_ALIGN, STORE_MIN_COORD
 from .participation import narrowing
 from .registry import Predicate, predicate
 
@@ -122,3 +127,32 @@ def aligned_allocation(call: TileCall, opnd: Operand, align: int, needs: str) ->
         f"{declared or 'an unknown number of'} bytes; {needs}: declare the allocation "
         f"T.alloc_buffer(..., align={align})"
     )
+
+
+def tma_coordinates(call: TileCall, glob: Operand, store: bool) -> Result:
+    """Whether a tile-mode TMA copy of ``glob``'s region starts at coordinates the hardware
+    takes (:mod:`.isa.bulk`): the innermost at a multiple of 16 bytes, a store's never
+    negative, provably so where the call runs."""
+    g, size = f"{glob.role} {glob.name}", glob.elem_bits // 8
+    unit = max(1, COORD_ALIGN // size)
+    inner = len(glob.region) - 1
+    lo = glob.region[inner][0]
+    if not (prove_multiple(lo, unit) or proves(EQ(floormod(lo, unit), 0), call.enclosing)):
+        return False, (
+            f"{g}'s region starts at {lo} in its innermost dimension {inner}, not provably a "
+            f"multiple of {unit} elements ({COORD_ALIGN} bytes of {glob.dtype}); a TMA "
+            "coordinate there must be (any other is an illegal instruction): start the "
+            f"region at a multiple of {unit}, or copy with Tx.copy / cp.async"
+        )
+    if not store:
+        return True, None  # a load's coordinates before the tensor read zeros
+    for d, (start, _) in enumerate(glob.region):
+        if not proves(start >= STORE_MIN_COORD, call.enclosing):
+            where = ", before the tensor" if as_int(start) is not None else ", not provably >= 0"
+            return False, (
+                f"{g}'s region starts at {start} in dimension {d}{where}; a TMA store's "
+                "coordinates must not be negative (the hardware stops with an illegal "
+                "instruction; it writes nothing before the tensor anyway): start the region "
+                "at 0 or later"
+            )
+    return True, None

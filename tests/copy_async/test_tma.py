@@ -439,3 +439,161 @@ def test_rewriting_the_source_needs_the_read_wait(rng):
         match=r"writes byte .* of shared .* while cp.async.bulk.tensor.* still reads it.*\(cp.async.bulk.wait_group.read\)",
     ):
         sim.run(store(wait=None, rewrite=True), [a, b])
+
+
+# -- what may not fall back to TVM's built-in variants ------------------------------------------
+def test_a_tma_load_ours_declines_does_not_fall_to_cp_async():
+    """TVM's ldgsts would take a copy with mbar= and drop it (the reader's wait would never
+    complete: a hang on the GPU, a deadlock in the simulator); the default pipeline says
+    so, with tma_auto's reason, instead of lowering it."""
+    from tirx_cuda_dispatch.errors import DispatchError
+
+    func = roundtrip("bfloat16", (5, 256), 128, "cta", (10, 400), (3, 112))
+    with pytest.raises(DispatchError, match="'ldgsts' would take this copy and drop its mbar="):
+        toolchain.cuda_source(func, "sm_90a")
+    report = _report(func)
+    assert "boxes" in next(c.reason for c in report.candidates if c.variant == "tma_auto")
+
+
+def test_a_reduction_the_isa_does_not_list_does_not_fall_to_tvms_tma():
+    from tirx_cuda_dispatch.errors import DispatchError
+
+    func = store("float32", (32, 64), 128, "thread", reduce="max")
+    with pytest.raises(DispatchError, match=r"\.max on float32, which the PTX ISA does not list"):
+        toolchain.cuda_source(func, "sm_90a")
+    toolchain.cuda_source(store("float32", (32, 64), 128, "thread", reduce="add"), "sm_90a")
+
+
+# -- coordinates the hardware stops on (isa/bulk.py) ------------------------------------------
+def test_the_coordinate_rules_as_data():
+    from tirx_cuda_dispatch.isa.bulk import coordinate_fault
+
+    assert "not a multiple of 16" in coordinate_fault([2, 0], 2, store=False)
+    assert coordinate_fault([8, 0], 2, store=False) is None  # 16 bytes of bfloat16
+    assert coordinate_fault([4, 0], 4, store=True) is None
+    assert "not a multiple of 16" in coordinate_fault([8, 0], 1, store=False)  # int8: 16
+    assert coordinate_fault([-16, -3], 2, store=False) is None  # a load reads zeros there
+    assert "negative" in coordinate_fault([-16, 3], 2, store=True)
+    assert "negative" in coordinate_fault([16, -3], 2, store=True)
+
+
+@pytest.mark.parametrize(
+    "func, words",
+    [
+        (roundtrip("bfloat16", (32, 40), 0, "warp", (64, 96), (0, 2)), "multiple of 8 elements"),
+        (roundtrip("int8", (8, 64), 0, "cta", (64, 96), (0, 8)), "multiple of 16 elements"),
+        (store("float32", (8, 32), 0, "cta", (64, 64), (3, 6)), "multiple of 4 elements"),
+        (store("float16", (16, 64), 128, "cta", (40, 96), (-3, 8)), "must not be negative"),
+        (store("float16", (16, 64), 128, "cta", (40, 96), (3, -8), "add"), "must not be negative"),
+    ],
+)
+def test_a_coordinate_the_hardware_stops_on_declines(func, words):
+    assert words in _reason(func)
+
+
+def test_a_load_may_start_before_the_tensor_and_a_store_at_16_bytes():
+    """Controls of the rules: negative coordinates of a load (zeros), and a store's
+    innermost start at a whole 16 bytes, are taken."""
+    assert _plan(roundtrip("float16", (16, 64), 128, "cta", (40, 96), (-3, -8)))
+    assert _plan(store("float32", (8, 32), 0, "cta", (64, 64), (3, 4)))
+
+
+def _dynamic_store(offset: int):
+    """A store of row block ``bx`` of B at rows ``16 * bx + offset`` (CTA scope)."""
+    layout = demos.tma_shared_layout("float16", (16, 64), 128)
+
+    @T.prim_func
+    def func(A: T.Buffer((16, 64), "float16"), B: T.Buffer((64, 64), "float16")):
+        T.device_entry()
+        bx = T.cta_id([2])
+        T.thread_id([128])
+        pool = T.alloc_buffer((1024,), "float16", scope="shared.dyn", align=1024)
+        A_s = T.decl_buffer((16, 64), "float16", pool.data, scope="shared.dyn", layout=layout)
+        Tx.cta.copy(A_s[:, :], A[:, :])
+        T.ptx["fence.proxy.async.shared::cta"]()
+        T.cuda.cta_sync()
+        Tx.cta.copy_async(B[bx * 16 + offset : bx * 16 + offset + 16, 0:64], A_s[:, :])
+
+    return func
+
+
+def test_a_store_must_start_provably_at_zero_or_later():
+    """``16 * bx - 8`` is negative for the first CTA: declined, naming the start; ``16 *
+    bx`` is provably >= 0 over bx's range: taken."""
+    why = _reason(_dynamic_store(-8))
+    assert "starts at bx * 16 + -8 in dimension 0, not provably >= 0" in why
+    assert _plan(_dynamic_store(0))
+
+
+def test_the_simulator_stops_a_copy_the_hardware_stops_on(rng):
+    """TVM's built-in lowers thread-scope TMA copies at any coordinate; the simulator stops
+    the load off 16 bytes and the store before the tensor with an illegal instruction (as
+    the H100 does), and runs such copies at legal coordinates."""
+    a = runtime.random_array((16, 88), "float16", rng)
+    b = runtime.random_array((8, 64), "float16", rng)
+    with pytest.raises(SimError, match=r"illegal instruction: .*\{19, 0\}.* 38 bytes"):
+        sim.run(roundtrip("float16", (8, 64), 128, "thread", (16, 88), (0, 19)), [a, b],
+                pipeline="tirx")  # fmt: skip
+    # (TVM's built-in takes this one with cp.async, dropping mbar=: ours shows the TMA load)
+    sim.run(roundtrip("float16", (8, 64), 128, "thread", (16, 88), (0, 16)), [a, b])
+    a, b = (
+        runtime.random_array((16, 40), "float16", rng),
+        runtime.random_array((12, 96), "float16", rng),
+    )
+    with pytest.raises(SimError, match=r"illegal instruction: .*coordinate -14 is negative"):
+        sim.run(store("float16", (16, 40), 0, "thread", (12, 96), (-14, 64)), [a, b],
+                pipeline="tirx")  # fmt: skip
+    sim.run(store("float16", (16, 40), 0, "thread", (12, 96), (0, 56)), [a, b], pipeline="tirx")
+
+
+def test_a_copy_tvms_tma_would_emit_at_a_faulting_coordinate_is_an_error():
+    """Inside the tensor (no bounds error), off 16 bytes, at thread scope: tma_auto
+    declines and TVM's built-in TMA variant would take it; the default pipeline refuses."""
+    from tirx_cuda_dispatch.errors import DispatchError
+
+    func = store("float16", (8, 64), 128, "thread", (64, 128), (8, 20))
+    with pytest.raises(
+        DispatchError, match=r"TVM's built-in 'tma\w*' would emit .*16 bytes of float16"
+    ):
+        toolchain.cuda_source(func, "sm_90a")
+
+
+def test_a_region_past_the_edge_nothing_takes_lists_the_reasons():
+    from tirx_cuda_dispatch.bounds import OutOfBoundsError
+
+    func = roundtrip("bfloat16", (32, 40), 0, "thread", (21, 96), (0, 2))
+    with pytest.raises(
+        OutOfBoundsError, match=r"(?s)outside the extent 21.*tma_auto declined: .*multiple of 8"
+    ):
+        toolchain.cuda_source(func, "sm_90a")
+
+
+def _scalar_store(twice: bool):
+    """A store at columns ``c0``, a register scalar: ``c0 = 64 * bx`` (one store: its value
+    is known wherever it is read), or then ``c0 = c0 + 4`` as well (two: unknown)."""
+    layout = demos.tma_shared_layout("float16", (16, 64), 128)
+
+    @T.prim_func
+    def func(A: T.Buffer((16, 64), "float16"), B: T.Buffer((64, 128), "float16")):
+        T.device_entry()
+        bx = T.cta_id([2])
+        T.thread_id([128])
+        pool = T.alloc_buffer((1024,), "float16", scope="shared.dyn", align=1024)
+        A_s = T.decl_buffer((16, 64), "float16", pool.data, scope="shared.dyn", layout=layout)
+        Tx.cta.copy(A_s[:, :], A[:, :])
+        T.ptx["fence.proxy.async.shared::cta"]()
+        T.cuda.cta_sync()
+        c0 = bx * 64
+        if twice:
+            c0 = c0 + 4
+        Tx.cta.copy_async(B[0:16, c0 : c0 + 64], A_s[:, :])
+
+    return func
+
+
+def test_a_register_scalar_stored_once_is_its_value():
+    """``c0 = 64 * bx`` is a register scalar in TVMScript (a load where it is read): stored
+    once, the plan proves its multiple of 16 bytes and takes the store; stored twice
+    (``c0 = c0 + 4`` after it), nothing is known of it and tma_auto declines."""
+    assert _plan(_scalar_store(twice=False))
+    assert "region starts at c0 in its innermost dimension 1" in _reason(_scalar_store(True))

@@ -4,7 +4,8 @@ Random programs (:mod:`tirx_cuda_dispatch.fuzz`: copies global <-> shared at eve
 with odd counts, offsets and swizzles, register layouts, m8n8 fragments against row-major,
 column-major, padded and swizzled tiles, elementwise ops on registers and on shared
 memory, every dtype, reductions, cp.async copies with predicates, warp GEMMs on mma
-fragments) are lowered by our pipeline and by TVM's built-in one and simulated.
+fragments, TMA loads and stores with boxes past the tensor's edges, warpgroup GEMMs on
+wgmma) are lowered by our pipeline and by TVM's built-in one and simulated.
 Our output must equal numpy and the built-in's (where the built-in is right) bit for bit;
 a program ours refuses must be one nothing can lower, or one that is out of bounds. Each
 case records, as hypothesis events, whether our variants took every call or why one
@@ -203,10 +204,10 @@ def _lowered(kind: str, want=lambda case: True):
     raise AssertionError(f"no {kind} case our variants lower")
 
 
-@pytest.mark.parametrize("kind", ["ldgsts", "mma"])
+@pytest.mark.parametrize("kind", ["ldgsts", "mma", "tma", "wgmma"])
 def test_a_wrong_bit_in_a_new_kind_is_caught(kind):
-    """Negative control of the cp.async and mma answers: one bit off fails the case, and
-    the same case passes as drawn."""
+    """Negative control of the cp.async, mma, TMA and wgmma answers: one bit off fails the
+    case, and the same case passes as drawn."""
     _, case = _lowered(kind)
     assert fuzz.differential(case).ok
     case.expected = case.expected.copy()
@@ -241,6 +242,182 @@ def test_the_mma_answer_is_the_instructions_k_order():
     assert case.close(k8) is None and case.close(case.expected) is None
     case.expected = k8
     verdict = fuzz.differential(case)
+    assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
+
+
+def test_the_tma_generator_covers_what_the_issue_asks_for():
+    """TMA programs: loads and stores, every dtype, swizzle and scope, boxes inside the
+    tensor, past its far edge, before its start and wholly outside, reductions (add,
+    max), and draws the variant must refuse (an unlisted reduction, column blocks not a
+    whole number of swizzle periods apart, an innermost coordinate not at a whole 16 bytes,
+    a store's negative coordinate) at under a third."""
+    seen = {k: set() for k in ("dir", "dtype", "swizzle", "scope", "where", "reduce", "words")}
+    outside = refused = 0
+    for seed in range(150):
+        case = fuzz.random_case(fuzz.RandomChooser(seed), "tma")
+        p = case.params
+        seen["dir"].add(p["direction"])
+        seen["dtype"].add(p["dtype"])
+        seen["swizzle"].add(p["swizzle"])
+        seen["scope"].add(p["scope"])
+        seen["reduce"].add(p["reduce"])
+        box = zip(p["start"], p["tile"], p["shape"], strict=True)
+        beyond = [(s < 0, s + e > n) for s, e, n in box]
+        seen["where"].add("before" if any(b for b, _ in beyond) else
+                          "past" if any(a for _, a in beyond) else "inside")  # fmt: skip
+        outside += any(s >= n or s + e <= 0 for s, e, n in
+                       zip(p["start"], p["tile"], p["shape"], strict=True))  # fmt: skip
+        if case.declines is not None:
+            refused += 1
+            seen["words"].update(case.declines[1])
+    assert seen["dir"] == {"load", "store"}
+    assert seen["dtype"] == set(fuzz.TMA_DTYPES) and seen["swizzle"] == {0, 32, 64, 128}
+    assert seen["scope"] == set(fuzz.TMA_SCOPES)
+    assert seen["where"] == {"inside", "past", "before"} and outside > 0
+    assert seen["reduce"] == {None, "add", "max"}
+    assert seen["words"] == {
+        "bytes TMA needs",
+        "use_tma_reduce=",
+        "16 bytes of",
+        "must not be negative",
+    }
+    assert refused < 50, refused
+
+
+def test_a_tma_load_past_the_edge_must_read_zeros():
+    """Negative control of the edge: a load whose box reaches past A passes with zeros
+    there, and fails when the answer says A's poison (nothing written) instead."""
+    _, case = _lowered(
+        "tma",
+        lambda c: (
+            c.params["direction"] == "load"
+            and c.params["start"][0] + c.params["tile"][0] > c.params["shape"][0]
+        ),
+    )
+    assert fuzz.differential(case).ok
+    rows = case.params["shape"][0] - case.params["start"][0]  # the tile's rows inside A
+    case.expected = case.expected.copy()
+    case.expected[max(rows, 0) :] = runtime.poison_like(case.expected[max(rows, 0) :])
+    verdict = fuzz.differential(case)
+    assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
+
+
+def test_a_tma_store_must_clip_and_reduce():
+    """Negative control of the store: a reduction into B passes as drawn and fails when
+    the answer is a plain store of the tile (B's old values dropped)."""
+    _, case = _lowered(
+        "tma", lambda c: c.params["reduce"] == "add" and c.params["where"] == "inside"
+    )
+    assert fuzz.differential(case).ok
+    p = case.params
+    outer, inner = fuzz._inside(p["start"], p["tile"], p["shape"])
+    case.expected = case.expected.copy()
+    case.expected[outer] = case.args[0][inner]
+    verdict = fuzz.differential(case)
+    assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
+
+
+def test_the_simulator_runs_tvms_thread_scope_tma_store():
+    """TVM's built-in lowers a thread-scope TMA store with a 3-D tensor map encoded over
+    ``handle_add_byte_offset(B.data, 0)``: the simulator finds the buffer under the call
+    (it once unwrapped one call only and failed)."""
+    import numpy as np
+
+    from tirx_cuda_dispatch import demos, sim
+
+    func = demos.tma_store_roundtrip("float16", (16, 64), 64, "thread", (64, 128), (0, 0))
+    rng = np.random.default_rng(0)
+    a = runtime.random_array((16, 64), "float16", rng)
+    b = runtime.random_array((64, 128), "float16", rng)
+    out = sim.run(func, [a, b], pipeline="tirx").arrays[1]
+    want = b.copy()
+    want[:16, :64] = a
+    assert (runtime.bits(out) == runtime.bits(want)).all()
+
+
+def test_the_wgmma_generator_covers_what_the_issue_asks_for():
+    """wgmma programs: float16, bfloat16 and every float8 pairing, M 64 and 128, N from 8
+    to 256, every K, A K- and M-major, B N- and K-major, every swizzle on each, accum,
+    and layouts the variant must refuse (a swizzle wider than the operand's run, an
+    MN-major float8 operand) at a few percent."""
+    seen = {k: set() for k in ("types", "m", "n", "k", "a", "b", "accum", "words")}
+    refused = 0
+    for seed in range(150):
+        case = fuzz.random_case(fuzz.RandomChooser(seed), "wgmma")
+        p = case.params
+        seen["types"].add((p["a_dtype"], p["b_dtype"]))
+        seen["m"].add(p["m"])
+        seen["n"].add(p["n"])
+        seen["k"].add(p["k"])
+        seen["a"].add(p["a"])
+        seen["b"].add(p["b"])
+        seen["accum"].add(p["accum"])
+        if case.declines is not None:
+            refused += 1
+            seen["words"].update(case.declines[1])
+    f8 = ("float8_e4m3fn", "float8_e5m2")
+    assert seen["types"] == {("float16",) * 2, ("bfloat16",) * 2} | {(a, b) for a in f8 for b in f8}
+    assert seen["m"] == {64, 128} and seen["n"] == set(fuzz.WGMMA_N)
+    assert seen["k"] == {16, 32, 64, 128, 256} and seen["accum"] == {True, False}
+    swizzles = ("unswizzled", "32B", "64B", "128B")
+    assert {f"{m}-major {s}" for m in ("K", "MN") for s in swizzles} <= seen["a"]
+    assert {f"{m}-major {s}" for m in ("K", "MN") for s in swizzles} <= seen["b"]
+    assert seen["words"] == {"no canonical wgmma layout", "K-major operands only"}
+    assert 0 < refused < 30
+
+
+def test_the_wgmma_answer_is_the_instructions_k_order():
+    """The wgmma answer is the simulator's rounding per K step (16): the same product
+    rounded once over the whole K differs in some bits (so a plan that summed in another
+    order would be caught in the simulator), and both lie within the error bound that
+    judges the GPU."""
+    _, case = _lowered("wgmma", lambda c: c.params["k"] >= 64 and not c.params["accum"])
+    a, b, _ = case.args
+    p = case.params
+    b = b.T if p["b_dtype"] != p["a_dtype"] else b  # a mixed float8 pair passes Bt
+    once = fuzz._wgmma_chain(a, b, None, p["k"])
+    assert (runtime.bits(once) != runtime.bits(case.expected)).any()
+    assert case.close(once) is None and case.close(case.expected) is None
+    case.expected = once
+    verdict = fuzz.differential(case)
+    assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
+
+
+def _simulated_then(change):
+    """An ``execute`` that simulates and hands back the output changed by ``change``, as
+    a GPU that computes otherwise would."""
+
+    def execute(func, args, pipeline):
+        out = fuzz.simulate(func, args, pipeline)
+        return [change(x) if i == len(out) - 1 else x for i, x in enumerate(out)]
+
+    return execute
+
+
+def _ulps(x, n):
+    """``x`` with every element moved ``n`` floats up (its bits plus n)."""
+    y = x.copy()
+    runtime.bits(y)[...] += n
+    return y
+
+
+def test_on_hardware_a_wgmma_is_judged_by_its_bound_and_only_a_wgmma():
+    """On hardware (``differential(..., hardware=True)``) a wgmma output a few ulps off the
+    simulator's rounding passes (the GPU sums otherwise), one off by twice the bound
+    fails; in the simulator the same few ulps fail (bit for bit), and so do they on
+    hardware for an mma program (sm_90's rule is the GPU's own, bit for bit)."""
+    _, case = _lowered("wgmma")
+    off = _simulated_then(lambda x: _ulps(x, 3))
+    assert fuzz.differential(case, off, hardware=True).ok
+    verdict = fuzz.differential(case, off)
+    assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
+    bound = case.hardware_tolerance / 2
+    far = _simulated_then(lambda x: (x.astype("float64") + 2 * bound).astype(x.dtype))
+    verdict = fuzz.differential(case, far, hardware=True)
+    assert not verdict.ok and "outside the error bound" in verdict.problems[0]
+    _, mma = _lowered("mma")
+    assert mma.hardware_tolerance is None
+    verdict = fuzz.differential(mma, _simulated_then(lambda x: _ulps(x, 1)), hardware=True)
     assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
 
 

@@ -66,6 +66,7 @@ from ..call import Operand, TileCall
 from ..codegen import impl_prim_func, participant_index
 from ..errors import Decline, check
 from ..irfacts import as_int, prove_multiple
+from ..isa.bulk import COORD_ALIGN, REDUCE_TYPES
 from ..layout.atoms import memory_view, refine_tagged
 from ..layout.swizzle import Swizzle, byte_swizzle
 from ..predicates import (
@@ -76,6 +77,7 @@ from ..predicates import (
     requires_scope,
     requires_valid_copy,
     sm_at_least,
+    tma_coordinates,
 )
 from ..registry import variant
 from ..resources import Completion, TensorMap
@@ -93,12 +95,6 @@ MAX_ISSUES = 64  # unrolled instructions of one call
 CONFIG_KEYS = {
     "mbar": "a load's mbarrier (a pointer, bar.ptr_to([0])) whose phase the copy's bytes complete",
     "use_tma_reduce": "a store's reduction into global memory: add, min or max",
-}
-# cp.reduce.async.bulk.tensor: the element types of each operation (PTX ISA 9.7.9.25.5.2)
-REDUCE_TYPES = {
-    "add": ("float16", "bfloat16", "float32", "int32", "uint32", "uint64"),
-    "min": ("float16", "bfloat16", "int32", "uint32", "int64", "uint64"),
-    "max": ("float16", "bfloat16", "int32", "uint32", "int64", "uint64"),
 }
 
 
@@ -449,6 +445,7 @@ def plan(call: TileCall) -> TmaPlan:
         f"{g}'s strides {[a[1] for a in axes]} do not grow outwards; the tensor map keeps the "
         "buffer's dimension order",
     )
+    _check_coordinates(call, glob, inner, issues, direction)
     count = math.prod(a.count for a in issues)
     check(
         count <= MAX_ISSUES,
@@ -463,6 +460,20 @@ def plan(call: TileCall) -> TmaPlan:
         glob.dtype, glob.elem_bits, tuple(dims), tuple(issues), swizzle, align, _issuer(call),
         direction, None if reduce is None else str(reduce),
     )  # fmt: skip
+
+
+def _check_coordinates(
+    call: TileCall, glob: Operand, inner: int, issues: list[IssueAxis], direction: str
+) -> None:
+    """Every issue's coordinates are ones the hardware takes (:mod:`..isa.bulk`): the
+    region's start (:func:`..predicates.tma_coordinates`), stepped by whole 16-byte units."""
+    check(*tma_coordinates(call, glob, store=direction == "store"))
+    for a in issues:
+        check(
+            a.axis != inner or (a.step * glob.elem_bits // 8) % COORD_ALIGN == 0,
+            f"the boxes step {a.step} elements along {glob.name}'s innermost dimension, not "
+            f"a multiple of {COORD_ALIGN} bytes",
+        )
 
 
 def _check_shared_alignment(

@@ -29,7 +29,7 @@ import numpy as np
 
 from . import helpers, intrinsics, mma, ptx, tma, wgmma
 from .calls import Instruction, merge
-from .errors import SimError
+from .errors import NotModeled, SimError
 from .interpreter import Machine
 from .memory import BankRecord, Counters
 from .values import TensorMapArg
@@ -154,9 +154,17 @@ def _device_arg(name: str, arrays: list, names: Sequence[str], maps: dict[str, d
     fields = maps.get(name)
     if fields is None:
         return arrays[_argument_of(name, names)]
-    data = fields["data"]
-    buffer = data.args[0] if getattr(getattr(data, "op", None), "name", "") else data
-    return TensorMapArg(arrays[_argument_of(str(buffer.name), names)], fields)
+    node, offset = fields["data"], 0
+    while getattr(getattr(node, "op", None), "name", ""):  # a call over the buffer's data
+        if node.op.name == "tirx.handle_add_byte_offset":
+            step = getattr(node.args[1], "value", None)
+            if step is None:
+                raise SimError(f"tensor map {name}: its base {fields['data']} is not constant")
+            offset += int(step)
+        node = node.args[0]
+    if offset:
+        raise NotModeled(f"tensor map {name}: a base {offset} bytes into its buffer")
+    return TensorMapArg(arrays[_argument_of(str(node.name), names)], fields)
 
 
 def _argument_of(device_name: str, names: Sequence[str]) -> int:

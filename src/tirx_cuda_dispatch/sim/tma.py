@@ -23,6 +23,10 @@ written again), ``cp.async.bulk.wait_group N`` completes them whole (their globa
 may be read). Until then writing the shared source, or reading the global destination,
 is an error naming the store; a CTA may exit with a store's writes in flight (they land
 when the grid completes), not with its reads.
+
+Where the hardware faults, so does the simulator (:func:`..isa.bulk.coordinate_fault`): an
+innermost coordinate that is not a multiple of 16 bytes, a store's negative coordinate
+(measured on an H100: an illegal instruction).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ..isa.bulk import coordinate_fault
 from .asynchrony import Effect
 from .calls import Table, guarded_ptx_operands, issued_at, plain_ptx_operands
 from .errors import NotModeled, SimError
@@ -66,6 +71,35 @@ def _shared_window(m: Machine, operand: Any, what: str, name: str) -> Pointer:
     if not isinstance(ptr, Pointer) or not ptr.shared_window or ptr.memory.space != "shared":
         raise SimError(f"{what}: {name} must be a .shared address of shared memory (cvta)")
     return ptr
+
+
+def _thread_box(
+    tm: TensorMapValue, coords: list[int], start: int, window: Pointer, what: str, t: int,
+    store: bool,
+):  # fmt: skip
+    """Thread ``t``'s box (:func:`box_copy`) at ``coords`` and shared byte ``start`` of
+    ``window``, after the checks the hardware makes: the shared address 128-byte aligned,
+    coordinates it takes (:func:`..isa.bulk.coordinate_fault`), the box inside the window."""
+    name, verb = ("srcMem", "reads") if store else ("dstMem", "writes")
+    if start % SHARED_ALIGN:
+        raise SimError(
+            f"misaligned {what}: {name} is byte {start} of shared {window.memory.name} "
+            f"(thread {t}); a tensor copy's shared address is 128-byte aligned"
+        )
+    fault = coordinate_fault(coords, tm.elem_bytes, store)
+    if fault is not None:
+        raise SimError(
+            f"illegal instruction: {what} (thread {t}) at coordinates "
+            f"{{{', '.join(map(str, coords))}}} of {tm.name}: {fault} (the hardware stops "
+            "the kernel)"
+        )
+    shared, cells, inside, nbytes = box_copy(tm, coords, start)
+    if shared.max() >= window.memory.nbytes:
+        raise SimError(
+            f"{what} (thread {t}) {verb} past the {window.memory.nbytes} bytes of shared "
+            f"{window.memory.name}: its box of {nbytes} bytes starts at byte {start}"
+        )
+    return shared, cells, inside, nbytes
 
 
 def box_copy(tm: TensorMapValue, coords: list[int], dst: int):
@@ -127,20 +161,11 @@ def _bulk_tensor_load(m: Machine, call: Any) -> None:
     dst_off = m.per_thread(dst.offsets)
     bar_off = m.per_thread(bar_ptr.offsets)
     for t in threads.tolist():
-        start = int(dst_off[t])
-        if start % SHARED_ALIGN:
-            raise SimError(
-                f"misaligned {what}: dstMem is byte {start} of shared {dst.memory.name} "
-                f"(thread {t}); a tensor copy's shared address is 128-byte aligned"
-            )
         one = np.array([t])
         bar = m.asynchrony.barrier(m, bar_ptr.memory, int(bar_off[t]), one, what)
-        shared, source, inside, nbytes = box_copy(tm, [int(c[t]) for c in coords], start)
-        if shared.max() >= dst.memory.nbytes:
-            raise SimError(
-                f"{what} (thread {t}) writes past the {dst.memory.nbytes} bytes of shared "
-                f"{dst.memory.name}: its box of {nbytes} bytes starts at byte {start}"
-            )
+        shared, source, inside, nbytes = _thread_box(
+            tm, [int(c[t]) for c in coords], int(dst_off[t]), dst, what, t, store=False
+        )
         cells = shared[None, :]
         values = np.zeros(source.shape, dtype=np.uint8)
         if inside.any():
@@ -202,19 +227,10 @@ def _bulk_tensor_store(m: Machine, call: Any) -> None:
     src_off = m.per_thread(src.offsets)
     combine = _combine(tm, ops[0], what) if reduce else None
     for t in threads.tolist():
-        start = int(src_off[t])
-        if start % SHARED_ALIGN:
-            raise SimError(
-                f"misaligned {what}: srcMem is byte {start} of shared {src.memory.name} "
-                f"(thread {t}); a tensor copy's shared address is 128-byte aligned"
-            )
         one = np.array([t])
-        shared, dest, inside, nbytes = box_copy(tm, [int(c[t]) for c in coords], start)
-        if shared.max() >= src.memory.nbytes:
-            raise SimError(
-                f"{what} (thread {t}) reads past the {src.memory.nbytes} bytes of shared "
-                f"{src.memory.name}: its box of {nbytes} bytes starts at byte {start}"
-            )
+        shared, dest, inside, nbytes = _thread_box(
+            tm, [int(c[t]) for c in coords], int(src_off[t]), src, what, t, store=True
+        )
         agent = m.clocks.bulk_unit(t // 32)
         snapshot = m.clocks.issue(agent, [t // 32])
         raw = src.memory.load(
