@@ -498,12 +498,15 @@ def test_a_load_may_start_before_the_tensor_and_a_store_at_16_bytes():
     assert _plan(store("float32", (8, 32), 0, "cta", (64, 64), (3, 4)))
 
 
-def _dynamic_store(offset: int):
-    """A store of row block ``bx`` of B at rows ``16 * bx + offset`` (CTA scope)."""
+def _cta_store(offset: int = 0, scalar: bool = False, twice: bool = False):
+    """A store of A (16 x 64) into B by CTA ``bx``: at rows ``16 * bx + offset``, or
+    (``scalar``) at columns ``c0``, a register scalar: ``c0 = 64 * bx`` (one store: its
+    value is known wherever it is read), with ``twice`` then ``c0 = c0 + 4`` as well (two
+    stores: unknown)."""
     layout = demos.tma_shared_layout("float16", (16, 64), 128)
 
     @T.prim_func
-    def func(A: T.Buffer((16, 64), "float16"), B: T.Buffer((64, 64), "float16")):
+    def func(A: T.Buffer((16, 64), "float16"), B: T.Buffer((64, 128), "float16")):
         T.device_entry()
         bx = T.cta_id([2])
         T.thread_id([128])
@@ -512,7 +515,13 @@ def _dynamic_store(offset: int):
         Tx.cta.copy(A_s[:, :], A[:, :])
         T.ptx["fence.proxy.async.shared::cta"]()
         T.cuda.cta_sync()
-        Tx.cta.copy_async(B[bx * 16 + offset : bx * 16 + offset + 16, 0:64], A_s[:, :])
+        if scalar:
+            c0 = bx * 64
+            if twice:
+                c0 = c0 + 4
+            Tx.cta.copy_async(B[0:16, c0 : c0 + 64], A_s[:, :])
+        else:
+            Tx.cta.copy_async(B[bx * 16 + offset : bx * 16 + offset + 16, 0:64], A_s[:, :])
 
     return func
 
@@ -520,9 +529,9 @@ def _dynamic_store(offset: int):
 def test_a_store_must_start_provably_at_zero_or_later():
     """``16 * bx - 8`` is negative for the first CTA: declined, naming the start; ``16 *
     bx`` is provably >= 0 over bx's range: taken."""
-    why = _reason(_dynamic_store(-8))
+    why = _reason(_cta_store(-8))
     assert "starts at bx * 16 + -8 in dimension 0, not provably >= 0" in why
-    assert _plan(_dynamic_store(0))
+    assert _plan(_cta_store(0))
 
 
 def test_the_simulator_stops_a_copy_the_hardware_stops_on(rng):
@@ -568,32 +577,11 @@ def test_a_region_past_the_edge_nothing_takes_lists_the_reasons():
         toolchain.cuda_source(func, "sm_90a")
 
 
-def _scalar_store(twice: bool):
-    """A store at columns ``c0``, a register scalar: ``c0 = 64 * bx`` (one store: its value
-    is known wherever it is read), or then ``c0 = c0 + 4`` as well (two: unknown)."""
-    layout = demos.tma_shared_layout("float16", (16, 64), 128)
-
-    @T.prim_func
-    def func(A: T.Buffer((16, 64), "float16"), B: T.Buffer((64, 128), "float16")):
-        T.device_entry()
-        bx = T.cta_id([2])
-        T.thread_id([128])
-        pool = T.alloc_buffer((1024,), "float16", scope="shared.dyn", align=1024)
-        A_s = T.decl_buffer((16, 64), "float16", pool.data, scope="shared.dyn", layout=layout)
-        Tx.cta.copy(A_s[:, :], A[:, :])
-        T.ptx["fence.proxy.async.shared::cta"]()
-        T.cuda.cta_sync()
-        c0 = bx * 64
-        if twice:
-            c0 = c0 + 4
-        Tx.cta.copy_async(B[0:16, c0 : c0 + 64], A_s[:, :])
-
-    return func
-
-
 def test_a_register_scalar_stored_once_is_its_value():
     """``c0 = 64 * bx`` is a register scalar in TVMScript (a load where it is read): stored
     once, the plan proves its multiple of 16 bytes and takes the store; stored twice
     (``c0 = c0 + 4`` after it), nothing is known of it and tma_auto declines."""
-    assert _plan(_scalar_store(twice=False))
-    assert "region starts at c0 in its innermost dimension 1" in _reason(_scalar_store(True))
+    assert _plan(_cta_store(scalar=True))
+    assert "region starts at c0 in its innermost dimension 1" in _reason(
+        _cta_store(scalar=True, twice=True)
+    )
