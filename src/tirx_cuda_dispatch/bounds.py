@@ -30,7 +30,15 @@ from tvm.tirx import IntImm, Var
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
 from .errors import DispatchError
-from .irfacts import Location, as_int, buffer_var, location_of, runs_cta_barrier, scope_id_kind
+from .irfacts import (
+    Location,
+    as_int,
+    buffer_var,
+    location_of,
+    runs_cta_barrier,
+    scope_id_kind,
+    statements,
+)
 from .layout.atoms import static_size
 from .signatures import signature_or_positional
 
@@ -405,25 +413,8 @@ def _is_register_scalar(buf: Any) -> bool:
 
 def _stored_once(body: Any) -> tuple[Any, ...]:
     """The buffers that exactly one store statement of ``body`` writes."""
-    counts: list[list] = []  # [buffer, stores]
-    stack = [body]
-    while stack:
-        node = stack.pop()
-        if node is None:
-            continue
-        kind = type(node).__name__
-        if kind == "SeqStmt":
-            stack.extend(node.seq)
-            continue
-        if kind == "BufferStore":
-            hit = next((c for c in counts if c[0].same_as(node.buffer)), None)
-            if hit is None:
-                counts.append([node.buffer, 1])
-            else:
-                hit[1] += 1
-        for attr in ("body", "then_case", "else_case"):
-            stack.append(getattr(node, attr, None))
-    return tuple(buf for buf, n in counts if n == 1)
+    stored = [n.buffer for n in statements(body) if type(n).__name__ == "BufferStore"]
+    return tuple(b for b in stored if sum(1 for o in stored if o.same_as(b)) == 1)
 
 
 def _loaded(node: Any) -> Any:

@@ -46,6 +46,29 @@ def prove_multiple(value: Any, factor: int) -> bool:
     return bool(analyzer.can_prove_equal(tvm.tirx.floormod(value, factor), 0))
 
 
+def statements(stmt: Any):
+    """Every statement of a statement tree (the members of a sequence, the bodies of
+    loops, attributes and declarations, both branches of an ``if``), not in program order."""
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        if node is None:
+            continue
+        if type(node).__name__ == "SeqStmt":
+            stack.extend(node.seq)
+            continue
+        yield node
+        for attr in ("body", "then_case", "else_case"):
+            stack.append(getattr(node, attr, None))
+
+
+def evaluated_calls(stmt: Any):
+    """The calls a statement tree evaluates as statements (``T.evaluate(T.ptx.bar(...))``)."""
+    for node in statements(stmt):
+        if type(node).__name__ == "Evaluate" and type(node.value).__name__ == "Call":
+            yield node.value
+
+
 CTA_BARRIERS = ("tirx.cuda.cta_sync", "tirx.tvm_storage_sync")  # __syncthreads
 
 

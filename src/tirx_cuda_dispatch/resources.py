@@ -33,6 +33,8 @@ from typing import Any, Protocol
 
 import tvm
 
+from .irfacts import evaluated_calls
+
 BARRIER_IDS = 16  # per CTA (PTX ISA "bar, barrier")
 # Ids we never hand out: 0 is __syncthreads; TVM 0.27's built-in variants hard-code 8
 # (its shared reduction and warpgroup syncs), which may lower other calls of the kernel.
@@ -249,7 +251,7 @@ def barrier_ids_in(func: Any) -> set[int]:
     ``bar``/``barrier`` PTX calls and ``warpgroup_sync``); a non-constant id blocks every
     id (it may be any of them)."""
     used: set[int] = set()
-    for call in _evaluated_calls(func.body):
+    for call in evaluated_calls(func.body):
         if getattr(call.op, "name", None) not in _BARRIER_CALLS or not call.args:
             continue
         value = getattr(call.args[0], "value", None)
@@ -258,27 +260,6 @@ def barrier_ids_in(func: Any) -> set[int]:
         else:
             used.update(range(BARRIER_IDS))
     return used
-
-
-def _evaluated_calls(stmt: Any):
-    """The calls a statement tree evaluates as statements (``T.evaluate(T.ptx.bar...)``)."""
-    stack = [stmt]
-    while stack:
-        node = stack.pop()
-        kind = type(node).__name__
-        if kind == "SeqStmt":
-            stack.extend(node.seq)
-        elif kind == "IfThenElse":
-            stack.append(node.then_case)
-            if node.else_case is not None:
-                stack.append(node.else_case)
-        elif kind == "Evaluate":
-            if type(node.value).__name__ == "Call":
-                yield node.value
-        else:
-            body = getattr(node, "body", None)
-            if body is not None:
-                stack.append(body)
 
 
 @dataclass

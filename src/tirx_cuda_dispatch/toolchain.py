@@ -21,6 +21,7 @@ from typing import Any
 
 import tvm
 
+from .irfacts import evaluated_calls
 from .targets import as_target, describe
 
 
@@ -258,7 +259,7 @@ def encoded_tensor_maps(host: Any) -> dict[str, dict]:
     dimensions 1 and up, box, element strides) and swizzle (bytes) as ints."""
     found: dict[str, dict] = {}
     for func in host.functions.values():
-        for call in _calls(getattr(func, "body", None)):
+        for call in evaluated_calls(getattr(func, "body", None)):
             if getattr(call.op, "name", None) != ENCODE_TILED:
                 continue
             rank = int(call.attrs.rank)
@@ -274,24 +275,6 @@ def encoded_tensor_maps(host: Any) -> dict[str, dict]:
                 "swizzle": SWIZZLE_BYTES[int(call.attrs.swizzle)],
             }
     return found
-
-
-def _calls(stmt: Any):
-    """The calls a statement tree evaluates as statements."""
-    stack = [stmt]
-    while stack:
-        node = stack.pop()
-        if node is None:
-            continue
-        kind = type(node).__name__
-        if kind == "SeqStmt":
-            stack.extend(node.seq)
-        elif kind == "Evaluate":
-            if type(node.value).__name__ == "Call":
-                yield node.value
-        else:
-            for attr in ("body", "then_case", "else_case"):
-                stack.append(getattr(node, attr, None))
 
 
 def kernel_sass(func_or_mod, arch: Any = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> str:
