@@ -18,13 +18,10 @@ each):
 Every kind of :data:`fuzz.GENERATORS` is drawn (``--kinds ldgsts,mma`` restricts them);
 the cp.async programs pass A, B and C (the shared tile's first contents), the mma ones
 A, B, C and D, and the answers of mma programs are sm_90's summation bit for bit (an
-H100 or H200; other GPUs sum otherwise and fail those cases). TMA programs (``tma``)
-are compared bit for bit too. wgmma programs (``wgmma``) are the one exception: the
-simulator sums a wgmma exactly and rounds once per instruction, which the GPU's wgmma
-does not reproduce bit for bit (it keeps fewer bits, float8 fewer still), so their
-output is compared with the simulator's within the case's bound
-(``Case.hardware_tolerance``, twice :func:`fuzz._wgmma_bound`), and ours with the
-exact product within that bound (``fuzz.differential(..., hardware=True)``).
+H100 or H200; other GPUs sum otherwise and fail those cases), and so are those of wgmma
+programs (``wgmma``: sm_90's measured summation, :func:`tirx_cuda_dispatch.sim.numerics.
+wgmma_sum_sm90`, float8 keeping 14 bits). TMA programs (``tma``) are compared bit for
+bit too.
 
 Prints one line per failure and, last, a table of outcomes; ``--log`` writes every case.
 Exit status 1 when any case failed. Usage (on a machine with a CUDA GPU)::
@@ -45,19 +42,13 @@ import warnings
 APPROX_ULPS = 2  # the GPU's approximate math against the simulator's correct rounding
 
 
-def disagreement(on_gpu, simulated, approximate: bool, tolerance=None) -> str | None:
+def disagreement(on_gpu, simulated, approximate: bool) -> str | None:
     """How the GPU's arrays differ from the simulator's: bit for bit, or, where the kernel
     ran approximate math (``approximate``), finite floats of the same sign by more than
     :data:`APPROX_ULPS` in their last place (adjacent floats differ by 1 in their bits);
     None where they agree. The bound covers fast-math sqrt, division and reciprocal; an
     ``expf`` of a large argument may be further off, and with approximate math anywhere
-    in a kernel, every float it writes is compared within the bound.
-
-    ``tolerance`` ({argument: per-element bound}, wgmma's output only:
-    ``Case.hardware_tolerance``) compares those arguments within the bound instead: the
-    simulator rounds a wgmma's exact sum once per instruction and the GPU sums with
-    fewer bits, so their bits differ while both lie near the exact product. Elements with
-    equal bits (NaNs, infinities) agree; the rest must be within the bound."""
+    in a kernel, every float it writes is compared within the bound."""
     import numpy as np
 
     from tirx_cuda_dispatch import runtime
@@ -65,16 +56,6 @@ def disagreement(on_gpu, simulated, approximate: bool, tolerance=None) -> str | 
     for i, (g, s) in enumerate(zip(on_gpu, simulated, strict=True)):
         gb, sb = runtime.bits(g), runtime.bits(s)
         differ = gb != sb
-        if tolerance is not None and i in tolerance:
-            with np.errstate(invalid="ignore"):
-                near = np.abs(g.astype(np.float64) - s.astype(np.float64)) <= tolerance[i]
-            differ &= ~near
-            if differ.any():
-                return (
-                    f"argument {i}: GPU and simulator differ in {int(differ.sum())} elements "
-                    "beyond the summation bound"
-                )
-            continue
         floating = g.dtype.kind == "f" or g.dtype.name == "bfloat16"
         if approximate and floating:
             g32, s32 = g.astype(np.float32), s.astype(np.float32)
@@ -104,12 +85,12 @@ def _worker(args: tuple) -> list[dict]:
     class Disagreement(SimError):
         """The GPU and the simulator disagree on a kernel's output."""
 
-    def gpu_and_sim(func, arrays, pipeline, tolerance=None):
+    def gpu_and_sim(func, arrays, pipeline):
         result = sim.run(func, [a.copy() for a in arrays], pipeline=pipeline)
         approximate = bool(APPROXIMATE & set(result.counters.instructions))
         exe = runtime.build(func, gpu, pipeline)
         on_gpu = runtime.run(exe, runtime.entry_name(func), arrays)
-        differ = disagreement(on_gpu, result.arrays, approximate, tolerance)
+        differ = disagreement(on_gpu, result.arrays, approximate)
         if differ is not None:
             raise Disagreement(differ)
         return on_gpu
@@ -121,15 +102,8 @@ def _worker(args: tuple) -> list[dict]:
         t0 = time.time()
         chooser = fuzz.RandomChooser(seed)
         case = fuzz.random_case(chooser, chooser.pick(kinds) if kinds else None)
-        tolerance = None
-        if case.hardware_tolerance is not None:  # wgmma: within the bound, not bit for bit
-            tolerance = {case.output: case.hardware_tolerance}
         try:
-            verdict = fuzz.differential(
-                case,
-                execute=lambda f, a, p, t=tolerance: gpu_and_sim(f, a, p, t),
-                hardware=True,
-            )
+            verdict = fuzz.differential(case, execute=gpu_and_sim)
             problems, ours, builtin = verdict.problems, verdict.ours, verdict.builtin
             if builtin.startswith(f"faults: {Disagreement.__name__}"):
                 # not the baseline's fault: the simulator is wrong about the built-in's kernel

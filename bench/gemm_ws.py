@@ -8,7 +8,10 @@ all contenders of the shape timed in one interleaved run (``norms.time_queued``)
 are speeds (torch's time over ours): above 1, ours is faster. The examples/gemm_hopper.py
 row (tiles only, float16) is the non-specialized design on the same tiles. Float8 (e4m3,
 per-tensor scales, bfloat16 out; B K-major) against ``torch._scaled_mm`` at
-``FP8_SHAPES``.
+``FP8_SHAPES``: its default (cuBLAS adds partial sums into float32 outside the tensor
+core, the ratio's twin) and ``use_fast_accum=True`` (the whole K in the wgmma
+accumulator, as ours: an sm_90 float8 wgmma keeps 14 bits of its sum, docs/simulator.md
+"wgmma numerics"; a row without a ratio, for the comparison of like with like).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ DTYPES = ("float16", "bfloat16")
 EPILOGUES = ("plain", "bias_relu")
 WS_CONFIG = {"stages": 4}  # the grid is the GPU's SM count
 TORCH = {"plain": "torch matmul", "bias_relu": "torch addmm+relu", "scaled": "torch _scaled_mm"}
+FAST_ACCUM = "torch _scaled_mm fast_accum"  # float8 only: no ratio against it
 FP8_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
 
 
@@ -134,8 +138,13 @@ def measure_fp8(gpu, shape, args) -> list[dict]:
     def scaled_mm():
         return torch._scaled_mm(a, bt.t(), sa, sb, out_dtype=torch.bfloat16)
 
+    def scaled_mm_fast():
+        return torch._scaled_mm(a, bt.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
+
     errors[twin] = rel_error(torch, scaled_mm(), ref)
     fns[twin] = scaled_mm
+    errors[FAST_ACCUM] = rel_error(torch, scaled_mm_fast(), ref)
+    fns[FAST_ACCUM] = scaled_mm_fast
     del ref
     ms = norms.time_queued(torch, fns, batch=10, reps=args.reps)
     return rows_of(shape, "float8_e4m3fn", ms, errors, notes)
@@ -147,7 +156,7 @@ def rows_of(shape, dtype: str, ms: dict, errors: dict, notes: dict) -> list[dict
     flops = 2 * m * n * k
     rows = []
     names = [contender(d, e) for e in (*EPILOGUES, "scaled") for d in ("ws", "hopper")]
-    names += list(TORCH.values())
+    names += [*TORCH.values(), FAST_ACCUM]
     for name in names:
         t = ms.get(name)
         if t is None and name not in notes:

@@ -592,6 +592,9 @@ def main():
             "python_files=test_*.py",
             "--tb=no",
             "-rN",
+            # a test file of another TVM version that imports what 0.27 lacks (tvm.arith,
+            # tvm.tirx.stmt_functor) is reported and skipped, not the end of the run
+            "--continue-on-collection-errors",
             *paths,
         ]
         if args.k:

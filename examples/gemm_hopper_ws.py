@@ -299,10 +299,10 @@ def scaled_inputs(m: int, n: int, k: int, dtype: str = "float8_e4m3fn", seed: in
 def scaled_close(c: np.ndarray, a: np.ndarray, bt: np.ndarray, scale: np.ndarray) -> bool:
     """C against the float64 product of the float8 values times the scale: within one
     bfloat16 rounding (2^-8 relative) and ``K / 32 * 2^-16`` of ``scale * sum |a| |b|``.
-    The second term is the accumulation: the H200's float8 wgmma keeps fewer bits than
-    float32 (measured there: up to 2^-14 of that sum at K = 384, 2^-11.5 at K = 4096, after
-    the rounding; docs/performance.md, part 8g); a K tile lost or an element misplaced is
-    far outside it."""
+    The second term is the accumulation: an sm_90 float8 wgmma keeps 14 bits of its sum,
+    the accumulator included (docs/simulator.md "wgmma numerics"; measured through this
+    kernel: up to 2^-14 of that sum at K = 384, 2^-11.5 at K = 4096, after the rounding);
+    a K tile lost or an element misplaced is far outside it."""
     s = float(scale[0])
     a64, b64 = a.astype(np.float64), bt.astype(np.float64)
     want = a64 @ b64.T * s

@@ -60,7 +60,7 @@ def test_a_sign_an_infinity_or_an_integer_is_never_approximate(differential):
 
 @pytest.mark.parametrize(
     "seed, op, builtin, ours",
-    [(95, "sqrt", "sqrtf", "__fsqrt_rn"), (6, "reciprocal", "div.f32", "__frcp_rn")],
+    [(36, "sqrt", "sqrtf", "__fsqrt_rn"), (9, "reciprocal", "div.f32", "__frcp_rn")],
 )
 def test_the_built_ins_math_counts_as_approximate_and_ours_does_not(seed, op, builtin, ours):
     """Programs of float32 math into 16-bit floats: TVM's built-in writes ``sqrtf(x)`` or
@@ -102,8 +102,8 @@ class _SimulatedGpu:
         return out
 
 
-SEEDS = [95, 0, 1, 2]  # an approximate sqrt, then a few others (a TMA store, mma, ...)
-WGMMA_SEED = 39  # a small wgmma (m64n16k32, float16, accum)
+SEEDS = [36, 0, 1, 2]  # an approximate sqrt, then a few others (a TMA store, mma, ...)
+WGMMA_SEED = 18  # a small wgmma (m64n24k16, float16, accum)
 
 
 def test_the_harness_passes_a_gpu_that_agrees(differential, monkeypatch):
@@ -128,40 +128,19 @@ def test_the_harness_fails_a_gpu_that_disagrees(differential, monkeypatch):
     assert any("GPU and simulator differ" in p for r in rows for p in r["problems"])
 
 
-def test_a_wgmma_output_is_compared_within_its_tolerance_and_nothing_else(differential):
-    """``disagreement``'s tolerance: the arguments it names pass within their per-element
-    bound and fail beyond it; every other argument stays bit for bit."""
-    rng = np.random.default_rng(0)
-    s = rng.standard_normal(64).astype(np.float32)
-    tol = {1: np.full(64, 1e-3)}
-    near = s + np.float32(5e-4)
-    assert differential.disagreement([s, near], [s, s], False, tol) is None
-    assert "differ in 64 elements" in differential.disagreement([s, near], [s, s], False)
-    far = near.copy()
-    far[3] += np.float32(1e-2)
-    assert differential.disagreement([s, far], [s, s], False, tol) == (
-        "argument 1: GPU and simulator differ in 1 elements beyond the summation bound"
-    )
-    assert "argument 0" in differential.disagreement([near, s], [s, s], False, tol)
-
-
-def test_the_harness_compares_a_wgmma_within_its_bound(differential, monkeypatch):
-    """A GPU whose wgmma output is a few ulps off the simulator's passes (its summation is
-    not the simulator's), one off by more than the case's tolerance fails, and the same
-    few ulps on an mma program fail (sm_90's rule is the GPU's own, bit for bit)."""
+def test_a_wgmma_is_compared_bit_for_bit(differential, monkeypatch):
+    """A wgmma program is compared bit for bit like every other (sm_90's wgmma summation
+    is the simulator's): a GPU that agrees passes it, one a single float off fails it."""
     import time
 
     case = fuzz.random_case(fuzz.RandomChooser(WGMMA_SEED), None)
     assert case.kind == "wgmma" and case.declines is None
-    _SimulatedGpu(monkeypatch, change=lambda x: _steps_all(x, 3))
+    _SimulatedGpu(monkeypatch)
     [row] = differential._worker(([WGMMA_SEED], time.time() + 600))
     assert row["ours"] == "lowered" and not row["problems"], row
-    [row] = differential._worker(([1], time.time() + 600))  # mma
-    assert row["kind"] == "mma" and any("GPU and simulator differ" in p for p in row["problems"])
-    tol = case.hardware_tolerance
-    _SimulatedGpu(monkeypatch, change=lambda x: (x + 2 * tol).astype(x.dtype))
+    _SimulatedGpu(monkeypatch, change=lambda x: _steps_all(x, 1))
     [row] = differential._worker(([WGMMA_SEED], time.time() + 600))
-    assert any("beyond the summation bound" in p for p in row["problems"]), row
+    assert any("GPU and simulator differ" in p for p in row["problems"]), row
 
 
 def _steps_all(a: np.ndarray, n: int) -> np.ndarray:

@@ -127,13 +127,173 @@ def test_explain_reports_the_error_instead_of_raising():
     assert "ERROR when lowered: region out of bounds" in str(report)
 
 
-def test_undecided_bounds_are_said_by_explain_and_do_not_fail_lowering():
+def test_undecided_bounds_warn_once_per_kernel_and_are_an_error_in_strict_mode():
+    """explain() lists each undecided region; the default pipeline compiles the kernel
+    with one warning naming the fact that would prove it; the strict one refuses it
+    with that fact. The control: a kernel whose regions are proved warns nothing."""
     [call] = bounds.scan(runtime_offset())
     assert [o.verdict for o in call.operands] == ["undecided", "undecided"]
     [report] = tcd.explain(runtime_offset())
     assert report.error is None
     assert "bounds not proved: dst B[n]: undecided (axis 0: cannot prove 0 <= n" in str(report)
-    tvm.compile(runtime_offset(), target=TARGET, tir_pipeline="tirx_cuda_dispatch")
+    with pytest.warns(bounds.BoundsNotProvedWarning) as caught:
+        tvm.compile(runtime_offset(), target=TARGET, tir_pipeline="tirx_cuda_dispatch")
+    assert len(caught) == 1
+    assert "region not proved in bounds at " in str(caught[0].message)
+    assert "T.assume(0 <= n and n + 1 <= 128)" in str(caught[0].message)
+    with pytest.raises(bounds.BoundsNotProvedError, match=r"T\.assume\(0 <= n and n \+ 1 <= 128\)"):
+        tvm.compile(runtime_offset(), target=TARGET, tir_pipeline="tirx_cuda_dispatch.strict")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bounds.BoundsNotProvedWarning)
+        tvm.compile(cta_tiles(2), target=TARGET, tir_pipeline="tirx_cuda_dispatch.strict")
+
+
+def bound_offset(form: str, off: int):
+    """Four CTAs each copy 2 rows of an (8, 32) A starting at ``bx * 2 + off`` (``off`` 1:
+    CTA 3 reads row 8), the offset bound by ``form``: a plain assignment (a register
+    scalar stored once), ``T.let``, ``T.meta_var``, a loop over the row blocks instead of
+    the CTAs, or a kernel argument under ``T.assume``."""
+    rows = 2
+    # fmt: off
+    if form == "assign":
+        @T.prim_func
+        def kernel(A_ptr: T.handle, B_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (8, 32), "float32")
+            B = T.match_buffer(B_ptr, (8, 32), "float32")
+            T.device_entry()
+            bx = T.cta_id([4])
+            T.warp_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
+            r0 = bx * rows + off
+            R = T.alloc_buffer((rows, 32), "float32", scope="shared", layout=TileLayout(S[(rows, 32)]))
+            Tx.warp.copy(R[:, :], A[r0 : r0 + rows, :])
+            Tx.warp.copy(B[bx * rows : bx * rows + rows, :], R[:, :])
+    elif form == "let":
+        @T.prim_func
+        def kernel(A_ptr: T.handle, B_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (8, 32), "float32")
+            B = T.match_buffer(B_ptr, (8, 32), "float32")
+            T.device_entry()
+            bx = T.cta_id([4])
+            T.warp_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
+            r0: T.let[T.int32] = bx * rows + off
+            R = T.alloc_buffer((rows, 32), "float32", scope="shared", layout=TileLayout(S[(rows, 32)]))
+            Tx.warp.copy(R[:, :], A[r0 : r0 + rows, :])
+            Tx.warp.copy(B[bx * rows : bx * rows + rows, :], R[:, :])
+    elif form == "meta_var":
+        @T.prim_func
+        def kernel(A_ptr: T.handle, B_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (8, 32), "float32")
+            B = T.match_buffer(B_ptr, (8, 32), "float32")
+            T.device_entry()
+            bx = T.cta_id([4])
+            T.warp_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
+            r0 = T.meta_var(bx * rows + off)
+            R = T.alloc_buffer((rows, 32), "float32", scope="shared", layout=TileLayout(S[(rows, 32)]))
+            Tx.warp.copy(R[:, :], A[r0 : r0 + rows, :])
+            Tx.warp.copy(B[bx * rows : bx * rows + rows, :], R[:, :])
+    elif form == "loop":
+        @T.prim_func
+        def kernel(A_ptr: T.handle, B_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (8, 32), "float32")
+            B = T.match_buffer(B_ptr, (8, 32), "float32")
+            T.device_entry()
+            T.cta_id([1])
+            T.warp_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
+            R = T.alloc_buffer((rows, 32), "float32", scope="shared", layout=TileLayout(S[(rows, 32)]))
+            for i in T.serial(4):
+                Tx.warp.copy(R[:, :], A[i * rows + off : i * rows + off + rows, :])
+                Tx.warp.copy(B[i * rows : i * rows + rows, :], R[:, :])
+                T.cuda.cta_sync()
+    else:  # assume
+        @T.prim_func
+        def kernel(A_ptr: T.handle, B_ptr: T.handle, t: T.int32):
+            A = T.match_buffer(A_ptr, (8, 32), "float32")
+            B = T.match_buffer(B_ptr, (8, 32), "float32")
+            T.device_entry()
+            T.cta_id([1])
+            T.warp_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
+            T.assume(0 <= t and t < 4)
+            R = T.alloc_buffer((rows, 32), "float32", scope="shared", layout=TileLayout(S[(rows, 32)]))
+            Tx.warp.copy(R[:, :], A[t * rows + off : t * rows + off + rows, :])
+            Tx.warp.copy(B[t * rows : t * rows + rows, :], R[:, :])
+    # fmt: on
+    return kernel
+
+
+@pytest.mark.parametrize("form", ["assign", "let", "meta_var", "loop", "assume"])
+def test_offsets_bound_by_bindings_are_proved_and_refuted_alike(form):
+    """The issue's program: ``r0 = bx * 2 + 1`` over an 8-row buffer and 4 CTAs reads
+    row 8; the strict pipeline compiled it. Every way of binding the offset is now
+    refuted with the value that breaks it, and its in-bounds twin (offset 0) proved."""
+    [good, _] = bounds.scan(bound_offset(form, 0))
+    assert good.operands[1].verdict == "in bounds", good.operands[1]
+    [bad, _] = bounds.scan(bound_offset(form, 1))
+    assert bad.operands[1].verdict == "out of bounds", bad.operands[1]
+    assert "(= 7:9 when " in bad.operands[1].detail
+    with pytest.raises(OutOfBoundsError, match="axis 0 runs"):
+        tvm.compile(bound_offset(form, 1), target=TARGET, tir_pipeline="tirx_cuda_dispatch.strict")
+    # the twin compiles strict (a T.assume is removed once read: TVM cannot lower one)
+    tvm.compile(bound_offset(form, 0), target=TARGET, tir_pipeline="tirx_cuda_dispatch.strict")
+
+
+def test_an_if_that_narrows_a_loop_proves_the_region_inside_it():
+    """``if kt + 1 < 3`` over ``kt`` in [0, 3) (examples/gemm_hopper.py's prefetch):
+    TVM's analyzer proves ``kt < 2`` there but keeps ``kt``'s bound [0, 3), so the next
+    tile's region was undecided; the narrowed range proves it. The control: the same
+    region without the if runs past the end when kt = 2."""
+
+    def prefetch(guarded: bool):
+        # fmt: off
+        @T.prim_func
+        def kernel(A_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (8, 96), "float32")
+            T.device_entry()
+            T.cta_id([1])
+            T.warp_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
+            A_s = T.alloc_buffer((8, 32), "float32", scope="shared", layout=TileLayout(S[(8, 32)]))
+            for kt in T.serial(3):
+                if guarded:
+                    if kt + 1 < 3:
+                        Tx.warp.copy(A_s[:, :], A[:, (kt + 1) * 32 : (kt + 1) * 32 + 32])
+                else:
+                    Tx.warp.copy(A_s[:, :], A[:, (kt + 1) * 32 : (kt + 1) * 32 + 32])
+                T.cuda.cta_sync()
+        # fmt: on
+        return kernel
+
+    [call] = bounds.scan(prefetch(True))
+    assert call.operands[1].verdict == "in bounds", call.operands[1]
+    [call] = bounds.scan(prefetch(False))
+    assert call.operands[1].verdict == "out of bounds"
+    assert "when kt = 2" in call.operands[1].detail
+
+
+def test_a_simulated_access_out_of_bounds_names_the_cta_and_thread():
+    import numpy as np
+
+    from tirx_cuda_dispatch import sim
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle, n: T.int32):
+        A = T.match_buffer(A_ptr, (8, 32), "float32")
+        B = T.match_buffer(B_ptr, (8, 32), "float32")
+        T.device_entry()
+        bx = T.cta_id([4])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        R = T.alloc_buffer((2, 32), "float32", scope="shared", layout=TileLayout(S[(2, 32)]))
+        Tx.warp.copy(R[:, :], A[bx * 2 + n : bx * 2 + n + 2, :])
+        Tx.warp.copy(B[bx * 2 : bx * 2 + 2, :], R[:, :])
+
+    a = np.random.default_rng(0).standard_normal((8, 32)).astype(np.float32)
+    with pytest.warns(bounds.BoundsNotProvedWarning):
+        with pytest.raises(sim.SimError, match=r"out of bounds \(thread \d+ of CTA \(x=3\)\)"):
+            sim.run(kernel, [a, np.full_like(a, np.nan), 1], target="sm_90a")
+        out = sim.run(kernel, [a, np.full_like(a, np.nan), 0], target="sm_90a")  # the control
+    assert np.array_equal(out[1], a)
 
 
 def test_loop_variables_are_bounded_by_their_loops():
@@ -414,3 +574,49 @@ def test_a_call_repeats_unless_a_cta_barrier_runs_between_its_runs():
 
     repeats = [c.enclosing.repeats for c in bounds.scan(kernel)]
     assert repeats == [False, False, True, False, False, True, True, True, True, False, True]
+
+
+def pool_carved(raw_elements: int):
+    """An (8, 128) float16 tile laid out with row stride 256 (1920 elements of span),
+    carved from an SMEMPool allocation of ``raw_elements`` (test_dsmem.py's form), copied
+    in from global and back out."""
+    layout = TileLayout(S[(8, 128) : (256, 1)])
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (8, 128), "float16")
+        B = T.match_buffer(B_ptr, (8, 128), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        T.thread_id([32])
+        pool = T.SMEMPool()
+        raw = pool.alloc([raw_elements], "float16", align=128)
+        tile = T.decl_buffer((8, 128), "float16", raw.data, elem_offset=0, scope="shared.dyn",
+                             layout=layout)
+        pool.commit()
+        Tx.warp.copy(tile[:, :], A[:, :])
+        Tx.warp.copy(B[:, :], tile[:, :])
+    # fmt: on
+    return kernel
+
+
+def test_a_tile_carved_from_a_pool_is_checked_against_the_allocation():
+    """test_dsmem.py's buffers: the tile's shape holds 1024 elements, its layout spans 1920,
+    the pool allocation it is declared over holds 1920: in bounds, and our copy takes it
+    (round trip in the simulator). The control: an allocation of 1024 is too small."""
+    import numpy as np
+
+    from tirx_cuda_dispatch import sim
+
+    calls = bounds.scan(pool_carved(1920))
+    assert all(o.verdict == "in bounds" for cb in calls for o in cb.operands)
+    assert [r.variant for r in tcd.explain(pool_carved(1920))] == ["gmem_smem", "gmem_smem"]
+    a = np.random.default_rng(2).standard_normal((8, 128)).astype(np.float16)
+    out = sim.run(pool_carved(1920), [a, np.full_like(a, np.nan)], target="sm_90a")
+    assert np.array_equal(out[1], a)
+    [small, _] = bounds.scan(pool_carved(1024))
+    assert small.operands[0].verdict == "out of bounds"
+    assert "the memory tile is declared over holds 1024 from its start" in small.operands[0].detail

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from programs import COPY, HEAD
 from tirx_cuda_dispatch.__main__ import (
     EXIT_FAILED,
     EXIT_FAULT,
@@ -12,40 +13,6 @@ from tirx_cuda_dispatch.__main__ import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     main,
-)
-
-HEAD = """
-import numpy as np
-from tvm.script import tirx as T
-from tvm.script.tirx import tile as Tx
-from tvm.tirx.layout import S, TileLayout
-"""
-
-COPY = (
-    HEAD
-    + """
-@T.prim_func
-def kernel(A_ptr: T.handle, B_ptr: T.handle):
-    A = T.match_buffer(A_ptr, ({rows}, 32), "float32")
-    B = T.match_buffer(B_ptr, (32, 32), "float32")
-    T.device_entry()
-    T.cta_id([1])
-    T.warp_id([1])
-    T.lane_id([32])
-    T.thread_id([32])
-    A_s = T.alloc_buffer((32, 32), "float32", scope="shared", layout=TileLayout(S[(32, 32)]))
-    Tx.warp.copy(A_s[:, :], A[0:32, :])
-    T.cuda.cta_sync()
-    Tx.warp.copy(B[:, :], A_s[:, :])
-
-
-def right(inputs, outputs):
-    return np.array_equal(outputs[1], inputs[0][0:32])
-
-
-def wrong(inputs, outputs):
-    assert np.array_equal(outputs[1], inputs[0][0:32] + 1), "B is not A + 1"
-"""
 )
 
 # Warps 1..3 write their rows of the shared tile; warp 0 then reads all of it with no
@@ -135,7 +102,10 @@ def test_a_race_names_the_call_and_line(tmp_path, capsys):
 
 
 def test_an_unprovable_region_that_runs_past_its_buffer_faults_in_its_call(tmp_path, capsys):
-    assert main(["sim", _file(tmp_path, INDIRECT)]) == EXIT_FAULT
+    from tirx_cuda_dispatch.bounds import BoundsNotProvedWarning
+
+    with pytest.warns(BoundsNotProvedWarning, match="region not proved in bounds"):
+        assert main(["sim", _file(tmp_path, INDIRECT)]) == EXIT_FAULT
     err = capsys.readouterr().err
     assert "in call [0] Tx.warp.copy at " in err and "out of bounds" in err
 
@@ -164,3 +134,45 @@ def test_bad_arch_is_usage(tmp_path, arch, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["sim", _file(tmp_path, COPY.format(rows=32)), "--arch", arch])
     assert exit_.value.code == EXIT_USAGE
+
+
+SHARED_SUM = (
+    HEAD
+    + """
+@T.prim_func
+def kernel(A_ptr: T.handle, B_ptr: T.handle):
+    A = T.match_buffer(A_ptr, (8, 64), "float32")
+    B = T.match_buffer(B_ptr, (8, 1), "float32")
+    T.device_entry()
+    T.cta_id([1])
+    T.thread_id([128])
+    A_s = T.alloc_buffer((8, 64), "float32", scope="shared", layout=TileLayout(S[(8, 64)]))
+    B_s = T.alloc_buffer((8, 1), "float32", scope="shared", layout=TileLayout(S[(8, 1)]))
+    Tx.cta.copy(A_s[:, :], A[:, :])
+    T.cuda.cta_sync()
+    Tx.cta.sum(B_s[:, :], A_s[:, :], axes=[-1])
+    T.cuda.cta_sync()
+    Tx.cta.copy(B[:, :], B_s[:, :])
+"""
+)
+
+
+def test_compare_with_a_program_tvm_cannot_lower_prints_tvms_reason(tmp_path, capsys):
+    """TVM 0.27 lowers no shared-memory reduction: --compare builtin says so with TVM's
+    reasons per variant (not its table, not a line of carets) and exits 3."""
+    path = _file(tmp_path, SHARED_SUM)
+    assert main(["sim", path, "--compare", "builtin"]) == EXIT_LOWERING
+    out = capsys.readouterr().out
+    assert "--compare builtin: TVM's own pipeline cannot lower it: RuntimeError: " in out
+    assert "dispatch failed: op=tirx.tile.sum" in out and "packed_add_sum (prio=20): " in out
+    assert "^^^^" not in out and "tirx_cuda_dispatch bridge" not in out
+    assert main(["sim", path]) == EXIT_OK  # the control: ours lowers and runs it
+
+
+def test_tvms_summary_skips_carets_and_the_module_dump():
+    from tirx_cuda_dispatch.__main__ import _tvm_summary
+
+    err = RuntimeError("Traceback:\n  ValueError: the real reason\n  ^^^^^^^^\n")
+    assert _tvm_summary(err) == "RuntimeError: ValueError: the real reason"
+    dumped = RuntimeError("Check failed: x == y\nError in pass: p\n@T.prim_func\n  ^^^^\n")
+    assert _tvm_summary(dumped) == "RuntimeError: Check failed: x == y"

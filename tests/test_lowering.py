@@ -86,6 +86,55 @@ def test_forced_variant_that_accepts_is_used():
     assert "tirx_cuda_dispatch_ld_global_cg_128" in _lower(forced).script()
 
 
+def _forced_tma(align: int):
+    """A thread-scope TMA load forced to ``tma_auto`` (a name TVM's built-in variants have
+    too) into a 128-byte swizzled tile of an allocation aligned to ``align``."""
+    from tvm.script import tirx as T
+    from tvm.script.tirx import tile as Tx
+
+    layout = demos.tma_shared_layout("float16", (64, 64), 128)
+
+    # fmt: off
+    @T.prim_func
+    def forced(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64, 64), "float16")
+        B = T.match_buffer(B_ptr, (64, 64), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([128])
+        pool = T.alloc_buffer((64 * 64 + 4,), "float16", scope="shared.dyn", align=align)
+        A_s = T.decl_buffer((64, 64), "float16", pool.data, scope="shared.dyn", layout=layout)
+        bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=1024, scope="shared.dyn")
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+        T.cuda.cta_sync()
+        if tid == 0:
+            Tx.copy_async(A_s[:, :], A[:, :], mbar=bar.ptr_to([0]), dispatch="tma_auto")
+            T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), 8192)
+        T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+        Tx.cta.copy(B[:, :], A_s[:, :])
+    # fmt: on
+    return forced
+
+
+def test_a_forced_name_tvm_also_has_falls_to_tvms_variant_of_it_by_default():
+    """dispatch='tma_auto' that ours declines goes to TVM's tma_auto under the default
+    pipeline (a program TVM compiles keeps compiling), and explain() says so; strict
+    mode is an error naming ours' reason and TVM's answer."""
+    func = _forced_tma(align=64)
+    report = tcd.explain(func)[0]
+    assert report.variant is None and "aligned to 64 bytes" in report.candidates[0].reason
+    assert report.fallback == "falls back to TVM's built-in variant 'tma_auto'"
+    assert "cp.async.bulk.tensor" in toolchain.cuda_source(func)
+    with pytest.raises(tcd.DispatchError) as err:
+        toolchain.cuda_source(func, pipeline=tcd.STRICT_PIPELINE)
+    text = str(err.value)
+    assert "dispatch='tma_auto' was forced and declined" in text and "align=1024" in text
+    assert "without strict mode: falls back to TVM's built-in variant 'tma_auto'" in text
+    # the control: aligned, ours takes it
+    assert tcd.explain(_forced_tma(align=1024))[0].variant == "tma_auto"
+
+
 @pytest.fixture
 def buggy_variant():
     def plan(call):
@@ -144,3 +193,56 @@ def test_user_registered_variant_is_tried_first_and_reports_reasons(marker_varia
     assert [c.variant for c in reports[0].candidates][:2] == ["marker", "gmem_smem"]
     assert reports[0].candidates[0].reason == "dst is A_smem, needs Marked"
     assert reports[0].variant == "gmem_smem"
+
+
+def test_an_error_of_ours_reaches_tvm_compile_without_ffi_frames(tmp_path):
+    """Our LowerTIRx runs from Python (pipeline.py), not through TVM's pass FFI: an
+    uncaught error of ours is a short Python traceback ending in our message, with no
+    frame of TVM's FFI (it was 37-42 lines through it)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    program = tmp_path / "oob.py"
+    program.write_text(
+        textwrap.dedent(
+            """
+            import tvm
+            import tirx_cuda_dispatch
+            from tvm.script import tirx as T
+            from tvm.script.tirx import tile as Tx
+            from tvm.tirx.layout import S, TileLayout
+
+            @T.prim_func
+            def kernel(A_ptr: T.handle):
+                A = T.match_buffer(A_ptr, (16, 32), "float32")
+                T.device_entry()
+                T.cta_id([1])
+                T.warp_id([1])
+                T.lane_id([32])
+                T.thread_id([32])
+                A_s = T.alloc_buffer((32, 32), "float32", scope="shared",
+                                     layout=TileLayout(S[(32, 32)]))
+                Tx.warp.copy(A_s[:, :], A[0:32, :])
+
+            target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+            tvm.compile(kernel, target=target, tir_pipeline="tirx_cuda_dispatch")
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True)
+    assert done.returncode == 1
+    err = done.stderr.strip().splitlines()
+    assert err[-3].startswith("tirx_cuda_dispatch.bounds.OutOfBoundsError: region out of bounds")
+    assert not [line for line in err if "tvm_ffi" in line or "TVMFFI" in line], err
+    assert len(err) < 25, err
+
+
+def test_a_forced_name_only_tvm_has_says_so_in_strict_mode():
+    """dispatch='fallback' (TVM's scalar copy) names none of our variants: strict mode's
+    error says that, not that the op has no variant of ours (it has several)."""
+    with pytest.raises(tcd.DispatchError) as err:
+        _lower(warp_g2s(32, 32, dispatch="fallback"), fallback="error")
+    text = str(err.value)
+    assert "(dispatch='fallback' names no variant of ours for op 'copy')" in text
+    assert "no variant of ours is registered" not in text

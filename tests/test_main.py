@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from programs import COPY
 from tirx_cuda_dispatch.__main__ import (
     EXIT_LOWERING,
     EXIT_OK,
@@ -31,6 +32,19 @@ def test_explain_prints_each_call_with_variant_plan_and_reasons(capsys):
     assert (
         "bank_conflict=2" in out and "suggestion=a shared layout swizzled as Swizzle<1,3,3>" in out
     )
+
+
+def test_explain_exits_3_when_a_call_cannot_be_lowered(tmp_path, capsys):
+    """The report is printed either way; a call lowering would refuse (here a region past
+    its buffer) makes the exit status 3, naming the call; the control (in bounds) 0."""
+    bad, good = tmp_path / "bad.py", tmp_path / "good.py"
+    bad.write_text(COPY.format(rows=16))
+    good.write_text(COPY.format(rows=32))
+    assert main(["explain", str(bad)]) == EXIT_LOWERING
+    captured = capsys.readouterr()
+    assert "region out of bounds" in captured.out
+    assert "1 call(s) cannot be lowered: [0] at " in captured.err
+    assert main(["explain", str(good)]) == EXIT_OK
 
 
 def test_explain_json(capsys):
@@ -186,5 +200,8 @@ def test_target_accepts_every_form_explain_takes(capsys):
     for form in ("sm_90a", '{"kind": "cuda", "arch": "sm_90a"}'):
         assert main(["explain", LDSM, "--target", form]) == EXIT_OK
         assert "variant: ldstmatrix" in capsys.readouterr().out
-    assert main(["explain", LDSM, "--target", "llvm"]) == EXIT_OK
-    assert "target is llvm, needs cuda" in capsys.readouterr().out
+    # for llvm nothing lowers them: the report, and exit 3 (a script can tell)
+    assert main(["explain", LDSM, "--target", "llvm"]) == EXIT_LOWERING
+    captured = capsys.readouterr()
+    assert "target is llvm, needs cuda" in captured.out
+    assert "2 call(s) cannot be lowered: [0] at " in captured.err

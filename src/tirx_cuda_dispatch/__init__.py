@@ -16,6 +16,7 @@ from . import copy_async as _copy_async  # noqa: F401  (registers the copy_async
 from . import elementwise as _elementwise  # noqa: F401  (registers the elementwise variants)
 from . import gemm as _gemm  # noqa: F401  (registers the gemm variants)
 from . import gemm_async as _gemm_async  # noqa: F401  (registers the gemm_async variants)
+from . import permute_layout as _permute_layout  # noqa: F401  (registers its variant)
 from . import pipeline as _pipeline
 from . import reduction as _reduction  # noqa: F401  (registers the reduction variants)
 from . import tvm_guards as _tvm_guards

@@ -218,6 +218,11 @@ def _explain(spec: str, arch: str, as_json: bool, ptxas: bool = False) -> int:
     else:
         print(f"{name} ({arch}):")
         print(report)
+    failing = [r for r in report if r.error is not None]
+    if failing:  # a script can tell: lowering this program would fail
+        where = ", ".join(f"[{r.index}] at {r.location}" for r in failing)
+        print(f"tirx-dispatch: {len(failing)} call(s) cannot be lowered: {where}", file=sys.stderr)
+        return EXIT_LOWERING
     return EXIT_OK
 
 
@@ -351,7 +356,7 @@ EXIT_CODES = """exit codes: 0 ok; 1 a check found a wrong result (or, with --com
 lowerings differ); 2 usage (bad arguments, no such file or program, unknown arch); 3
 lowering failed (a region out of bounds, a call nothing can lower, strict mode: a call
 none of our variants accepts, or a forced variant that declines; the message lists every
-variant's reason); 4 not available here (no GPU to run on, PNG without matplotlib, a call
+variant's reason; explain prints its report and exits 3 where lowering would fail); 4 not available here (no GPU to run on, PNG without matplotlib, a call
 that cannot be drawn, a kernel parameter sim cannot make); 5 the simulator found a fault
 (out of bounds, misaligned, a race, a read of unwritten memory; the message names the
 tile-primitive call and its source line)"""
@@ -445,6 +450,11 @@ def _sim(spec: str, arch: str, seed: int, check: str | None, compare: str | None
         except sim.SimError as err:
             print(f"TVM's built-in lowering faults in the simulator: {err}")
             return EXIT_FAILED
+        except Exception as err:
+            if not _from_tvm(err):
+                raise
+            print(f"--compare builtin: TVM's own pipeline cannot lower it: {_tvm_summary(err)}")
+            return EXIT_LOWERING
         differ = [
             n
             for n, a, b in zip(names, result.arrays, theirs.arrays, strict=True)
@@ -480,9 +490,23 @@ def _from_tvm(err: BaseException) -> bool:
 
 
 def _tvm_summary(err: BaseException) -> str:
-    """TVM's message without its C++ frames: the last non-empty line, with the type."""
-    lines = [line for line in str(err).splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[-1].strip() if lines else ''}"
+    """TVM's reason in a line or a few, with the type: for a failed tile-primitive dispatch
+    its first line and each variant's first reason (not TVM's table of them); otherwise
+    the last line that says something, before TVM's dump of the module (lines of carets
+    or table borders say nothing)."""
+    text = str(err)
+    from .builtin import BRIDGE_PREDICATE
+
+    failed = re.search(r"^.*dispatch failed.*$", text, re.M)
+    if failed:
+        rows = re.findall(r"^\| (\S[^|]*?\(prio=\d+\)) *\| *(\S.*?) *\|?$", text, re.M)
+        reasons = "".join(
+            f"\n    {v}: {why[:160]}" for v, why in rows if BRIDGE_PREDICATE not in why
+        )  # our bridge's cases, idle outside our pass, say nothing
+        return f"{type(err).__name__}: {failed.group(0).strip()}{reasons}"
+    head = re.split(r"^(?:Error in pass|Location \(TVMScript\))", text, maxsplit=1, flags=re.M)[0]
+    lines = [ln.strip() for ln in head.splitlines() if not set(ln.strip()) <= set("^~|+- ")]
+    return f"{type(err).__name__}: {lines[-1] if lines else type(err).__name__}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,6 +50,17 @@ class OutOfBoundsError(DispatchError):
     """A tile-primitive operand's region provably lies (partly) outside its buffer."""
 
 
+@tvm_ffi.register_error
+class BoundsNotProvedError(DispatchError):
+    """Strict pipeline: a region the analyzer could neither prove inside its buffer nor
+    show outside it; the message names the fact that would prove it."""
+
+
+class BoundsNotProvedWarning(UserWarning):
+    """Default pipeline: a kernel has regions not proved inside their buffers (one warning
+    per kernel; explain() lists each)."""
+
+
 @dataclass(frozen=True)
 class OperandBounds:
     """One operand's verdict: ``in bounds``, ``out of bounds`` or ``undecided``."""
@@ -59,6 +70,8 @@ class OperandBounds:
     region: str
     verdict: str
     detail: str | None = None
+    # undecided: the condition that would prove it (``0 <= n * 2 and n * 2 + 2 <= 8``)
+    fact: str | None = None
 
     def __str__(self) -> str:
         text = f"{self.role} {self.region}: {self.verdict}"
@@ -84,11 +97,13 @@ class CallBounds:
         hardware handles it (a TMA box: zero fill, clipping)."""
         return [o for o in self.operands if o.verdict.startswith("past the edge")]
 
-    def may_reach_past_edge(self) -> bool:
-        """Whether every violation lies where a variant could take it past the edge: the
-        global operand of a ``copy_async`` between global and shared memory (a TMA box),
-        so the verdict waits for dispatch (:meth:`tolerating`)."""
-        if not self.violations or str(self.node.op.name) != "tirx.tile.copy_async":
+    def may_reach_past_edge(self, verdicts: list[OperandBounds] | None = None) -> bool:
+        """Whether every violation (or every one of ``verdicts``: the undecided ones) lies
+        where a variant could take it past the edge: the global operand of a
+        ``copy_async`` between global and shared memory (a TMA box), so the verdict waits
+        for dispatch (:meth:`tolerating`)."""
+        judged = self.violations if verdicts is None else verdicts
+        if not judged or str(self.node.op.name) != "tirx.tile.copy_async":
             return False
         scopes = {o.role: buffer_scope(self.node, o.role) for o in self.operands}
         pair = {scopes.get("dst"), scopes.get("src")}
@@ -96,7 +111,7 @@ class CallBounds:
         return (
             bool(shared)
             and "global" in pair
-            and all(scopes.get(o.role) == "global" for o in self.violations)
+            and all(scopes.get(o.role) == "global" for o in judged)
         )
 
     def tolerating(self, roles: dict[str, str]) -> CallBounds:
@@ -114,6 +129,19 @@ class CallBounds:
     @property
     def undecided(self) -> list[OperandBounds]:
         return [o for o in self.operands if o.verdict == "undecided"]
+
+    def not_proved(self) -> str | None:
+        """The undecided regions of this call with the fact that would prove each, as the
+        lines of an error or warning; None when every region is decided."""
+        if not self.undecided:
+            return None
+        lines = "".join(f"\n  {o.region}: {o.detail}" for o in self.undecided)
+        facts = " and ".join(dict.fromkeys(o.fact for o in self.undecided if o.fact))
+        return (
+            f"region not proved in bounds at {self.location}{lines}\n"
+            f"  state what keeps it inside before the call, T.assume({facts}), or bound "
+            "its variables by a loop, an if or the extent of T.cta_id"
+        )
 
     def error(self) -> OutOfBoundsError | None:
         """The error lowering raises for this call, or None when nothing is provably out."""
@@ -150,6 +178,9 @@ class Enclosing:
     # element) stored at one place only in the function, and the value stored there
     scalars: list[tuple[Any, Any]] = field(default_factory=list)
     stored_once: tuple[Any, ...] = ()  # the function's buffers with one store each
+    # (data var, buffer): every allocated or declared buffer in scope, to size the memory a
+    # declaration lies in (a tile carved from a pool's allocation)
+    buffers: list[tuple[Var, Any]] = field(default_factory=list)
 
     def snapshot(self) -> Enclosing:
         return Enclosing(
@@ -164,6 +195,7 @@ class Enclosing:
             self.function,
             list(self.scalars),
             self.stored_once,
+            list(self.buffers),
         )
 
     @property
@@ -267,14 +299,18 @@ def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
             and not _reads(stmt.value, buf)
         ):
             env.scalars.append((buf, resolve_scalars(stmt.value, env)))
+    elif kind == "Evaluate" and is_assume(stmt.value):
+        env.conditions.append(stmt.value.args[0])  # T.assume(cond): holds from here on
     elif kind == "AllocBuffer":
         var = buffer_var(stmt.buffer.data)
         if var is not None:
             env.allocated.append((var, int(stmt.buffer.data_alignment)))
+            env.buffers.append((var, stmt.buffer))
     elif kind == "DeclBuffer":
         var = buffer_var(stmt.buffer.data)
         if var is not None:
             env.declared.append((var, stmt.data))
+            env.buffers.append((var, stmt.buffer))
     elif kind == "IfThenElse":
         then_env = env.snapshot()
         then_env.conditions.append(stmt.condition)
@@ -291,6 +327,12 @@ def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
         body = getattr(stmt, "body", None)
         if body is not None:
             _walk(body, env.snapshot(), out)
+
+
+def is_assume(value: Any) -> bool:
+    """Whether an evaluated expression is ``T.assume(cond)``."""
+    op = getattr(value, "op", None)
+    return op is not None and str(getattr(op, "name", "")) == "tirx.assume"
 
 
 def _add_range(env: Enclosing, var: Var, lo: Any, extent: Any, step: Any) -> None:
@@ -326,13 +368,13 @@ def _operand(role: str, buf: Any, spans: list[tuple[Any, Any]], env: Enclosing) 
     name = str(buf.name)
     text = f"{name}[{', '.join(_span_text(lo, ext) for lo, ext in spans)}]"
     shape = list(buf.shape)
-    overhang = _layout_overhang(buf)
+    overhang = _layout_overhang(buf, env)
     if overhang is not None:
         return OperandBounds(role, name, text, "out of bounds", overhang)
     if len(spans) != len(shape):
         detail = f"{len(spans)} indices for a {len(shape)}-d buffer of shape {_shape_text(shape)}"
         return OperandBounds(role, name, text, "out of bounds", detail)
-    undecided = []
+    undecided, facts = [], []
     for axis, ((lo, ext), n) in enumerate(zip(spans, shape, strict=True)):
         verdict, detail = _axis(lo, ext, n, env)
         if verdict == "out of bounds":
@@ -343,12 +385,35 @@ def _operand(role: str, buf: Any, spans: list[tuple[Any, Any]], env: Enclosing) 
             return OperandBounds(role, name, text, verdict, full)
         if verdict == "undecided":
             undecided.append(f"axis {axis}: {detail}")
+            lo_r = resolve_scalars(_expr(lo), env)
+            hi_r = lo_r + resolve_scalars(_expr(ext), env)
+            facts.append(f"0 <= {lo_r} and {sym.Analyzer().simplify(hi_r)} <= {n}")
     if undecided:
-        return OperandBounds(role, name, text, "undecided", "; ".join(undecided))
+        fact = " and ".join(facts)
+        return OperandBounds(role, name, text, "undecided", "; ".join(undecided), fact)
     return OperandBounds(role, name, text, "in bounds")
 
 
-def _layout_overhang(buf: Any) -> str | None:
+def carved_room(buf: Any, env: Enclosing) -> tuple[bool, int | None]:
+    """Whether ``buf`` is declared over another buffer's memory (``T.decl_buffer(data=
+    X.data)``, a tile carved from a pool's allocation), and then how many of its elements
+    that memory holds from its start (None where the parent's size is not known: an
+    SMEMPool's placeholder allocation, sized at commit)."""
+    var = buffer_var(buf.data)
+    data = next((d for v, d in reversed(env.declared) if var is not None and v.same_as(var)), None)
+    parent_var = buffer_var(data) if data is not None else None
+    if parent_var is None:
+        return False, None
+    parent = next((b for v, b in reversed(env.buffers) if v.same_as(parent_var)), None)
+    size = static_size(parent.shape) if parent is not None else None
+    offset, elem = as_int(buf.elem_offset), tvm.DataType(str(buf.dtype)).bits
+    if not size or offset is None or elem < 8:
+        return True, None
+    nbytes = size * tvm.DataType(str(parent.dtype)).bits // 8
+    return True, nbytes // (elem // 8) - offset
+
+
+def _layout_overhang(buf: Any, env: Enclosing | None = None) -> str | None:
     """A memory layout must describe its buffer: as many elements as the shape has (a
     swizzle atom that does not tile the shape covers fewer, and every lowering then moves
     the wrong elements), and, where the kernel allocates the buffer, no padding past the
@@ -384,6 +449,15 @@ def _layout_overhang(buf: Any) -> str | None:
     span = as_int(tile.span())
     if span is None or size is None or span <= size:
         return None
+    carved, room = carved_room(buf, env) if env is not None else (False, None)
+    if carved and (room is None or span <= room):
+        return None  # the memory it is declared over holds the padding (or cannot be sized)
+    if carved:
+        return (
+            f"its layout {str(layout).replace('T.', '')} spans {span} elements but the memory "
+            f"{buf.name} is declared over holds {room} from its start: declare that allocation "
+            "larger"
+        )
     return (
         f"its layout {str(layout).replace('T.', '')} spans {span} elements but {buf.name} "
         f"holds {size} (shape {_shape_text(list(buf.shape))}; TVM allocates a {scope} buffer "
@@ -392,16 +466,26 @@ def _layout_overhang(buf: Any) -> str | None:
 
 
 def _axis(lo: Any, ext: Any, n: Any, env: Enclosing) -> tuple[str, str | None]:
-    """``(verdict, detail)`` for one axis: ``0 <= lo`` and ``lo + ext <= n``."""
-    lo_e, hi_e = _expr(lo), _expr(lo) + _expr(ext)
+    """``(verdict, detail)`` for one axis: ``0 <= lo`` and ``lo + ext <= n``, register
+    scalars stored once read as their values (``r0 = bx * rows`` then ``X[r0 : r0 + rows]``)."""
+    lo, ext = resolve_scalars(_expr(lo), env), resolve_scalars(_expr(ext), env)
+    lo_e, hi_e = lo, lo + ext
     n_e = _expr(n)
     with ExitStack() as stack:
         ana = _analyzer(env, stack)
         if ana.can_prove(lo_e >= 0) and ana.can_prove(hi_e <= n_e):
             return "in bounds", None
-    witness = _witness(lo_e, hi_e, n_e, env)
+    narrowed = _narrowed(env) if env.conditions else None
+    if narrowed is not None:  # the enclosing conditions narrow a loop or id range
+        with ExitStack() as stack:
+            ana = _analyzer(narrowed, stack)
+            if ana.can_prove(lo_e >= 0) and ana.can_prove(hi_e <= n_e):
+                return "in bounds", None
+    witness = _witness(lo_e, hi_e, n_e, narrowed or env)
     if witness is not None:
         return "out of bounds", witness
+    if env.conditions and _unreachable(narrowed or env):
+        return "in bounds", None  # no thread ever runs it: the enclosing ifs exclude each other
     return "undecided", (
         f"cannot prove 0 <= {lo} and {lo} + {ext} <= {n} over the ranges of {_vars_text(lo_e, env)}"
     )
@@ -483,6 +567,86 @@ def _analyzer(env: Enclosing, stack: ExitStack) -> sym.Analyzer:
     for cond in env.conditions:
         stack.enter_context(ana.constraint_scope(cond))
     return ana
+
+
+def _unreachable(env: Enclosing) -> bool:
+    """The enclosing conditions provably never hold together over the ranges (the full-tile
+    branch of an edge tile where the grid has one tile: ``if bn == gn - 1`` is always true,
+    so its ``else`` never runs)."""
+    plain = env.snapshot()
+    plain.conditions = []
+    both = env.conditions[0]
+    for cond in env.conditions[1:]:
+        both = tvm.tirx.And(both, cond)
+    with ExitStack() as stack:
+        return bool(_analyzer(plain, stack).can_prove(tvm.tirx.Not(both)))
+
+
+def _narrowed(env: Enclosing) -> Enclosing | None:
+    """``env`` with each variable's range narrowed by the enclosing conditions that
+    simplify to a comparison of it with a constant (``if kt + 1 < 3`` over ``kt`` in
+    [0, 3): ``kt < 2``, so [0, 2)); TVM's analyzer proves ``kt < 2`` under that condition
+    but does not narrow ``kt``'s bound by it, so ``(kt + 1) * 64 + 64 <= 192`` stays
+    unproved without this. None where no range narrows."""
+    bounds = {}  # var index -> [lo, hi)
+    plain = env.snapshot()
+    plain.conditions = []
+    with ExitStack() as stack:
+        ana = _analyzer(plain, stack)  # the ranges only: under the condition it simplifies to true
+        conditions = [ana.simplify(cond) for cond in env.conditions]
+    free: list[Var] = []  # variables without a range (kernel parameters): bounded here only
+    for cond in conditions:
+        for var, op, c in _comparisons(cond):
+            i = next((j for j, r in enumerate(env.ranges) if r[0].same_as(var)), None)
+            if i is None:
+                if any(v.same_as(var) for v, _, _ in env.symbolic):
+                    continue
+                i = next((j for j, v in enumerate(free) if v.same_as(var)), None)
+                if i is None:
+                    free.append(var)
+                    i = len(free) - 1
+                i = ("free", i)
+            none = (-(2**62), 2**62)
+            lo, hi = bounds.get(i, none if isinstance(i, tuple) else env.ranges[i][1:3])
+            lo, hi = {"<": (lo, min(hi, c)), "<=": (lo, min(hi, c + 1)),
+                      ">": (max(lo, c + 1), hi), ">=": (max(lo, c), hi),
+                      "==": (max(lo, c), min(hi, c + 1))}[op]  # fmt: skip
+            bounds[i] = (lo, hi)
+    ranges = list(env.ranges)
+    for i, (lo, hi) in list(bounds.items()):
+        if isinstance(i, tuple):  # a parameter both ends of which the conditions state
+            if -(2**62) < lo < hi < 2**62:
+                ranges.append((free[i[1]], lo, hi, 1))
+            continue
+        var, lo0, _, step = ranges[i]
+        first = lo0 + -(-(lo - lo0) // step) * step  # the first value on the step's grid
+        if first < hi:
+            ranges[i] = (var, first, hi, step)
+    if ranges == env.ranges:
+        return None
+    narrowed = env.snapshot()
+    narrowed.ranges = ranges
+    return narrowed
+
+
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "=="}
+_OPS = {"LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "EQ": "=="}
+
+
+def _comparisons(cond: Any) -> list[tuple[Var, str, int]]:
+    """``(var, op, constant)`` for each conjunct of ``cond`` that compares a variable with
+    an integer constant (either side)."""
+    kind = type(cond).__name__
+    if kind == "And":
+        return _comparisons(cond.a) + _comparisons(cond.b)
+    if kind not in _OPS:
+        return []
+    op = _OPS[kind]
+    if isinstance(cond.a, Var) and as_int(cond.b) is not None:
+        return [(cond.a, op, as_int(cond.b))]
+    if isinstance(cond.b, Var) and as_int(cond.a) is not None:
+        return [(cond.b, _FLIPPED[op], as_int(cond.a))]
+    return []
 
 
 def _witness(lo: Any, hi: Any, n: Any, env: Enclosing) -> str | None:

@@ -29,6 +29,10 @@ class Operand:
     buffer: Buffer
     region: tuple[tuple[Any, Any], ...]  # (min, extent) per buffer dimension, IR values
     access: str = NONE  # read / write / read-write (:mod:`.signatures`)
+    # declared over another buffer's memory (a tile carved from a pool's allocation), and
+    # then the elements that memory holds from its start (None: not known)
+    carved: bool = False
+    room: int | None = None
 
     @property
     def name(self) -> str:
@@ -152,7 +156,12 @@ class TileCall:
             return None
         param = self.params[i] if i < len(self.params) else Param(f"arg{i}", "tensor")
         access = self.signature.access(param, self.args)
-        return Operand(param.name, found[0], found[1], access)
+        carved, room = False, None
+        if self.enclosing is not None:
+            from .bounds import carved_room
+
+            carved, room = carved_room(found[0], self.enclosing)
+        return Operand(param.name, found[0], found[1], access, carved, room)
 
     @cached_property
     def operands(self) -> list[Operand]:

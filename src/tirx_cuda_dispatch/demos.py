@@ -1061,6 +1061,63 @@ def wgmma_gemm(
     return wgmma_gemm
 
 
+def wgmma_gemm_rs(
+    m: int = 64,
+    n: int = 64,
+    k: int = 32,
+    dtype: str = "float16",
+    accum: bool = False,
+    a_layout: Any = None,
+    wait: bool = True,
+    b_layout: Any = None,
+) -> Any:
+    """One warpgroup, A in registers (the wgmma register form, FlashAttention-3's P V): A
+    (m x k) from global into a register tile in the A fragment (the m64n16 accumulator
+    pattern per 16 columns: :func:`wgmma_accumulator_layout` over K), B (k x n) into a
+    128-byte swizzled shared tile (64-column blocks, N-major), C = A B (``accum``: D's
+    tile + A B) with ``Tx.wg.gemm_async``, committed and waited, C -> D (arguments A, B,
+    D). ``a_layout`` replaces A's register layout (a misplaced one must be refused),
+    ``b_layout`` B's shared one (needed where N is not a multiple of 64)."""
+    from tvm.tirx.layout import ComposeLayout
+
+    a_l = a_layout if a_layout is not None else wgmma_accumulator_layout(k, m // 64)
+    b_l = b_layout
+    if b_l is None:
+        b_l = ComposeLayout(3, 3, 3, TileLayout(S[(k, n // 64, 64) : (64, k * 64, 1)]))
+    c_layout = wgmma_accumulator_layout(n, m // 64)
+
+    # fmt: off
+    @T.prim_func
+    def wgmma_gemm_rs(A_ptr: T.handle, B_ptr: T.handle, D_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (m, k), dtype)
+        B = T.match_buffer(B_ptr, (k, n), dtype)
+        D = T.match_buffer(D_ptr, (m, n), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        T.lane_id([32])
+        T.thread_id([128])
+        pool = T.alloc_buffer((k * n,), dtype, scope="shared.dyn", align=1024)
+        B_s = T.decl_buffer((k, n), dtype, pool.data, scope="shared.dyn", layout=b_l)
+        A_r = T.alloc_buffer((m, k), dtype, scope="local", layout=a_l)
+        C = T.alloc_buffer((m, n), "float32", scope="local", layout=c_layout)
+        Tx.wg.copy(A_r[:, :], A[:, :])
+        Tx.cta.copy(B_s[:, :], B[:, :])
+        if accum:
+            Tx.wg.copy(C[:, :], D[:, :])
+        T.ptx["fence.proxy.async.shared::cta"]()
+        T.cuda.cta_sync()
+        Tx.wg.gemm_async(C[:, :], A_r[:, :], B_s[:, :], transA=False, transB=True, accum=accum)
+        T.ptx["wgmma.commit_group.sync.aligned"]()
+        if wait:
+            T.ptx["wgmma.wait_group.sync.aligned"](0)
+        Tx.wg.copy(D[:, :], C[:, :])
+    # fmt: on
+
+    return wgmma_gemm_rs
+
+
 def wgmma_gemm_f8(
     m: int = 64,
     n: int = 128,

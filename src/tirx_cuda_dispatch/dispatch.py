@@ -18,7 +18,7 @@ from tvm.tirx import PrimFunc
 
 from .call import TileCall
 from .errors import Decline, VariantError
-from .registry import Variant, variants_for
+from .registry import Alias, Variant, alias_for, variants_for
 
 
 class Provider(Protocol):
@@ -67,6 +67,9 @@ class Outcome:
 
     def reasons_table(self) -> str:
         if not self.candidates:
+            forced = self.call.forced_variant
+            if forced is not None and variants_for(self.call.op):
+                return f"    (dispatch={forced!r} names no variant of ours for op {self.call.op!r})"
             return f"    (no variant of ours is registered for op {self.call.op!r})"
         lines = []
         for c in self.candidates:
@@ -130,13 +133,14 @@ def choose(
     """
     out = Outcome(call)
     variants = variants_for(call.op)
-    if call.forced_variant is not None and honour_forced:
+    named = alias_for(call.op, call.forced_variant) if honour_forced else None
+    if call.forced_variant is not None and honour_forced and named is None:
         variants = [v for v in variants if v.name == call.forced_variant]
     verdicts: list[list] = []  # [variant, accepted, reason, plan], trial order
     winner = None
     for group in _priority_groups(variants):
         first = len(verdicts)
-        verdicts += [_verdict(v, call, provider) for v in group]
+        verdicts += [_as_named(_verdict(v, call, provider), named) for v in group]
         if winner is None:
             winner = _winner(verdicts, first)
             if winner is not None and emit:
@@ -153,6 +157,16 @@ def choose(
             reason = _why_not(v, plan, out.chosen, out.plan, i < winner)
         out.candidates.append(Candidate(v.name, ok, reason))
     return out
+
+
+def _as_named(verdict: list, named: Alias | None) -> list:
+    """A verdict under a forced alias: an accepted plan that is not what the alias asks
+    for is declined with the alias's reason."""
+    v, ok, reason, plan = verdict
+    if named is None or not ok:
+        return verdict
+    fits, why = named.accepts(plan)
+    return verdict if fits else [v, False, f"dispatch={named.name!r}: {why}", None]
 
 
 def _priority_groups(variants: list[Variant]) -> list[list[Variant]]:

@@ -65,6 +65,9 @@ class CallReport:
     given: Any = field(default=None, repr=False, compare=False)
     # ptxas's performance verdicts on the code of this call (explain(..., ptxas=True)).
     ptxas: list[str] = field(default_factory=list)
+    # What the chosen plan asks the author to read (``plan.attention()``): a reading of
+    # the call that differs from what it seems to say (a reduction's lane form).
+    attention: list[str] = field(default_factory=list)
 
     @classmethod
     def from_outcome(cls, index: int, out: Outcome) -> CallReport:
@@ -88,6 +91,7 @@ class CallReport:
             plan_object=out.plan,
             call_object=call,
             given=dict(out.given),
+            attention=list(getattr(out.plan, "attention", lambda: ())()),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -108,6 +112,7 @@ class CallReport:
             "bounds_past_edge": self.bounds_past_edge,
             "arguments": self.arguments,
             "resources": self.resources,
+            "attention": self.attention,
         }
 
     def __str__(self) -> str:
@@ -129,6 +134,8 @@ class CallReport:
         if self.arguments:
             lines.append("    args: " + ", ".join(f"{k}={v}" for k, v in self.arguments.items()))
         lines.append(f"    variant: {chosen}")
+        for note in self.attention:
+            lines.append(f"    NOTE: {note}")
         if self.error is not None:
             lines += _error_lines(self.error, self.fallback)
         for note in self.bounds_undecided:

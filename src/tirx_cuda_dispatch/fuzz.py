@@ -115,13 +115,6 @@ class Case:
     # with a reason containing one of the words (the differential checks it); None: no
     # claim.
     declines: tuple[str, tuple[str, ...]] | None = None
-    # per element of the output, how far the hardware's result may lie from the
-    # simulator's, where ``expected`` is the simulator's rounding and the hardware sums
-    # otherwise (wgmma: measured, not the simulator's exact sum rounded once per
-    # instruction); on hardware such a case is judged by ``close`` (differential's
-    # ``hardware``), and the GPU against the simulator within this (bench/differential.py)
-    # rather than bit for bit. None: bit for bit everywhere.
-    hardware_tolerance: np.ndarray | None = None
 
     def __str__(self) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in self.params.items())
@@ -769,36 +762,45 @@ def wgmma_operand_layout(shape: tuple[int, int], contiguous: int, swizzle: int, 
     return TileLayout(S[(r // unit, unit, c_ // 8, 8) : (8 * unit, 1, 8 * r, unit)])
 
 
-def _wgmma_chain(a: np.ndarray, b: np.ndarray, d: np.ndarray | None, step: int) -> np.ndarray:
-    """``A B (+ D)`` as the simulator's wgmma computes it (:func:`.sim.numerics.mma_sum`):
-    one instruction per ``step`` of K (16; 32 for float8), in K order, each summing its
-    products and the accumulator exactly and rounding once to float32; D starts as the
-    old tile (accum) or zero (scale-d 0 on the first step). ``a`` is (M, K), ``b`` (K, N)."""
-    from .sim.numerics import mma_sum
+_PTX_TYPES = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 
+
+def _wgmma_chain(
+    a: np.ndarray, b: np.ndarray, d: np.ndarray | None, types: tuple[str, str], step: int
+) -> np.ndarray:
+    """``A B (+ D)`` as an sm_90 kernel's wgmma computes it, in the simulator and on the
+    H200 bit for bit (:func:`.sim.numerics.wgmma_sum_sm90`): one instruction per
+    ``step`` of K (16; 32 for float8), in K order; D starts as the old tile (accum) or
+    zero (scale-d 0 on the first step). ``a`` is (M, K), ``b`` (K, N); ``types`` their
+    dtypes."""
+    from .sim.numerics import wgmma_sum_sm90
+
+    ptx = (_PTX_TYPES[types[0]], _PTX_TYPES[types[1]])
     a32, b32 = a.astype(np.float32), b.astype(np.float32)  # every multiplicand is exact
     acc = np.zeros((a.shape[0], b.shape[1]), np.float32) if d is None else d.astype(np.float32)
     for k in range(0, a.shape[1], step):
-        acc = mma_sum(a32[:, k : k + step], b32[k : k + step], acc, np.float32)
+        acc = wgmma_sum_sm90(a32[:, k : k + step], b32[k : k + step], acc, ptx)
     return acc
 
 
 def _wgmma_bound(
     a: np.ndarray, b: np.ndarray, d: np.ndarray | None, types: tuple[str, str]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """How far a wgmma's ``A B (+ D)`` may lie from the exact result, per output:
-    ``(n + 1) 2^-24 M + 2^-23 |exact| + 2^-148`` with ``n`` the addends (K products, and
-    D with accum) and ``M = sum_k |a_k|' |b_k|' (+ |D|)`` (``|x|'``: ``|x|`` raised to its
-    format's smallest normal, as in :func:`.sim.numerics.mma_bound`), plus ``K / 32
-    2^-16 M`` for float8. Were each 16-wide K step summed as the H200's mma.sync sums
-    (docs/simulator.md "mma numerics": 17 addends truncated to ``2^(E - 25)``, one
-    rounding toward zero), a step would cost less than ``17 2^-25 M + 2^-23 |S|``, about
-    ``10.5 2^-24 M``, and the ``K / 16`` chained steps less than ``0.66 K 2^-24 M``: the
-    first term leaves room for that; the second is the last rounding, the third the
-    subnormal floor. The 16-bit wgmma's summation has not been measured; its float8
-    summation keeps fewer bits (an H200 measured errors up to ``K/32 2^-16 M``: the float8
-    term). The simulator (exact per K step, one rounding each) lies well within the
-    bound. Returns (exact, bound); ``a`` is (M, K), ``b`` (K, N)."""
+    """How far an sm_90 wgmma's ``A B (+ D)`` (:func:`.sim.numerics.wgmma_sum_sm90`) may
+    lie from the exact result, per output, with ``M' = sum_k |a_k|' |b_k|' (+ |D|)``
+    (``|x|'``: ``|x|`` raised to its format's smallest normal, as in
+    :func:`.sim.numerics.mma_bound`, so that ``2^(e(a) + e(b)) <= |a|' |b|'``):
+
+    * 16-bit: ``(n + 1) 2^-24 M' + 2^-23 |exact| + 2^-148`` with ``n`` the addends (K
+      products, and D with accum). Each 16-wide step truncates 17 addends to
+      ``2^(E - 25)`` and rounds toward zero once: less than ``17 2^-25 M' + 2^-23 |S|``;
+      the ``K / 16`` chained steps less than ``0.66 K 2^-24 M'``.
+    * float8: ``K / 32 * 35 2^-13 M'``: each 32-wide step truncates its 33 addends to
+      ``2^(E - 13)``, each by less than ``2^-13 M'``, and the sum to 14 bits, by less than
+      ``2^-13 |S|``; 35 leaves room for the accumulator's growth along the chain. The
+      H200 measured errors up to ``292 K 2^-24 M`` (wide operands), about an eighth of it.
+
+    Returns (exact, bound); ``a`` is (M, K), ``b`` (K, N)."""
     fp8 = any(t in F8_DTYPES for t in types)
     scaled = []
     for x, t in zip((a, b), types, strict=True):
@@ -811,10 +813,9 @@ def _wgmma_bound(
         mag = mag + np.abs(d.astype(np.float64))
         exact = exact + d.astype(np.float64)
         n += 1
-    bound = (n + 1) * 2.0**-24 * mag + 2.0**-23 * np.abs(exact) + 2.0**-148
     if fp8:
-        bound = bound + a.shape[1] / 32 * 2.0**-16 * mag
-    return exact, bound
+        return exact, a.shape[1] / 32 * 35 * 2.0**-13 * mag + 2.0**-148
+    return exact, (n + 1) * 2.0**-24 * mag + 2.0**-23 * np.abs(exact) + 2.0**-148
 
 
 def wgmma_case(c: Chooser, seed: int) -> Case:
@@ -827,12 +828,10 @@ def wgmma_case(c: Chooser, seed: int) -> Case:
     rule the variant documents and must be refused: a swizzle wider than the operand's
     contiguous run (no canonical layout), an MN-major float8 operand.
 
-    ``expected`` is the simulator's rule (:func:`_wgmma_chain`: the exact sum per K step
-    rounded once, in the variant's documented K order), compared bit for bit in the
-    simulator. The GPU's wgmma does not round that way (it sums with fewer bits, float8
-    with fewer still), so on hardware ours is judged by ``close`` (:func:`_wgmma_bound`
-    against the exact product) and the GPU against the simulator within twice that bound
-    (``Case.hardware_tolerance``: both lie within the bound of the exact result)."""
+    ``expected`` is sm_90's wgmma summation in the variant's documented K order
+    (:func:`_wgmma_chain`), which the simulator and the H200 both compute, compared bit
+    for bit; ``close`` says whether an output lies within :func:`_wgmma_bound` of the
+    exact product."""
     # as many draws whatever is drawn
     a_type = c.pick(WGMMA_DTYPES)
     b_f8 = c.pick(F8_DTYPES)
@@ -900,7 +899,7 @@ def wgmma_case(c: Chooser, seed: int) -> Case:
     d_old = data((m, n), "float32") if accum else None
     exact, bound = _wgmma_bound(a, b, d_old, (a_type, b_type))
     declines = ("wgmma", tuple(dict.fromkeys(refusals))) if refusals else None
-    expected = None if declines else _wgmma_chain(a, b, d_old, 32 if f8 else 16)
+    expected = None if declines else _wgmma_chain(a, b, d_old, (a_type, b_type), 32 if f8 else 16)
 
     def close(out: np.ndarray) -> str | None:
         err = np.abs(out.astype(np.float64) - exact)
@@ -910,8 +909,67 @@ def wgmma_case(c: Chooser, seed: int) -> Case:
     d = d_old if accum else runtime.poison_like(np.zeros((m, n), np.float32))
     params = dict(m=m, n=n, k=k, a_dtype=a_type, b_dtype=b_type, a=shown["a"], b=shown["b"],
                   accum=accum, data=spread)  # fmt: skip
-    return Case("wgmma", params, func, [a, b_arg, d], 2, expected, close,
-                declines=declines, hardware_tolerance=2 * bound)  # fmt: skip
+    return Case("wgmma", params, func, [a, b_arg, d], 2, expected, close, declines=declines)
+
+
+def _misplaced_a_fragment(m: int, k: int) -> Any:
+    """The register A fragment (:func:`.demos.wgmma_accumulator_layout` over K) with its two
+    lane digits exchanged: rows on ``l % 4``, columns on ``l / 4`` (every element in the
+    wrong thread but the diagonal ones), which the variant must refuse."""
+    from tvm.tirx.layout import tid_in_wg
+
+    return TileLayout(
+        S[(m // 64, 4, 2, 8, k // 8, 4, 2) : (k // 2, 32 @ tid_in_wg, 2, 1 @ tid_in_wg, 4,
+                                              8 @ tid_in_wg, 1)]
+    )  # fmt: skip
+
+
+def wgmma_rs_case(c: Chooser, seed: int) -> Case:
+    """A warpgroup's ``gemm_async -> wgmma`` with A in registers (the register form:
+    demos.wgmma_gemm_rs): M 64 or 128, N 8 .. 256, K 16 .. 128, float16 or bfloat16, A
+    loaded into the A fragment, B N- or K-major under every swizzle that fits, accum or
+    not; a rare draw lays A out with two lane digits exchanged, which the variant must
+    refuse naming a misplaced element. ``expected`` is sm_90's summation per K step of
+    16 (:func:`_wgmma_chain`), bit for bit in the simulator and on the GPU."""
+    dtype = c.pick(("float16", "bfloat16"))
+    m = c.pick((64, 128))
+    n = c.pick(WGMMA_N)
+    k = c.pick(WGMMA_K["16-bit"])
+    accum = bool(c.integer(0, 1))
+    spread = c.pick(("normal", "wide"))
+    b_k = c.integer(0, 2) == 2  # B K-major (the demo's is N-major)
+    swizzle = c.pick((128, 64, 32, 0))
+    misplaced = c.integer(0, 9) == 9  # the rare choice last
+    cont = 0 if b_k else 1  # B (k x n): K-major runs down a column, N-major along a row
+    run = (k, n)[cont] * 2
+    swizzle = next(x for x in (swizzle, 128, 64, 32, 0) if x == 0 or run % x == 0)
+    b_layout = wgmma_operand_layout((k, n), cont, swizzle, 2)
+    a_layout = _misplaced_a_fragment(m, k) if misplaced else None
+    func = demos.wgmma_gemm_rs(m, n, k, dtype, accum, a_layout=a_layout, b_layout=b_layout)
+    rng = np.random.default_rng(seed)
+
+    def data(shape, dt):
+        x = runtime.random_array(shape, "float32", rng)
+        if spread == "wide":  # operands' exponents spread over 2^-6 .. 2^6
+            x = x * np.exp2(rng.integers(-6, 7, size=shape)).astype(np.float32)
+        return x.astype(_np_type(dt))
+
+    a, b = data((m, k), dtype), data((k, n), dtype)
+    d_old = data((m, n), "float32") if accum else None
+    exact, bound = _wgmma_bound(a, b, d_old, (dtype, dtype))
+    declines = ("wgmma", ("the wgmma A fragment puts it",)) if misplaced else None
+    expected = None if declines else _wgmma_chain(a, b, d_old, (dtype, dtype), 16)
+
+    def close(out: np.ndarray) -> str | None:
+        err = np.abs(out.astype(np.float64) - exact)
+        bad = int(np.count_nonzero(~(err <= bound)))
+        return f"{bad} of {out.size} outputs outside the error bound" if bad else None
+
+    d = d_old if accum else runtime.poison_like(np.zeros((m, n), np.float32))
+    shown = f"{'K' if b_k else 'MN'}-major {f'{swizzle}B' if swizzle else 'unswizzled'}"
+    params = dict(m=m, n=n, k=k, dtype=dtype, a="misplaced" if misplaced else "fragment",
+                  b=shown, accum=accum, data=spread)  # fmt: skip
+    return Case("wgmma_rs", params, func, [a, b, d], 2, expected, close, declines=declines)
 
 
 # -- reductions -----------------------------------------------------------------------------
@@ -1085,6 +1143,7 @@ GENERATORS: dict[str, Callable[[Chooser, int], Case]] = {
     "mma": mma_case,
     "tma": tma_case,
     "wgmma": wgmma_case,
+    "wgmma_rs": wgmma_rs_case,
 }
 
 
@@ -1145,14 +1204,11 @@ def our_coverage(func: Any) -> str:
     return "lowered"
 
 
-def differential(case: Case, execute: Execute = simulate, hardware: bool = False) -> Verdict:
-    """Run ``case`` through both pipelines with ``execute``; compare with numpy and with each
-    other (see :class:`Verdict`). ``hardware``: ``execute`` returns what a GPU computed.
-    Then a case whose ``expected`` is the simulator's rounding of a sum the hardware
-    rounds otherwise (``Case.hardware_tolerance``: wgmma, whose summation on the H100 /
-    H200 is not the simulator's exact sum rounded once per instruction) has ours judged
-    by its error bound (``close``) rather than bit for bit; every other case, mma's
-    measured sm_90 rule included, stays bit for bit."""
+def differential(case: Case, execute: Execute = simulate) -> Verdict:
+    """Run ``case`` through both pipelines with ``execute`` (the simulator, or a GPU:
+    bench/differential.py); compare with numpy and with each other (see
+    :class:`Verdict`). The tensor-core cases are bit for bit on an sm_90 GPU too: their
+    ``expected`` is the summation the H200 was measured to perform (mma, wgmma)."""
     from .bounds import OutOfBoundsError
     from .errors import DispatchError
     from .sim.errors import NotModeled, SimError
@@ -1174,7 +1230,7 @@ def differential(case: Case, execute: Execute = simulate, hardware: bool = False
         verdict.ours = "cannot lower: " + reason_kind(str(ours).splitlines()[0])
     elif isinstance(ours, Exception):
         verdict.problems.append(f"ours: {_summary(ours)}")
-    elif (off := _off(case, ours, exact=_exact(case, hardware))) is not None:
+    elif (off := _off(case, ours, exact=case.expected is not None)) is not None:
         verdict.problems.append(f"ours {off}")
     if isinstance(builtin, NotModeled):
         verdict.problems.append(
@@ -1189,14 +1245,6 @@ def differential(case: Case, execute: Execute = simulate, hardware: bool = False
     elif isinstance(ours, DispatchError) and not rejected:
         verdict.problems.append("ours cannot lower a program TVM's built-in lowers correctly")
     return verdict
-
-
-def _exact(case: Case, hardware: bool) -> bool:
-    """Whether ours is compared with ``case.expected`` bit for bit: where there is one,
-    except on hardware where the hardware does not reproduce it (``hardware_tolerance``)."""
-    if case.expected is None:
-        return False
-    return not (hardware and case.hardware_tolerance is not None)
 
 
 def _missed_decline(case: Case) -> str | None:

@@ -11,12 +11,17 @@ bridge never lets our own errors travel through it: it records them in the sessi
 declines, and our pass raises them once TVM's pass returns.
 
 ``dispatch="name"`` makes TVM keep only the cases of that name, so the bridge is also
-registered under each of our variant names (active only when that name is forced).
+registered under each of our variant names (active only when that name is forced). A
+forced name TVM's built-in variants have too (``ldgsts``, ``tma_auto``) goes to ours
+first and, where ours declines, under the default pipeline to TVM's variant of that name
+(as TVM's own pipeline would lower it; explain() shows the fallback), under the strict
+one to an error with both answers.
 """
 
 from __future__ import annotations
 
 import contextvars
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,10 +39,11 @@ from .call import TileCall
 from .codegen import CALL_MARK, COMPLETION_MARK, encode_tensor_map, impl_prim_func
 from .dispatch import Outcome, choose
 from .errors import DispatchError, VariantError
+from .irfacts import statements
 from .isa.bulk import reduce_takes
 from .participation import DivergentScopeError
 from .predicates import tma_coordinates
-from .registry import variants_for
+from .registry import alias_for, names_for
 from .resources import BarrierPool, TensorMap, barrier_ids_in, completions_of, resources_of
 from .signatures import SIGNATURES
 
@@ -175,10 +181,16 @@ def _dispatch_in_session(s: Session, call: TileCall, scanned: Any) -> Any:
     edges = getattr(out.plan, "edges", None)
     out.bounds = scanned.tolerating(edges()) if scanned and edges else scanned
     s.outcomes.append(out)
-    if out.chosen is None and call.forced_variant not in {v.name for v in variants_for(call.op)}:
+    ours = set(names_for(call.op))
+    if out.chosen is None and (
+        call.forced_variant not in ours or call.forced_variant in builtin_names(call.op)
+    ):  # a forced name TVM also has: its variant of that name is the fallback
         out.builtin = probe(call)
     out.error = (
-        _bounds_error(out, scanned) or _divergence_error(call) or _lowering_error(s, call, out)
+        _bounds_error(out, scanned)
+        or _undecided_at_dispatch(s, out, scanned)
+        or _divergence_error(call)
+        or _lowering_error(s, call, out)
     )
     if s.mode == "explain":
         return _noop()
@@ -201,6 +213,29 @@ def _bounds_error(out: Outcome, scanned: Any) -> DispatchError | None:
         f"\n  {c.variant} declined: {c.reason}" for c in out.candidates if not c.accepted
     )
     return type(error)(f"{error}{lines}") if lines else error
+
+
+def _undecided_at_dispatch(s: Session, out: Outcome, scanned: Any) -> DispatchError | None:
+    """Undecided global regions of a copy_async that a TMA box could take past the edge
+    wait for dispatch (:func:`_not_proved` leaves them): where the chosen plan takes them
+    past the edge (its ``edges()``), nothing is left to prove; otherwise they are what
+    any undecided region is: an error under the strict pipeline, a warning otherwise."""
+    if (
+        scanned is None
+        or not scanned.undecided
+        or not scanned.may_reach_past_edge(scanned.undecided)
+    ):
+        return None
+    edges = getattr(out.plan, "edges", None)
+    taken = set(edges()) if edges is not None else set()
+    if all(o.role in taken for o in scanned.undecided):
+        return None
+    message = scanned.not_proved()
+    if s.fallback == "error":
+        return bounds.BoundsNotProvedError(message)
+    if s.mode == "lower":
+        warnings.warn(message, bounds.BoundsNotProvedWarning, stacklevel=2)
+    return None
 
 
 def _marked(func: tvm.tirx.PrimFunc, index: int, completions: tuple[str, ...]) -> Any:
@@ -231,11 +266,19 @@ def _lowering_error(s: Session, call: TileCall, out: Outcome) -> DispatchError |
     TVM's built-in variants take it (and the pipeline lets them)."""
     if out.chosen is not None:
         return None
-    ours = {v.name for v in variants_for(call.op)}
+    ours = set(names_for(call.op))
+    shared = call.forced_variant in ours and out.builtin is not None  # TVM has the name too
+    if shared and s.fallback == "builtin" and out.builtin.variant is not None:
+        unsound = _unsound_fallback(call, out.builtin.variant)
+        if unsound is None:
+            return None  # TVM's variant of the forced name takes it (explain() says so)
+        return DispatchError(_declined_message(out, unsound))
     if call.forced_variant is not None and call.forced_variant in ours:
         why = f"dispatch={call.forced_variant!r} was forced and declined"
         others = choose(call, exhaustive=True, honour_forced=False)
         rest = [c for c in others.candidates if c.variant != call.forced_variant]
+        if alias_for(call.op, call.forced_variant) is not None:
+            rest = []  # an alias tried every variant: the table above has them all
         message = _declined_message(out, why)
         if rest:
             others.candidates = rest
@@ -243,6 +286,10 @@ def _lowering_error(s: Session, call: TileCall, out: Outcome) -> DispatchError |
                 f"\n  the other variants (not tried: dispatch= forces {call.forced_variant}):\n"
                 + others.reasons_table()
             )
+        if shared and s.fallback == "builtin":
+            message += f"\n  and TVM's built-in {call.forced_variant!r}: {out.builtin}"
+        elif shared:
+            message += f"\n  without strict mode: {out.builtin}"
         return DispatchError(message)
     if s.fallback == "error":
         why = "no tirx_cuda_dispatch variant accepts this call (strict mode)"
@@ -314,7 +361,7 @@ def install_bridge() -> None:
     through our bridge, so that explain() reports it and a call nothing can lower gets
     our one-line error, whichever op it is."""
     for op in SIGNATURES:
-        names = [BRIDGE_NAME, *(v.name for v in variants_for(op)), *builtin_names(op)]
+        names = [BRIDGE_NAME, *names_for(op), *builtin_names(op)]
         for name in dict.fromkeys(names):
             if (op, name) in _INSTALLED:
                 continue
@@ -336,6 +383,7 @@ def run_lower(mod: tvm.IRModule, fallback: str = "builtin", mode: str = "lower")
         s.bounds = bounds.scan(mod)
         if mode == "lower":
             _raise_bounds_errors(s.bounds)
+            _not_proved(s.bounds, strict=fallback == "error")
         target = _module_target(mod)
         if target is not None and target.kind.name != "cuda" and s.bounds:
             return _off_target(mod, s, target), s
@@ -347,7 +395,21 @@ def run_lower(mod: tvm.IRModule, fallback: str = "builtin", mode: str = "lower")
             raise
     if s.errors:
         raise s.errors[0]
+    if mode == "lower" and _has_assume(lowered):
+        # T.assume states facts our bounds proof read; TVM's codegen cannot lower one.
+        # Only where present: the pass also runs RemoveNoOp, which drops the dynamic
+        # shared memory size an SMEMPool kernel declares.
+        lowered = tvm.tirx.transform.RemoveAssume()(lowered)
     return lowered, s
+
+
+def _has_assume(mod: tvm.IRModule) -> bool:
+    for func in mod.functions.values():
+        body = getattr(func, "body", None)
+        for stmt in statements(body) if body is not None else ():
+            if type(stmt).__name__ == "Evaluate" and bounds.is_assume(stmt.value):
+                return True
+    return False
 
 
 def _module_target(mod: tvm.IRModule) -> Any:
@@ -409,6 +471,33 @@ def _raise_bounds_errors(scanned: list[bounds.CallBounds]) -> None:
         raise errors[0]
     if errors:
         raise bounds.OutOfBoundsError("\n".join(str(e) for e in errors))
+
+
+def _not_proved(scanned: list[bounds.CallBounds], strict: bool) -> None:
+    """Regions the analyzer could not decide (nor a TMA box take past the edge): under the
+    strict pipeline an error naming each with the fact that would prove it; otherwise one
+    warning per kernel (explain() lists them all)."""
+    open_ = [
+        cb
+        for cb in scanned
+        if cb.undecided and not cb.may_reach_past_edge(cb.undecided)  # TMA: at dispatch
+    ]
+    if not open_:
+        return
+    if strict:
+        raise bounds.BoundsNotProvedError("\n".join(cb.not_proved() for cb in open_))
+    kernels: dict[int, list[bounds.CallBounds]] = {}
+    for cb in open_:
+        kernels.setdefault(id(cb.enclosing.function), []).append(cb)
+    for calls in kernels.values():
+        attrs = calls[0].enclosing.function.attrs
+        name = attrs.get("global_symbol", "kernel") if attrs is not None else "kernel"
+        more = (
+            f" (and {len(calls) - 1} more call(s): explain() lists them)" if len(calls) > 1 else ""
+        )
+        warnings.warn(
+            f"{name}: {calls[0].not_proved()}{more}", bounds.BoundsNotProvedWarning, stacklevel=2
+        )
 
 
 def LowerTIRx(fallback: str = "builtin") -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)

@@ -14,7 +14,7 @@ from tvm import tirx
 from tvm.backend.cuda import transforms as cuda_transforms
 from tvm.tirx import compilation_pipeline as tvm_pipelines
 
-from .lowering import LowerTIRx
+from .lowering import LowerTIRx, run_lower
 
 PIPELINE_NAME = "tirx_cuda_dispatch"
 STRICT_PIPELINE_NAME = "tirx_cuda_dispatch.strict"
@@ -52,10 +52,14 @@ def pass_list(config: dict, fallback: str = "builtin") -> list[tvm.transform.Pas
 def tirx_cuda_dispatch_pipeline(fallback: str = "builtin"):
     """Pipeline factory in the form ``register_tir_pipeline`` expects."""
 
-    @tvm.transform.module_pass(opt_level=0, name="tirx_cuda_dispatch.pipeline")
-    def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+    def _pipeline(mod: tvm.IRModule) -> tvm.IRModule:
+        """Our LowerTIRx called from Python, not as a pass through TVM's FFI: an error of
+        ours (out of bounds, a call nothing lowers, strict mode) reaches the caller of
+        ``tvm.compile`` with a traceback of a few Python frames, not one through TVM's
+        C++ pass machinery. The rest of the list runs as TVM's Sequential."""
         config = tvm.transform.PassContext.current().config
-        return tvm.ir.transform.Sequential(pass_list(config, fallback))(mod)
+        lowered = run_lower(mod, fallback=fallback)[0]
+        return tvm.ir.transform.Sequential(pass_list(config, fallback)[1:])(lowered)
 
     return (
         _pipeline,

@@ -223,6 +223,41 @@ def variants_for(op: str) -> list[Variant]:
     return list(_VARIANTS.get(op, []))
 
 
+@dataclass(frozen=True)
+class Alias:
+    """A name a call may force (``dispatch="vec_128b"``) that is not one variant of ours but
+    a demand on whichever of ours takes the call: TVM's names for forms our variants
+    produce. Every variant of the op is tried; ``accepts(plan)`` then says whether an
+    accepted plan is what the name asks for (``(ok, reason)``: the reason declines it)."""
+
+    op: str
+    name: str
+    accepts: Callable[[Any], tuple[bool, str | None]]
+    doc: str = ""
+
+
+_ALIASES: dict[tuple[str, str], Alias] = {}
+
+
+def alias(op: str, name: str, accepts: Callable[[Any], tuple[bool, str | None]], doc: str = ""):
+    """Register ``name`` as an :class:`Alias` of ``op``'s variants (a name of ours that is
+    also a variant's is an error)."""
+    signature(op)
+    if any(v.name == name for v in _VARIANTS.get(op, [])):
+        raise ValueError(f"{name!r} is a variant of {op!r}: it cannot be an alias too")
+    _ALIASES[(op, name)] = Alias(op, name, accepts, doc)
+
+
+def alias_for(op: str, name: str | None) -> Alias | None:
+    """The alias ``name`` of ``op``, None where there is none."""
+    return None if name is None else _ALIASES.get((op, name))
+
+
+def names_for(op: str) -> list[str]:
+    """Every name a call of ``op`` may force that is ours: variants, then aliases."""
+    return [v.name for v in variants_for(op)] + [a.name for a in _ALIASES.values() if a.op == op]
+
+
 def registered_ops() -> list[str]:
     """Ops that have at least one variant."""
     return sorted(op for op, vs in _VARIANTS.items() if vs)
@@ -247,11 +282,15 @@ def list_variants() -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "Alias",
     "Decline",
     "Plan",
     "Predicate",
     "Variant",
+    "alias",
+    "alias_for",
     "list_variants",
+    "names_for",
     "predicate",
     "registered_ops",
     "unregister",

@@ -216,3 +216,102 @@ def test_float8_product(a_dtype, b_dtype, rng, where, gpu):
     out = execute(demos.wgmma_gemm_f8(m, n, k, a_dtype, b_dtype), [a, b, np.full((m, n), np.nan, np.float32)], where, gpu)[2]  # fmt: skip
     want = a.astype(np.float64) @ b.astype(np.float64).T
     np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3 * np.sqrt(k))
+
+
+# -- A in registers (the register form) ------------------------------------------------------
+def _b_layout(k: int, n: int):
+    """B (k x n) N-major under the widest swizzle its rows fill (64 columns: 128 bytes)."""
+    from tirx_cuda_dispatch.fuzz import wgmma_operand_layout
+
+    return wgmma_operand_layout((k, n), 1, 128 if n % 64 == 0 else 2 * n, 2)
+
+
+def _a_layout(swap: str):
+    """The m64k32 A fragment with two of its digits' roles exchanged: ``pair`` puts the
+    row half inside the column pair (registers 4 j + h + 2 e), ``thread`` exchanges the
+    lane digits of rows and columns (rows on l % 4)."""
+    from tvm.tirx.layout import tid_in_wg
+
+    if swap == "pair":
+        spec = S[
+            (1, 4, 2, 8, 4, 4, 2) : (16, 32 @ tid_in_wg, 1, 4 @ tid_in_wg, 4, 1 @ tid_in_wg, 2)
+        ]
+    else:
+        spec = S[
+            (1, 4, 2, 8, 4, 4, 2) : (16, 32 @ tid_in_wg, 2, 1 @ tid_in_wg, 4, 8 @ tid_in_wg, 1)
+        ]
+    return TileLayout(spec)
+
+
+def test_a_in_registers_is_the_register_form():
+    plan = _plan(demos.wgmma_gemm_rs(128, 64, 32))
+    assert plan.a_in_registers and plan.a is None and plan.count == 2 * 2
+    # each K step's four .b32 registers: two fragment elements each, in A's storage order
+    assert plan.a_registers == (((0, 1, 2, 3), (4, 5, 6, 7)), ((8, 9, 10, 11), (12, 13, 14, 15)))
+    facts = plan.facts()
+    assert facts["ptx"].endswith("{C}, {A}, descB, scale-d, 1, 1, 1")  # no imm-trans-a
+    assert facts["A"].startswith("registers: 2 x 2 x 4 .b32")
+    src = toolchain.cuda_source(demos.wgmma_gemm_rs(64, 64, 32), "sm_90a")
+    assert "wgmma_f16_rs" in src and "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in src
+
+
+@pytest.mark.parametrize("swap, words", [
+    ("thread", "element (0, 2) is held by thread 8; the wgmma A fragment puts it in thread 1"),
+    ("pair", "fragment elements 0 and 1 of K step 0 are its registers 0 and 2"),
+])  # fmt: skip
+def test_an_a_fragment_misplaced_declines_naming_the_element(swap, words):
+    why = _reason(demos.wgmma_gemm_rs(64, 64, 32, a_layout=_a_layout(swap)))
+    assert words in why, why
+
+
+def test_a_register_a_the_form_does_not_take_declines():
+    from tvm.tirx.layout import tid_in_wg  # noqa: F401
+
+    @T.prim_func
+    def float8_a(B_ptr: T.handle):
+        T.match_buffer(B_ptr, (64, 64), "float8_e4m3fn")
+        T.device_entry()
+        T.cta_id([1])
+        T.warpgroup_id([1])
+        T.thread_id([128])
+        pool = T.alloc_buffer((64 * 64,), "float8_e4m3fn", scope="shared.dyn", align=1024)
+        B_s = T.decl_buffer(
+            (64, 64),
+            "float8_e4m3fn",
+            pool.data,
+            scope="shared.dyn",
+            layout=ComposeLayout(4, 3, 3, TileLayout(S[(64, 64) : (64, 1)])),
+        )
+        A_r = T.alloc_buffer(
+            (64, 64), "float8_e4m3fn", scope="local", layout=demos.wgmma_accumulator_layout(64, 1)
+        )
+        C = T.alloc_buffer((64, 64), "float32", scope="local",
+                           layout=demos.wgmma_accumulator_layout(64, 1))  # fmt: skip
+        Tx.wg.gemm_async(C[:, :], A_r[:, :], B_s[:, :], transA=False, transB=False)
+
+    assert "the register form is built for float16 and bfloat16 A only" in _reason(float8_a)
+
+
+RS_CASES = [
+    (64, 64, 32, "float16", False),
+    (128, 32, 64, "bfloat16", True),
+    (64, 256, 16, "float16", False),
+    (64, 128, 64, "bfloat16", False),
+]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("case", RS_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_register_form_product(case, rng, where, gpu):
+    """A from registers: sm_90's summation bit for bit in the simulator and on the GPU
+    (D poisoned first unless accumulated into)."""
+    from tirx_cuda_dispatch import fuzz
+
+    m, n, k, dtype, accum = case
+    func = demos.wgmma_gemm_rs(m, n, k, dtype, accum, b_layout=_b_layout(k, n))
+    a = runtime.random_array((m, k), dtype, rng)
+    b = runtime.random_array((k, n), dtype, rng)
+    d = runtime.random_array((m, n), "float32", rng)
+    out = execute(func, [a, b, d if accum else runtime.poison_like(d)], where, gpu)
+    want = fuzz._wgmma_chain(a, b, d if accum else None, (dtype, dtype), 16)
+    assert np.array_equal(runtime.bits(out[2]), runtime.bits(want))

@@ -151,6 +151,10 @@ def test_tvms_lane_form_reduces_the_lane_dimension_dst_drops():
     assert report.plan_object.schedule.lane_masks == (1, 2, 4, 8, 16)
     assert "dimension over threads" in report.plan["axes"]
     assert "axes [-1] does not fit" in report.plan["axes"]
+    # and loudly: a NOTE line the author reads before trusting the plan
+    [note] = report.attention
+    assert "TVM's lane form, not the last axis" in note and "axes=[0]" in note
+    assert f"    NOTE: {note}" in str(report)
 
 
 @pytest.mark.parametrize("where", WHERE)
@@ -178,6 +182,7 @@ def test_the_lane_form_is_only_read_where_the_last_axis_does_not_fit():
     last = demos.RegisterReduction("x", src, (32, 2, 4), rows, (32, 2), None, "warp", 32)
     report = report_of(_kernel(last, "sum"))
     assert report.variant == "local" and "axes" not in report.plan
+    assert report.attention == [] and "NOTE:" not in str(report)
     assert not report.plan_object.schedule.lane_masks  # each lane's own rows
     other = demos.RegisterReduction(
         "x", src, (32, 2, 4), TileLayout(S[(2, 4) : (4, 1)] + R[32 : 1 @ laneid]), (2, 4),

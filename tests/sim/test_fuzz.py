@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import warnings
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -204,10 +205,10 @@ def _lowered(kind: str, want=lambda case: True):
     raise AssertionError(f"no {kind} case our variants lower")
 
 
-@pytest.mark.parametrize("kind", ["ldgsts", "mma", "tma", "wgmma"])
+@pytest.mark.parametrize("kind", ["ldgsts", "mma", "tma", "wgmma", "wgmma_rs"])
 def test_a_wrong_bit_in_a_new_kind_is_caught(kind):
-    """Negative control of the cp.async, mma, TMA and wgmma answers: one bit off fails the
-    case, and the same case passes as drawn."""
+    """Negative control of the cp.async, mma, TMA and wgmma (both forms) answers: one bit
+    off fails the case, and the same case passes as drawn."""
     _, case = _lowered(kind)
     assert fuzz.differential(case).ok
     case.expected = case.expected.copy()
@@ -335,6 +336,41 @@ def test_the_simulator_runs_tvms_thread_scope_tma_store():
     assert (runtime.bits(out) == runtime.bits(want)).all()
 
 
+def test_the_register_form_generator_covers_its_space():
+    """wgmma with A in registers: both 16-bit types, M 64 and 128, every N and K of the
+    16-bit lines, B K- and N-major under every swizzle, accum, and a misplaced A fragment
+    (refused, naming the element) at a few percent."""
+    seen = {k: set() for k in ("dtype", "m", "n", "k", "b", "accum")}
+    refused = 0
+    for seed in range(200):
+        case = fuzz.random_case(fuzz.RandomChooser(seed), "wgmma_rs")
+        p = case.params
+        for key in seen:
+            seen[key].add(p[key])
+        if case.declines is not None:
+            refused += 1
+            assert p["a"] == "misplaced" and case.expected is None
+    assert seen["dtype"] == {"float16", "bfloat16"} and seen["m"] == {64, 128}
+    assert seen["n"] == set(fuzz.WGMMA_N) and seen["k"] == set(fuzz.WGMMA_K["16-bit"])
+    swizzles = ("unswizzled", "32B", "64B", "128B")
+    assert {f"{m}-major {s}" for m in ("K", "MN") for s in swizzles} <= seen["b"]
+    assert seen["accum"] == {True, False} and 0 < refused < 40
+
+
+def test_a_register_form_program_ours_must_refuse_is_checked():
+    """The misplaced fragment's claim: ours refuses it with the element named (the
+    differential passes), and a claim on a program ours lowers fails it (the control)."""
+    for seed in range(100):
+        refused = fuzz.random_case(fuzz.RandomChooser(seed), "wgmma_rs")
+        if refused.declines is not None:
+            break
+    assert fuzz.differential(refused).ok
+    _, lowered = _lowered("wgmma_rs")
+    lowered.declines = refused.declines
+    verdict = fuzz.differential(lowered)
+    assert not verdict.ok and "ours must refuse it" in verdict.problems[0]
+
+
 def test_the_wgmma_generator_covers_what_the_issue_asks_for():
     """wgmma programs: float16, bfloat16 and every float8 pairing, M 64 and 128, N from 8
     to 256, every K, A K- and M-major, B N- and K-major, every swizzle on each, accum,
@@ -367,15 +403,14 @@ def test_the_wgmma_generator_covers_what_the_issue_asks_for():
 
 
 def test_the_wgmma_answer_is_the_instructions_k_order():
-    """The wgmma answer is the simulator's rounding per K step (16): the same product
-    rounded once over the whole K differs in some bits (so a plan that summed in another
-    order would be caught in the simulator), and both lie within the error bound that
-    judges the GPU."""
+    """The wgmma answer is sm_90's summation per K step (16; 32 for float8): the same rule
+    over the whole K at once differs in some bits (so a plan that summed in another order
+    would be caught), and both lie within the error bound of the exact product."""
     _, case = _lowered("wgmma", lambda c: c.params["k"] >= 64 and not c.params["accum"])
     a, b, _ = case.args
     p = case.params
     b = b.T if p["b_dtype"] != p["a_dtype"] else b  # a mixed float8 pair passes Bt
-    once = fuzz._wgmma_chain(a, b, None, p["k"])
+    once = fuzz._wgmma_chain(a, b, None, (p["a_dtype"], p["b_dtype"]), p["k"])
     assert (runtime.bits(once) != runtime.bits(case.expected)).any()
     assert case.close(once) is None and case.close(case.expected) is None
     case.expected = once
@@ -401,24 +436,18 @@ def _ulps(x, n):
     return y
 
 
-def test_on_hardware_a_wgmma_is_judged_by_its_bound_and_only_a_wgmma():
-    """On hardware (``differential(..., hardware=True)``) a wgmma output a few ulps off the
-    simulator's rounding passes (the GPU sums otherwise), one off by twice the bound
-    fails; in the simulator the same few ulps fail (bit for bit), and so do they on
-    hardware for an mma program (sm_90's rule is the GPU's own, bit for bit)."""
+def test_a_wgmma_one_float_off_is_caught():
+    """A wgmma output one float off sm_90's summation fails (the GPU is held to it bit for
+    bit, as for mma), and one off by the error bound fails ``close`` as well."""
     _, case = _lowered("wgmma")
-    off = _simulated_then(lambda x: _ulps(x, 3))
-    assert fuzz.differential(case, off, hardware=True).ok
-    verdict = fuzz.differential(case, off)
+    verdict = fuzz.differential(case, _simulated_then(lambda x: _ulps(x, 1)))
     assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
-    bound = case.hardware_tolerance / 2
-    far = _simulated_then(lambda x: (x.astype("float64") + 2 * bound).astype(x.dtype))
-    verdict = fuzz.differential(case, far, hardware=True)
-    assert not verdict.ok and "outside the error bound" in verdict.problems[0]
-    _, mma = _lowered("mma")
-    assert mma.hardware_tolerance is None
-    verdict = fuzz.differential(mma, _simulated_then(lambda x: _ulps(x, 1)), hardware=True)
-    assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
+    a, b, d = case.args
+    p = case.params
+    b = b.T if p["b_dtype"] != p["a_dtype"] else b
+    _, bound = fuzz._wgmma_bound(a, b, d if p["accum"] else None, (p["a_dtype"], p["b_dtype"]))
+    assert case.close(case.expected) is None
+    assert "outside the error bound" in case.close((case.expected + 2 * bound).astype(np.float32))
 
 
 def test_a_partition_independent_answer_catches_a_foreign_value():

@@ -42,7 +42,15 @@ from ..call import Operand, TileCall
 from ..codegen import storage_words
 from ..errors import Decline, check
 from ..irfacts import as_flag, as_int
-from ..isa.wgmma import K_BY_DTYPE, SWIZZLE_MODES, WARPGROUP_THREADS, M, accumulator_element
+from ..isa.wgmma import (
+    A_STEP_ELEMENTS,
+    K_BY_DTYPE,
+    SWIZZLE_MODES,
+    WARPGROUP_THREADS,
+    M,
+    a_fragment_element,
+    accumulator_element,
+)
 from ..layout.atoms import memory_view
 from ..layout.descriptor import PERIOD, OperandDescriptors, match
 from ..layout.register import register_table, register_view
@@ -74,18 +82,22 @@ def requires_sm90a(call: TileCall) -> tuple[bool, str | None]:
 
 
 def requires_operand_memories(call: TileCall) -> tuple[bool, str | None]:
-    """C in registers, A and B in shared memory."""
+    """C in registers, B in shared memory, A in shared memory or in registers (the
+    ``wgmma`` register form, 16-bit A only)."""
     c, a, b = (call.operand(n) for n in ("C", "A", "B"))
     if None in (c, a, b):
         return False, "C, A and B must be tensor regions"
     if c.memory != "local":
         return False, f"C {c.name} is {c.scope}; wgmma accumulates in registers (local)"
-    for o in (a, b):
-        if o.memory != "shared":
-            return False, (
-                f"{o.role} {o.name} is {o.scope}; this variant reads A and B from shared "
-                "memory through matrix descriptors"
-            )
+    if a.memory not in ("shared", "local"):
+        return False, (
+            f"A {a.name} is {a.scope}; wgmma reads A from shared memory (a matrix descriptor) "
+            "or from registers (local, in the A fragment)"
+        )
+    if b.memory != "shared":
+        return False, (
+            f"B {b.name} is {b.scope}; wgmma reads B from shared memory through a matrix descriptor"
+        )
     return True, None
 
 
@@ -122,10 +134,17 @@ class WgmmaPlan:
     m: int
     n: int
     k: int
-    a: OperandDescriptors
+    a: OperandDescriptors | None  # None: A in registers
     b: OperandDescriptors
     c_registers: tuple[tuple[int, ...], ...]  # [m tile] -> N/2 registers, in fragment order
     accum: bool
+    # A in registers (the register form): [m tile][K step] -> its four .b32 registers, as
+    # word indices of A's storage; None: A in shared memory
+    a_registers: tuple[tuple[tuple[int, ...], ...], ...] | None = None
+
+    @property
+    def a_in_registers(self) -> bool:
+        return self.a_registers is not None
 
     @property
     def float8(self) -> bool:
@@ -162,20 +181,33 @@ class WgmmaPlan:
         )
 
     def facts(self) -> dict:
-        trans = "" if self.float8 else f", {int(self.a.major == 'MN')}, {int(self.b.major == 'MN')}"
+        if self.a_in_registers:
+            ptx = f"{self.instruction} {{C}}, {{A}}, descB, scale-d, 1, 1, {int(self.b.major == 'MN')}"
+            a = f"registers: {len(self.a_registers)} x {len(self.a_registers[0])} x 4 .b32 (the A fragment)"
+        else:
+            trans = (
+                "" if self.float8 else f", {int(self.a.major == 'MN')}, {int(self.b.major == 'MN')}"
+            )
+            ptx, a = f"{self.instruction} {{C}}, descA, descB, scale-d, 1, 1{trans}", str(self.a)
         return {
-            "ptx": f"{self.instruction} {{C}}, descA, descB, scale-d, 1, 1{trans}",
+            "ptx": ptx,
             "instructions": self.count,
-            "A": str(self.a),
+            "A": a,
             "B": str(self.b),
             "scale_d": "1 (C += A B)" if self.accum else "0 on the first K step (C = A B)",
             "c_registers": f"{len(self.c_registers)} x {len(self.c_registers[0])}",
         }
 
     def __str__(self) -> str:
+        if self.a_in_registers:
+            operands = f"A in registers, B {self.b.major}-major {self.b.swizzle}"
+        else:
+            operands = (
+                f"A {self.a.major}-major, B {self.b.major}-major, {self.a.swizzle}/{self.b.swizzle}"
+            )
         return (
             f"wgmma {self.m}x{self.n}x{self.k} {self.types}->f32: {self.count} x {self.shape} "
-            f"(A {self.a.major}-major, B {self.b.major}-major, {self.a.swizzle}/{self.b.swizzle})"
+            f"({operands})"
         )
 
 
@@ -198,41 +230,103 @@ def _descriptors(
     return found
 
 
-def _c_registers(c: Operand, m: int, n: int) -> tuple[tuple[int, ...], ...]:
-    """C's register of each accumulator slot, per 64-row tile; Decline where C's layout is
-    not the wgmma fragment."""
-    table = register_table(register_view(c), "warpgroup", WARPGROUP_THREADS)
+def _fragment_registers(
+    o: Operand, cols: int, slots: int, at: Any, what: Any, fix: str
+) -> list[int]:
+    """The register of ``o`` (a warpgroup register tile of ``cols`` columns) that holds each
+    of the fragment's ``slots`` slots, the same in every thread: ``at(t, j)`` is the (row,
+    column) slot ``j`` of thread ``t`` holds, ``what(t, j)`` the slot in words. Decline
+    naming the first element ``o``'s layout puts elsewhere, or a slot in different
+    registers of different threads."""
+    table = register_table(register_view(o), "warpgroup", WARPGROUP_THREADS)
     where: dict[int, tuple[int, int]] = {}
     for t in range(WARPGROUP_THREADS):
         for i, reg in enumerate(table.registers):
             e = int(table.elements[t, i])
             if e >= 0:
                 where[e] = (t, reg)
+    regs = []
+    for j in range(slots):
+        want = None
+        for t in range(WARPGROUP_THREADS):
+            row, col = at(t, j)
+            holder = where.get(row * cols + col)
+            if holder is None or holder[0] != t:
+                held = "no thread" if holder is None else f"thread {holder[0]}"
+                raise Decline(
+                    f"{o.role} {o.name}: element ({row}, {col}) is held by {held}; the wgmma "
+                    f"{what(t, j)} ({fix})"
+                )
+            if want is None:
+                want = holder[1]
+            elif holder[1] != want:
+                raise Decline(
+                    f"{o.role} {o.name}: {what(None, j)} is register {want} in thread 0 but "
+                    f"{holder[1]} in thread {t}; one instruction names the same registers in "
+                    "every thread"
+                )
+        regs.append(want)
+    return regs
+
+
+def _c_registers(c: Operand, m: int, n: int) -> tuple[tuple[int, ...], ...]:
+    """C's register of each accumulator slot, per 64-row tile; Decline where C's layout is
+    not the wgmma fragment."""
     tiles = []
     for mi in range(m // M):
-        regs = []
-        for j in range(n // 2):
-            want = None
-            for t in range(WARPGROUP_THREADS):
-                row, col = accumulator_element(t, j)
-                holder = where.get((mi * M + row) * n + col)
-                if holder is None or holder[0] != t:
-                    held = "no thread" if holder is None else f"thread {holder[0]}"
+
+        def at(t: int, j: int, mi: int = mi) -> tuple[int, int]:
+            row, col = accumulator_element(t, j)
+            return mi * M + row, col
+
+        def what(t: int | None, j: int, mi: int = mi) -> str:
+            if t is None:
+                return f"accumulator register {j} of tile {mi}"
+            return f"accumulator puts it in thread {t}, register {j} of tile {mi}"
+
+        fix = "lay C out as the m64nN fragment: demos.wgmma_accumulator_layout"
+        tiles.append(tuple(_fragment_registers(c, n, n // 2, at, what, fix)))
+    return tuple(tiles)
+
+
+def _a_registers(a: Operand, m: int, k: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """A's four .b32 registers per 64-row tile and K step of 16 (word indices of A's
+    storage); Decline naming the first element A's layout puts elsewhere than the A
+    fragment (:func:`..isa.wgmma.a_fragment_element`), or a .b32 pair split."""
+    tiles = []
+    for mi in range(m // M):
+        steps = []
+        for kk in range(k // 16):
+
+            def at(t: int, i: int, mi: int = mi, kk: int = kk) -> tuple[int, int]:
+                row, col = a_fragment_element(t, i)
+                return mi * M + row, kk * 16 + col
+
+            def what(t: int | None, i: int, kk: int = kk) -> str:
+                if t is None:
+                    return f"fragment element {i} of K step {kk}"
+                return (
+                    f"A fragment puts it in thread {t}, register {i // 2} (half {i % 2}) of "
+                    f"K step {kk}"
+                )
+
+            fix = (
+                "lay A out as the m64n16 accumulator fragment per 16 columns: "
+                "demos.wgmma_accumulator_layout"
+            )
+            slots = _fragment_registers(a, k, A_STEP_ELEMENTS, at, what, fix)
+            words = []
+            for r in range(A_STEP_ELEMENTS // 2):
+                lo, hi = slots[2 * r], slots[2 * r + 1]
+                if lo % 2 or hi != lo + 1:
                     raise Decline(
-                        f"C {c.name}: element ({mi * M + row}, {col}) is held by {held}; the "
-                        f"wgmma accumulator puts it in thread {t}, register {j} of tile {mi} "
-                        "(lay C out as the m64nN fragment: demos.wgmma_accumulator_layout)"
+                        f"A {a.name}: fragment elements {2 * r} and {2 * r + 1} of K step {kk} "
+                        f"are its registers {lo} and {hi}; one .b32 A register holds both: "
+                        "keep each pair adjacent, the first at an even register"
                     )
-                if want is None:
-                    want = holder[1]
-                elif holder[1] != want:
-                    raise Decline(
-                        f"C {c.name}: accumulator register {j} of tile {mi} is register {want} "
-                        f"in thread 0 but {holder[1]} in thread {t}; one instruction names "
-                        "the same registers in every thread"
-                    )
-            regs.append(want)
-        tiles.append(tuple(regs))
+                words.append(lo // 2)
+            steps.append(tuple(words))
+        tiles.append(tuple(steps))
     return tuple(tiles)
 
 
@@ -252,7 +346,19 @@ def plan(call: TileCall) -> WgmmaPlan:
     float8 = a.dtype in FLOAT8
     step = K_BY_DTYPE[a.dtype]
     check(k % step == 0, f"K = {k}; a {a.dtype} wgmma takes K in steps of {step}")
-    descs_a = _descriptors(call, a, ta, (M, step))
+    in_registers = a.memory == "local"
+    if in_registers:
+        check(
+            not float8,
+            f"A {a.name} ({a.dtype}) is in registers; the register form is built for float16 "
+            "and bfloat16 A only: stage a float8 A in shared memory",
+        )
+        check(
+            not ta,
+            f"A {a.name} is in registers with transA=True; the register form reads A as "
+            "M x K (the fragment has no transpose): pass A as M x K",
+        )
+    descs_a = None if in_registers else _descriptors(call, a, ta, (M, step))
     descs_b = _descriptors(call, b, tb, (n, step))
     if float8:
         for o, d in ((a, descs_a), (b, descs_b)):
@@ -264,8 +370,9 @@ def plan(call: TileCall) -> WgmmaPlan:
                 f"{'M x K' if o.role == 'A' else 'N x K'})",
             )
     regs = _c_registers(c, m, n)
+    a_regs = _a_registers(a, m, k) if in_registers else None
     ab = f"{FLOAT8[a.dtype]}.{FLOAT8[b.dtype]}" if float8 else MULTIPLICANDS[a.dtype]
-    return WgmmaPlan(ab, m, n, k, descs_a, descs_b, regs, bool(accum))
+    return WgmmaPlan(ab, m, n, k, descs_a, descs_b, regs, bool(accum), a_regs)
 
 
 # -- emission --------------------------------------------------------------------------------
@@ -300,20 +407,33 @@ def emit(plan: WgmmaPlan, call: TileCall, given: Mapping[str, Any]):
     c, a, b = (call.operand(n).buffer for n in ("C", "A", "B"))
     body = Body()
     dv = body.view("c_regs", c, "float32", storage_words(c, 32, 32), "local")
-    bases = []
-    for name, buf in (("a", a), ("b", b)):
+    bases = {}
+    for name, buf, descs in (("a", a, plan.a), ("b", b, plan.b)):
+        if descs is None:
+            continue  # A in registers
         flat = body.view(f"{name}_flat", buf, buf.dtype, 1, buf.scope())
         address = tirx.Cast("uint32", T.cuda.cvta_generic_to_shared(T.address_of(flat[0])))
-        offset = (plan.a if name == "a" else plan.b).offset  # a stage's slice, in bytes
-        bases.append(address if as_int(offset) == 0 else address + tirx.Cast("uint32", offset))
+        offset = descs.offset  # a stage's slice, in bytes
+        bases[name] = address if as_int(offset) == 0 else address + tirx.Cast("uint32", offset)
+    a_words = None
+    if plan.a_in_registers:  # the register form: A's .b32 registers, two elements each
+        a_words = body.view("a_regs", a, "uint32", storage_words(a, 16, 32), "local")
     body.evaluate(T.ptx["wgmma.fence.sync.aligned"]())
-    spelling = T.ptx[plan.instruction]
-    trans = () if plan.float8 else (int(plan.a.major == "MN"), int(plan.b.major == "MN"))
+    spelling = T.ptx[plan.instruction]  # TVM picks the register form by the operands
+    if plan.float8:
+        trans = ()
+    elif plan.a_in_registers:
+        trans = (int(plan.b.major == "MN"),)
+    else:
+        trans = (int(plan.a.major == "MN"), int(plan.b.major == "MN"))
     for mi, regs in enumerate(plan.c_registers):
         d = [dv[r] for r in regs]
         for kk in range(plan.k // plan.k_step):
-            desc_a = _descriptor(bases[0], plan.a.starts[mi][kk], plan.a)
-            desc_b = _descriptor(bases[1], plan.b.starts[0][kk], plan.b)
+            if a_words is not None:
+                a_operand = [a_words[w] for w in plan.a_registers[mi][kk]]
+            else:
+                a_operand = [_descriptor(bases["a"], plan.a.starts[mi][kk], plan.a)]
+            desc_b = _descriptor(bases["b"], plan.b.starts[0][kk], plan.b)
             scale_d = tirx.const(bool(plan.accum or kk > 0), "bool")
-            body.evaluate(spelling(*d, desc_a, desc_b, scale_d, 1, 1, *trans))
+            body.evaluate(spelling(*d, *a_operand, desc_b, scale_d, 1, 1, *trans))
     return body.func()

@@ -65,6 +65,22 @@ def accumulator_element(thread: int, reg: int) -> tuple[int, int]:
     return 16 * warp + row, 8 * (reg // 4) + col
 
 
+A_STEP_ELEMENTS = 8  # 16-bit A elements one thread holds per m64k16 step: four .b32 registers
+
+
+def a_fragment_element(thread: int, element: int) -> tuple[int, int]:
+    """(row, column) of the ``m64k16`` A tile (16-bit types) that element ``element`` (0-7)
+    of warpgroup thread ``thread`` holds in the register form (``wgmma.mma_async`` with A
+    in registers: figure "WGMMA .m64nNk16 register fragment layout for matrix A"): the
+    element is half ``element % 2`` (the lower first) of the thread's ``.b32`` A register
+    ``element // 2``; warp ``w`` holds rows ``16 w`` to ``16 w + 15`` in mma.sync's
+    m16n8k16 A pattern, which is the ``m64n16`` accumulator's: (row ``g``, columns ``2 t``,
+    ``+ 1``), (row ``g + 8``, the same), then the same 8 columns on."""
+    if not 0 <= element < A_STEP_ELEMENTS:
+        raise ValueError(f"element {element}: a thread holds 8 A elements per K step of 16")
+    return accumulator_element(thread, element)
+
+
 def accumulator_registers(n: int) -> int:
     """32-bit accumulator registers a thread holds for ``m64nN``: N / 2."""
     if n not in N_FLOAT:

@@ -198,6 +198,17 @@ class Reduction:
             out.append(NamedBarrier("sync", sync.threads, sync.instances, why, self.barrier_group))
         return tuple(out)
 
+    def attention(self) -> tuple[str, ...]:
+        """What the author should read before trusting the plan: the reduced axes taken
+        from src's layout (TVM's lane form) rather than the ``axes`` the call names."""
+        if not self.axes_note:
+            return ()
+        return (
+            f"reduces over axes {self.axes_note}: TVM's lane form, not the last axis the "
+            "call's axes=[-1] names; write the thread axes (axes=[0]) to say so, or give dst "
+            "src's extents without the last axis if the columns were meant",
+        )
+
     def common_facts(self) -> dict:
         s = self.schedule
         facts = {"axes": self.axes_note} if self.axes_note else {}

@@ -98,6 +98,7 @@ class Machine:
         self.barriers: NamedBarriers | None = None
         self.events = 0  # completions that may wake a waiting unit (:mod:`.schedule`)
         self.cta_count = 0  # CTAs started so far (each one's number for the global memories)
+        self.cta_label = "the CTA"  # its name in messages ("CTA (x=3)" in a grid)
         self.block_index: dict[str, int] = {}  # the running CTA's block index, by blockIdx tag
         # the completion mechanisms each tile call's plan declares, by explain() index
         self.declared: dict[int | None, tuple[str, ...]] = {}
@@ -307,6 +308,8 @@ class Machine:
             mem = Memory(buf.name, "local", nbytes, threads=self.threads, rng=self.rng)
         else:
             raise SimError(f"the simulator has no memory scope {scope!r} ({buf.name})")
+        if mem.cta != self.cta_count:  # its faults name the CTA (global: set per CTA)
+            mem.enter_cta(self.cta_count, self.cta_label)
         ptr = Pointer(mem, np.zeros(1, dtype=np.int64), dtype.itemsize * lanes)
         self.env[buf] = self._binding(buf, ptr)
 
@@ -388,8 +391,9 @@ class Machine:
         self.asynchrony.check_drained(self)
         self.cta_count += 1
         label = ", ".join(f"{tag[-1]}={b}" for tag, b in sorted(self.block_index.items()))
+        self.cta_label = f"CTA ({label})" if label else "the CTA"
         for g in self.globals:  # the grid's CTAs are not ordered: each writes its own bytes
-            g.enter_cta(self.cta_count, f"CTA ({label})" if label else "the CTA")
+            g.enter_cta(self.cta_count, self.cta_label)
         self.clocks = Clocks(-(-self.threads // 32))
         if self.tmem is not None:
             self.tmem.check_freed()
@@ -687,6 +691,12 @@ class Machine:
         return self.eval(e.a).astype(bool) | self.eval(e.b).astype(bool)
 
     # -- helpers for intrinsics ---------------------------------------------------------------
+    def arch(self) -> str:
+        """The kernel's target arch (``sm_90a``), or "" where it names none: instructions
+        whose numerics were measured per architecture (mma, wgmma) pick their rule by it."""
+        target = self.func.attrs.get("target") if self.func.attrs is not None else None
+        return str(target.attrs.get("arch", "")) if target is not None else ""
+
     def warps(self) -> list[int]:
         """The warps with at least one active thread."""
         return sorted({int(t) // 32 for t in self.active_threads()})

@@ -254,6 +254,11 @@ class Memory:
             return f"register {self.name} (byte {cell[1]}) of thread {cell[0]}"
         return f"byte {cell[0]} of {self.space} {self.name}"
 
+    def _who(self, thread: Any) -> str:
+        """``thread 5``, and the CTA where the grid has several (``thread 5 of CTA (x=3)``)."""
+        cta = self.cta_name if self.cta_name not in ("", "the CTA") else ""
+        return f"thread {int(thread)}" + (f" of {cta}" if cta else "")
+
     def _cells(self, threads: np.ndarray, offsets: np.ndarray, size: int, what: str):
         """Byte indices ``(n, size)`` of an access, after bounds and alignment checks."""
         bad = (offsets < 0) | (offsets + size > self.nbytes)
@@ -261,7 +266,7 @@ class Memory:
             i = int(np.argmax(bad))
             raise SimError(
                 f"{what} of {size} bytes at byte {int(offsets[i])} of {self.space} "
-                f"{self.name} ({self.nbytes} bytes) is out of bounds (thread {int(threads[i])})"
+                f"{self.name} ({self.nbytes} bytes) is out of bounds ({self._who(threads[i])})"
             )
         # an access is aligned to its own size, up to the widest one (PTX's 256-bit .v8)
         align = min(size if size & (size - 1) == 0 else 1, 32)
@@ -270,7 +275,7 @@ class Memory:
             i = int(np.argmax(misaligned))
             raise SimError(
                 f"misaligned {size}-byte {what} at byte {int(offsets[i])} of {self.space} "
-                f"{self.name} (thread {int(threads[i])}): a {size}-byte access must be "
+                f"{self.name} ({self._who(threads[i])}): a {size}-byte access must be "
                 f"{align}-byte aligned, the GPU faults"
             )
         return offsets[:, None] + np.arange(size)

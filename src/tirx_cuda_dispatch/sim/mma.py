@@ -112,9 +112,7 @@ def _require_whole_warps(m: Machine, what: str) -> None:
 
 def _summation(m: Machine):
     """The kernel's target's mma summation: sm_90's measured rule, else the exact one."""
-    target = m.func.attrs.get("target") if m.func.attrs is not None else None
-    arch = str(target.attrs.get("arch", "")) if target is not None else ""
-    return mma_sum_sm90 if arch.startswith("sm_90") else mma_sum
+    return mma_sum_sm90 if m.arch().startswith("sm_90") else mma_sum
 
 
 @TABLE.entry("tirx.ptx.mma", "tirx.ptx.mma_f16acc")

@@ -237,7 +237,12 @@ _CANONICAL_NAN = {np.dtype(np.float32): 0x7FFFFFFF, np.dtype(np.float16): 0x7FFF
 _TF32_DROPPED = np.uint32(0x1FFF)  # the 13 low significand bits a .tf32 operand ignores
 # The exponent a subnormal multiplicand aligns with: its format's minimum normal one
 # (tf32 operands, as float32, are -126 too).
-_MMA_EMIN = {np.dtype(np.float16): -14, np.dtype(ml_dtypes.bfloat16): -126}
+_MMA_EMIN = {
+    np.dtype(np.float16): -14,
+    np.dtype(ml_dtypes.bfloat16): -126,
+    np.dtype(ml_dtypes.float8_e4m3fn): -6,
+    np.dtype(ml_dtypes.float8_e5m2): -14,
+}
 MMA_SM90_EXTRA_BITS = 2
 """Bits the sm_90 rule keeps below float32's 24 (see :func:`mma_sum_sm90`)."""
 
@@ -360,30 +365,78 @@ def mma_sum_sm90(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: Any) -> np.nd
     ``a``/``b`` are float16, bfloat16 or (tf32 operands, low bits already dropped)
     float32.
     """
+    a, b = np.asarray(a), np.asarray(b)
+    emins = (_MMA_EMIN.get(a.dtype, -126), _MMA_EMIN.get(b.dtype, -126))
+    return _aligned_sum(a, b, c, out, emins, 23 + MMA_SM90_EXTRA_BITS, None)
+
+
+WGMMA_SM90_F8_GRID = 13
+"""Bits below the largest addend's exponent an sm_90 float8 wgmma keeps of each addend."""
+WGMMA_SM90_F8_SIGNIFICAND = 14
+"""Significand bits of the sum an sm_90 float8 wgmma writes (float32 has 24)."""
+_PTX_EMIN = {"f16": -14, "bf16": -126, "e4m3": -6, "e5m2": -14}
+
+
+def wgmma_sum_sm90(a: np.ndarray, b: np.ndarray, c: np.ndarray, types: tuple[str, str]):
+    """``wgmma.mma_async`` (one instruction: K = 16 for f16/bf16, 32 for e4m3/e5m2) as the
+    H200 computes it into float32, found by measurement: bit-equal on every output of 58
+    random 16-bit and 81 random float8 programs (``fuzz.wgmma_case``: M 64/128, N 8-256,
+    K up to 256, every major and swizzle, accum or not, operands of normal and of wide
+    exponent spread; docs/simulator.md "wgmma numerics").
+
+    16-bit operands sum as ``mma`` does (:func:`mma_sum_sm90`: addends truncated to
+    ``2^(E - 25)``, the sum rounded toward zero into float32). Float8 operands keep far
+    fewer bits: with ``E`` the largest exponent over the nonzero addends (a product's is
+    ``e(a_k) + e(b_k)``, a subnormal operand counting as its format's minimum exponent,
+    e4m3 -6 and e5m2 -14; the accumulator's is its own), every addend, the accumulator
+    included, is truncated toward zero to a multiple of ``2^(E - 13)``, the truncated
+    addends are summed exactly and the sum is truncated toward zero to 14 significand
+    bits, which float32 holds exactly. So an accumulator passed through a float8 wgmma
+    whose products are all zero loses its low 10 bits, and a K loop of float8 wgmmas
+    keeps about 14 bits however long it runs (the reason DeepGEMM adds partial sums into
+    float32 registers every few K steps). ``types`` are the PTX types of A and B
+    (``f16``, ``bf16``, ``e4m3``, ``e5m2``); ``a`` is ``(M, K)`` and ``b`` ``(K, N)``
+    values (float32 holds each exactly), ``c`` the float32 accumulator."""
+    emins = (_PTX_EMIN[types[0]], _PTX_EMIN[types[1]])
+    if types[0] in ("e4m3", "e5m2"):
+        return _aligned_sum(a, b, c, np.float32, emins, WGMMA_SM90_F8_GRID,
+                            WGMMA_SM90_F8_SIGNIFICAND)  # fmt: skip
+    return _aligned_sum(a, b, c, np.float32, emins, 23 + MMA_SM90_EXTRA_BITS, None)
+
+
+def _aligned_sum(a, b, c, out, emins: tuple[int, int], grid: int, significand: int | None):
+    """The sm_90 tensor cores' fused sum (:func:`mma_sum_sm90`, :func:`wgmma_sum_sm90`):
+    addends truncated toward zero to multiples of ``2^(E - grid)``, summed exactly, the
+    sum truncated toward zero to ``significand`` bits (None: none), then rounded into
+    ``out`` (float32 toward zero, float16 to nearest even); a zero result is +0."""
     out = np.dtype(out)
     if out not in _CANONICAL_NAN:
         raise SimError(f"mma accumulates into float32 or float16, not {out}")
-    a, b = np.asarray(a), np.asarray(b)
-    emin = _MMA_EMIN.get(a.dtype, -126)
     terms = mma_terms(a, b, c)
     exps = np.concatenate(
         [
             _exponent(np.asarray(c).astype(np.float64), None)[..., None],
-            _exponent(a.astype(np.float64), emin)[..., :, None, :]
-            + np.swapaxes(_exponent(b.astype(np.float64), emin), -1, -2)[..., None, :, :],
+            _exponent(np.asarray(a).astype(np.float64), emins[0])[..., :, None, :]
+            + np.swapaxes(_exponent(np.asarray(b).astype(np.float64), emins[1]), -1, -2)[
+                ..., None, :, :
+            ],
         ],
         axis=-1,
     )
     finite = np.isfinite(terms).all(axis=-1)
     exps = np.where(terms != 0, exps, np.iinfo(np.int32).min)
     top = np.where(finite & (terms != 0).any(axis=-1), exps.max(axis=-1), 0)
-    quantum = (top - 23 - MMA_SM90_EXTRA_BITS)[..., None]
+    quantum = (top - grid)[..., None]
     with np.errstate(invalid="ignore", over="ignore"):
         cut = np.ldexp(np.trunc(np.ldexp(terms, -quantum)), quantum)  # exact scalings
         # multiples of 2^quantum below (K + 1) 2^(top + 2): at most 32 bits, exact
         total = np.where(finite, cut.sum(axis=-1), terms.sum(axis=-1))
+        if significand is not None:
+            lsb = _exponent(total, None) - (significand - 1)
+            kept = np.ldexp(np.trunc(np.ldexp(total, -lsb)), lsb)
+            total = np.where(np.isfinite(total) & (total != 0), kept, total)
     d = _mma_round(total, out, "rz")
-    return np.where(d == 0, np.zeros((), out), d)  # a zero result is +0 (docstring)
+    return np.where(d == 0, np.zeros((), out), d)  # a zero result is +0
 
 
 def _exponent(x: np.ndarray, emin: int | None) -> np.ndarray:

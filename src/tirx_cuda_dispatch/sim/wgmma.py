@@ -6,9 +6,10 @@ fields (9.7.15.5.1.2.2), the canonical layouts as core matrices (9.7.15.5.1.2.1)
 address swizzle, and the D fragment (9.7.15.5.1.1: thread ``32 w + l``, register ``j``
 holds row ``16 w + l / 4 + 8 ((j / 2) % 2)``, column ``8 (j / 4) + 2 (l % 4) + j % 2``).
 
-The product is the exact sum rounded once to float32 (:func:`.numerics.mma_sum`; the
-H200's wgmma summation has not been measured, docs/simulator.md says what that means for
-comparisons). Asynchrony: the new D values are an effect of the warpgroup's open wgmma
+The product is summed as the H200 sums it, bit for bit (:func:`.numerics.wgmma_sum_sm90`,
+measured: 16-bit operands as ``mma`` sums them, float8 ones keeping 14 bits), for a
+kernel whose target is sm_90; without one, the exact sum rounded once to float32
+(:func:`.numerics.mma_sum`). Asynchrony: the new D values are an effect of the warpgroup's open wgmma
 group; they land at a ``wgmma.wait_group`` that completes the group. Until then reading
 or writing D's registers is an error naming the wgmma, and so is writing the shared bytes
 it reads (A and B). A wgmma chained on the accumulator of an earlier one of the same
@@ -27,7 +28,7 @@ from .calls import Table, issued_at, plain_ptx_operands, queue_register_writes
 from .errors import NotModeled, SimError
 from .interpreter import Machine
 from .memory import swizzled_address
-from .numerics import mma_sum
+from .numerics import mma_sum, wgmma_sum_sm90
 
 TABLE = Table()
 
@@ -150,7 +151,13 @@ def _wgmma_wait(m: Machine, call: Any) -> None:
     m.counters.instructions["wgmma.wait_group"] += len(m.warps())
 
 
-@TABLE.entry("tirx.ptx.wgmma_f16_ss", "tirx.ptx.wgmma_bf16_ss", "tirx.ptx.wgmma_fp8_ss")
+@TABLE.entry(
+    "tirx.ptx.wgmma_f16_ss",
+    "tirx.ptx.wgmma_bf16_ss",
+    "tirx.ptx.wgmma_fp8_ss",
+    "tirx.ptx.wgmma_f16_rs",
+    "tirx.ptx.wgmma_bf16_rs",
+)
 def _wgmma_mma(m: Machine, call: Any) -> None:
     """``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} d, a-desc,
     b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b`` and
@@ -159,25 +166,37 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
     D : 0)`` for a 64 x N tile, A (64 x K) and B (K x N, given as N x K) read from shared
     memory through their descriptors, K-major unless imm-trans says MN-major (float8
     operands are K-major: the line has no imm-trans); float8 elements are e4m3 (bias 7, no
-    infinity) or e5m2 (bias 15); scale-a/b -1 negate. The new D lands when a
-    wgmma.wait_group completes the warpgroup's group of it."""
+    infinity) or e5m2 (bias 15); scale-a/b -1 negate. The register form (``..._rs``:
+    ``d, {a0, a1, a2, a3}, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b``, f16 and
+    bf16) takes A from four .b32 registers of each thread: element ``e`` (0-7, the lower
+    half first) of thread ``32 w + l`` is A's row ``16 w + l / 4 + 8 ((e / 2) % 2)``,
+    column ``8 (e / 4) + 2 (l % 4) + e % 2`` (figure "WGMMA .m64nNk16 register fragment
+    layout for matrix A"); they are read at the issue (a write to them before the wait,
+    which the ISA forbids, is not detected). The new D lands when a wgmma.wait_group
+    completes the warpgroup's group of it."""
     parsed = plain_ptx_operands(call, "wgmma.mma_async")
     tokens = [t for t in parsed.tokens if t]
     shape = next((t for t in tokens if t.startswith("m64n")), None)
     float8 = call.op.name.endswith("fp8_ss")
+    registers_a = call.op.name.endswith("_rs")  # A from four .b32 registers per thread
     types = [t for t in tokens if t in _ELEMENT_BYTES]
     if float8:
         kk, trailing, (at, bt) = 32, 5, types[-2:]
     else:
         ab = "bf16" if "bf16" in call.op.name else "f16"
-        kk, trailing, (at, bt) = 16, 7, (ab, ab)
+        kk, trailing, (at, bt) = 16, (9 if registers_a else 7), (ab, ab)
     if shape is None or not shape.endswith(f"k{kk}"):
         raise NotModeled(f"wgmma.mma_async {tokens}: only the m64nNk16/k32 lines are modeled")
     n = int(shape[4:].split("k")[0])
     ops = parsed.operands
     regs, tail = ops[:-trailing], ops[-trailing:]
-    desc_a, desc_b, scale_d, scale_a, scale_b = tail[:5]
-    trans_a, trans_b = tail[5:] if not float8 else (None, None)
+    if registers_a:  # a0..a3, b-desc, scale-d, scale-a, scale-b, trans-b
+        a_regs, (desc_b, scale_d, scale_a, scale_b, trans_b) = tail[:4], tail[4:]
+        desc_a, trans_a = None, None
+    else:
+        a_regs = None
+        desc_a, desc_b, scale_d, scale_a, scale_b = tail[:5]
+        trans_a, trans_b = tail[5:] if not float8 else (None, None)
     what = f"wgmma.mma_async.{shape}.f32.{at}.{bt}"
     if len(regs) != n // 2:
         raise SimError(f"{what}: {len(regs)} D registers, needs {n // 2}")
@@ -195,17 +214,27 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
         d = np.stack([np.asarray(m.per_thread(m.eval(r)), dtype=np.float32) for r in regs], 1)
     else:
         d = np.zeros((m.threads, len(regs)), dtype=np.float32)
-    da = np.asarray(m.per_thread(m.eval(desc_a))).astype(np.uint64)
+    if registers_a:  # (threads, 4) .b32 words, read at the issue
+        words = np.stack([np.asarray(m.per_thread(m.eval(r))).astype(np.uint32) for r in a_regs], 1)
+        da = np.zeros(m.threads, dtype=np.uint64)
+    else:
+        da = np.asarray(m.per_thread(m.eval(desc_a))).astype(np.uint64)
     db = np.asarray(m.per_thread(m.eval(desc_b))).astype(np.uint64)
     out = np.zeros_like(d)
     reads = []
+    measured = m.arch().startswith("sm_90")  # the H200's rule; else the exact sum
     row, col = fragment(n)
     for g in groups.tolist():
         mine = np.arange(g * WARPGROUP, (g + 1) * WARPGROUP)
         if len({int(x) for x in da[mine]}) != 1 or len({int(x) for x in db[mine]}) != 1:
             raise SimError(f"{what}: the descriptors differ between the warpgroup's threads")
         memory = _shared_memory(m, what)
-        a_at = operand_bytes(decode(int(da[mine[0]])), bool(flags[0]), 64, kk, _ELEMENT_BYTES[at])
+        if registers_a:
+            a_at = np.zeros((0,), dtype=np.int64)  # no shared bytes: A is in registers
+        else:
+            a_at = operand_bytes(
+                decode(int(da[mine[0]])), bool(flags[0]), 64, kk, _ELEMENT_BYTES[at]
+            )
         b_at = operand_bytes(decode(int(db[mine[0]])), bool(flags[1]), n, kk, _ELEMENT_BYTES[bt])
         reader = np.full(a_at.size + b_at.size, mine[0])
         cells = np.concatenate([a_at.ravel(), b_at.ravel()])
@@ -216,17 +245,26 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
         snapshot = m.clocks.issue(agent, range(4 * g, 4 * g + 4))
         agents = np.full(reader.size, agent)
         cells_a, cells_b = cells[: a_at.size], cells[a_at.size :]
-        raw_a = memory.load(
-            reader[: a_at.size], cells_a, _ELEMENT_BYTES[at], m.clocks, agents[: a_at.size]
-        )
+        raw_a = None
+        if not registers_a:
+            raw_a = memory.load(
+                reader[: a_at.size], cells_a, _ELEMENT_BYTES[at], m.clocks, agents[: a_at.size]
+            )
         raw_b = memory.load(
             reader[a_at.size :], cells_b, _ELEMENT_BYTES[bt], m.clocks, agents[a_at.size :]
         )
-        a = _values(raw_a, at).reshape(64, kk) * scale[0]  # guards: TMA bytes in flight
+        if registers_a:  # each word's lower half is the even element (a_fragment)
+            halves = np.ascontiguousarray(words[mine]).view(np.uint16).reshape(-1, 8, 1)
+            a = np.zeros((64, kk), np.float32)
+            a_row, a_col = fragment(kk)
+            a[a_row, a_col] = _values(halves.view(np.uint8).reshape(-1, 8, 2), at)
+            a = a * scale[0]
+        else:
+            a = _values(raw_a, at).reshape(64, kk) * scale[0]  # guards: TMA bytes in flight
         b = _values(raw_b, bt).reshape(n, kk).T * scale[1]
         c = np.zeros((64, n), np.float32)
         c[row, col] = np.where(keep[mine][:, None], d[mine], 0.0)
-        full = mma_sum(a, b, c, np.float32)
+        full = wgmma_sum_sm90(a, b, c, (at, bt)) if measured else mma_sum(a, b, c, np.float32)
         out[mine] = full[row, col]
         read = np.concatenate([
             (cells_a[:, None] + np.arange(_ELEMENT_BYTES[at])).ravel(),
