@@ -24,16 +24,35 @@ def test_every_call_is_ours_and_p_v_takes_a_from_registers():
     assert "shfl.xor 1/2" in row_max.plan["schedule"]  # a row lives in a quad of lanes
 
 
+SHAPES = [  # (query heads, key/value heads, sequence, head dim)
+    (2, 2, 128, 64),
+    (1, 1, 192, 128),
+    (4, 2, 150, 64),  # grouped-query heads, a partial last block and key tile
+    (2, 1, 100, 128),
+    (1, 1, 64, 256),
+]
+
+
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", [(2, 128, 64), (1, 192, 128)], ids=["d64", "d128"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "h{}-kv{}-s{}-d{}".format(*s))
 def test_equals_numpy(shape, causal, where, gpu):
-    args = attention.inputs(*shape, seed=1)
-    func = attention.attention_kernel(*shape, causal=causal)
+    """Every configuration against float64 numpy within the bound (O and LSE poisoned
+    first, so a row left unwritten fails)."""
+    heads, kv_heads, seq, d = shape
+    args = attention.inputs(heads, seq, d, seed=1, kv_heads=kv_heads)
+    func = attention.attention_kernel(heads, seq, d, causal=causal, kv_heads=kv_heads)
     out = execute(func, args, where, gpu, pipeline=STRICT)
     assert attention.close(out[3], out[4], *args[:3], causal=causal) is None
     # the control: the other reading of the mask is far off
     assert attention.close(out[3], out[4], *args[:3], causal=not causal) is not None
+
+
+def test_every_region_is_proved():
+    """Partial blocks, grouped heads, causal loops to the diagonal: no region undecided."""
+    for heads, kv_heads, seq, d in SHAPES:
+        func = attention.attention_kernel(heads, seq, d, causal=True, kv_heads=kv_heads)
+        assert not [r.bounds_undecided for r in explain(func, "sm_90a") if r.bounds_undecided]
 
 
 def test_a_dropped_rescale_is_caught_by_the_comparison():
@@ -53,3 +72,59 @@ def test_a_dropped_wgmma_wait_is_reported_by_the_simulator():
 def test_shapes_it_does_not_take_are_an_error():
     with pytest.raises(ValueError, match="head dim 96"):
         attention.attention_kernel(1, 128, 96)
+    with pytest.raises(ValueError, match="3 query heads in groups over 2"):
+        attention.attention_kernel(3, 128, 64, kv_heads=2)
+
+
+# -- the warp-specialized kernel (FA3's structure) ----------------------------------------------
+WS_SHAPES = [(2, 1, 256, 64), (1, 1, 256, 128)]  # (heads, kv heads, seq, head dim)
+
+
+def _flat(args):
+    return [a.reshape(-1, a.shape[-1]) for a in args]
+
+
+def test_the_warp_specialized_kernel_is_all_ours_with_the_register_split():
+    func = attention.attention_ws_kernel(2, 256, 64, kv_heads=1)
+    report = explain(func, "sm_90a")
+    assert [r.index for r in report if r.variant is None] == []
+    variants = [r.variant for r in report]
+    assert variants.count("tma_auto") == 3 and variants.count("wgmma") == 2
+    assert "threadwise" in variants  # m_old <- m_new in registers
+    assert not [r.bounds_undecided for r in report if r.bounds_undecided]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", WS_SHAPES, ids=lambda s: "h{}-kv{}-s{}-d{}".format(*s))
+def test_the_warp_specialized_kernel_equals_numpy(shape, causal, where, gpu):
+    """The producer's TMA ring and two consumers scheduled apart in the simulator (a
+    consumer waits on a stage its producer fills later in program order), equal to
+    float64 within the bound; O and LSE poisoned first."""
+    heads, kv_heads, seq, d = shape
+    args = attention.inputs(heads, seq, d, seed=4, kv_heads=kv_heads)
+    func = attention.attention_ws_kernel(heads, seq, d, causal=causal, kv_heads=kv_heads)
+    out = execute(func, _flat(args), where, gpu, pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3], causal=causal) is None
+
+
+@pytest.mark.parametrize(
+    "omit, expect",
+    [
+        ("full_wait", r"race on pool byte .*wgmma reads it after a TMA copy"),
+        ("empty_arrive", r"deadlock: no warp can run.*2 of 2 arrivals still pending"),
+    ],
+)
+def test_a_missing_wait_or_arrival_is_named_by_the_simulator(omit, expect):
+    args = _flat(attention.inputs(1, 256, 64, seed=5))
+    with pytest.raises(sim.SimError, match=expect):
+        sim.run(attention.attention_ws_kernel(1, 256, 64, omit=omit), args, target="sm_90a")
+
+
+def test_the_warp_specialized_kernel_without_the_rescale_is_caught():
+    args = attention.inputs(1, 256, 64, seed=5)
+    out = sim.run(attention.attention_ws_kernel(1, 256, 64, omit="rescale"), _flat(args),
+                  target="sm_90a")  # fmt: skip
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert "outputs of O" in attention.close(o, lse, *args[:3])

@@ -1,3 +1,3 @@
 """Variants of the ``copy`` op (one module per variant, named after it)."""
 
-from . import gmem_smem, ldstmatrix, local, reg, tvm_names  # noqa: F401  (registers them)
+from . import gmem_smem, ldstmatrix, local, reg, threadwise, tvm_names  # noqa: F401
