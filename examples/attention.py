@@ -60,6 +60,39 @@ def k_major(rows: int, d: int) -> ComposeLayout:
     return ComposeLayout(3, 3, 3, TileLayout(S[(rows, d // 64, 64) : (64, rows * 64, 1)]))
 
 
+def online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_sum, l_tile, rescale: bool) -> None:
+    """One key tile's online softmax on the accumulator's rows (S already in base 2 and
+    masked), emitted into the kernel being parsed: the tile's row max (``max -> local``:
+    in-thread folds and two shuffles over the quad of lanes a row lives in), the new
+    running max, ``alpha = exp2(m_old - m_new)``, ``P = exp2(S - m_new)`` (the row vector
+    broadcast over the columns), ``l = l alpha + rowsum(P)``, ``O = O alpha`` (unless
+    ``rescale`` is False: a broken kernel), ``m_old = m_new`` (``copy -> threadwise``),
+    and P rounded to float16 in ``P16``: wgmma's A fragment, for O += P V."""
+    Tx.wg.max(m_new[:, :], S_r[:, :], axes=[-1])
+    Tx.wg.maximum(m_new[:, :], m_new[:, :], m_old[:, :])
+    Tx.wg.sub(alpha[:, :], m_old[:, :], m_new[:, :])
+    Tx.wg.exp2(alpha[:, :], alpha[:, :])
+    Tx.wg.sub(S_r[:, :], S_r[:, :], m_new[:, :])
+    Tx.wg.exp2(S_r[:, :], S_r[:, :])
+    Tx.wg.sum(l_tile[:, :], S_r[:, :], axes=[-1])
+    Tx.wg.fma(l_sum[:, :], l_sum[:, :], alpha[:, :], l_tile[:, :])
+    if rescale:
+        Tx.wg.mul(O_r[:, :], O_r[:, :], alpha[:, :])
+    Tx.wg.copy(m_old[:, :], m_new[:, :])
+    Tx.wg.cast(P16[:, :], S_r[:, :])
+
+
+def finish(O_r, O16, m_old, l_sum, l_tile) -> None:
+    """O / l rounded to float16 once into ``O16``; the rows' LSE, ``(m + log2 l) ln 2``,
+    into ``l_tile``."""
+    Tx.wg.reciprocal(l_tile[:, :], l_sum[:, :])
+    Tx.wg.mul(O_r[:, :], O_r[:, :], l_tile[:, :])
+    Tx.wg.cast(O16[:, :], O_r[:, :])
+    Tx.wg.log2(l_tile[:, :], l_sum[:, :])
+    Tx.wg.add(l_tile[:, :], l_tile[:, :], m_old[:, :])
+    Tx.wg.mul(l_tile[:, :], l_tile[:, :], T.float32(math.log(2.0)))
+
+
 def attention_kernel(
     heads: int,
     seq: int,
@@ -171,19 +204,7 @@ def attention_kernel(
                 Tx.wg.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
                              lambda i, j: k0 + j < seq)  # noqa: B023 (parsed here)
             # the online softmax on the accumulator's rows
-            Tx.wg.max(m_new[:, :], S_r[:, :], axes=[-1])
-            Tx.wg.maximum(m_new[:, :], m_new[:, :], m_old[:, :])
-            Tx.wg.sub(alpha[:, :], m_old[:, :], m_new[:, :])
-            Tx.wg.exp2(alpha[:, :], alpha[:, :])
-            Tx.wg.sub(S_r[:, :], S_r[:, :], m_new[:, :])
-            Tx.wg.exp2(S_r[:, :], S_r[:, :])
-            Tx.wg.sum(l_tile[:, :], S_r[:, :], axes=[-1])
-            Tx.wg.fma(l_sum[:, :], l_sum[:, :], alpha[:, :], l_tile[:, :])
-            if rescale:
-                Tx.wg.mul(O_r[:, :], O_r[:, :], alpha[:, :])
-            Tx.wg.copy(m_old[:, :], m_new[:, :])  # copy -> threadwise: registers in place
-            # P in float16 is wgmma's A fragment: O += P V from registers
-            Tx.wg.cast(P16[:, :], S_r[:, :])
+            online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_sum, l_tile, rescale)
             Tx.wg.gemm_async(O_r[:, :], P16[:, :], V_s[:, :], transA=False, transB=True,
                              accum=True)
             T.ptx["wgmma.commit_group.sync.aligned"]()
@@ -192,12 +213,7 @@ def attention_kernel(
             T.cuda.cta_sync()  # every warp is past its reads of K_s and V_s
         if not wait_pv:
             T.ptx["wgmma.wait_group.sync.aligned"](0)
-        Tx.wg.reciprocal(l_tile[:, :], l_sum[:, :])
-        Tx.wg.mul(O_r[:, :], O_r[:, :], l_tile[:, :])
-        Tx.wg.cast(O16[:, :], O_r[:, :])
-        Tx.wg.log2(l_tile[:, :], l_sum[:, :])
-        Tx.wg.add(l_tile[:, :], l_tile[:, :], m_old[:, :])
-        Tx.wg.mul(l_tile[:, :], l_tile[:, :], T.float32(math.log(2.0)))
+        finish(O_r, O16, m_old, l_sum, l_tile)
         # out through shared memory (Q's stage, read by no wgmma any more): rows past the
         # end of a partial block are not stored
         Tx.wg.copy(O_s[:, :], O16[:, :])
@@ -352,18 +368,7 @@ def attention_ws_kernel(
                 if causal:
                     Tx.wg.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
                                  lambda i, j: t * BN + j <= q0 + i)  # noqa: B023
-                Tx.wg.max(m_new[:, :], S_r[:, :], axes=[-1])
-                Tx.wg.maximum(m_new[:, :], m_new[:, :], m_old[:, :])
-                Tx.wg.sub(alpha[:, :], m_old[:, :], m_new[:, :])
-                Tx.wg.exp2(alpha[:, :], alpha[:, :])
-                Tx.wg.sub(S_r[:, :], S_r[:, :], m_new[:, :])
-                Tx.wg.exp2(S_r[:, :], S_r[:, :])
-                Tx.wg.sum(l_tile[:, :], S_r[:, :], axes=[-1])
-                Tx.wg.fma(l_sum[:, :], l_sum[:, :], alpha[:, :], l_tile[:, :])
-                if rescale:
-                    Tx.wg.mul(O_r[:, :], O_r[:, :], alpha[:, :])
-                Tx.wg.copy(m_old[:, :], m_new[:, :])
-                Tx.wg.cast(P16[:, :], S_r[:, :])
+                online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_sum, l_tile, rescale)
                 Tx.wg.gemm_async(O_r[:, :], P16[:, :], V_s[s, :, :], transA=False,
                                  transB=True, accum=True)
                 T.ptx["wgmma.commit_group.sync.aligned"]()
@@ -371,13 +376,8 @@ def attention_ws_kernel(
                 if arrive_empty:
                     if tid_wg == 0:  # this consumer is done with the stage
                         T.ptx["mbarrier.arrive.shared.b64"](bars.ptr_to([1 + stages + s]))
-            Tx.wg.reciprocal(l_tile[:, :], l_sum[:, :])
-            Tx.wg.mul(O_r[:, :], O_r[:, :], l_tile[:, :])
-            Tx.wg.cast(O16[:, :], O_r[:, :])
+            finish(O_r, O16, m_old, l_sum, l_tile)
             Tx.wg.copy(Out[h * seq + q0 : h * seq + q0 + BM, :], O16[:, :])
-            Tx.wg.log2(l_tile[:, :], l_sum[:, :])
-            Tx.wg.add(l_tile[:, :], l_tile[:, :], m_old[:, :])
-            Tx.wg.mul(l_tile[:, :], l_tile[:, :], T.float32(math.log(2.0)))
             Tx.wg.copy(LSE[h * seq + q0 : h * seq + q0 + BM, :], l_tile[:, :])
     # fmt: on
     return attention_ws

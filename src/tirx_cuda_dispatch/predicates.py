@@ -156,3 +156,20 @@ def tma_coordinates(call: TileCall, glob: Operand, store: bool) -> Result:
                 "at 0 or later"
             )
     return True, None
+
+
+def requires_no_register_config(call: TileCall) -> Result:
+    """No config keys on a register -> register copy: cache hints and the like name
+    memory, which it never touches."""
+    if call.config:
+        keys = ", ".join(f"{k}={v}" for k, v in call.config.items())
+        return False, f"config {keys} has no meaning for a register->register copy"
+    return True, None
+
+
+def requires_byte_elements(call: TileCall) -> Result:
+    """src's elements are a byte or more: each is one load or register move of its own."""
+    src = call.operand("src")
+    if src.elem_bits < 8:
+        return False, f"{src.dtype} elements are narrower than a byte; needs 8 bits or more"
+    return True, None

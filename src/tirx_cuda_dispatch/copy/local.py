@@ -30,7 +30,13 @@ from ..irfacts import as_int
 from ..layout.atoms import common_refinement, memory_view
 from ..layout.partition import Dim, dims_offset
 from ..layout.vector import vector_candidates, vector_misfit
-from ..predicates import requires_cuda, requires_memory_pair, requires_scope, requires_valid_copy
+from ..predicates import (
+    requires_cuda,
+    requires_memory_pair,
+    requires_no_register_config,
+    requires_scope,
+    requires_valid_copy,
+)
 from ..registry import variant
 
 REGISTER_BITS = 32  # one register: wider words would be several registers each
@@ -45,14 +51,6 @@ def requires_registers_only(call: TileCall) -> tuple[bool, str | None]:
                 f"{opnd.role} {opnd.name}'s layout names thread axes {axes}; a thread's "
                 "register copy needs layouts over its own registers only"
             )
-    return True, None
-
-
-def requires_no_config(call: TileCall) -> tuple[bool, str | None]:
-    """No config keys: cache hints and the like mean nothing between registers."""
-    if call.config:
-        keys = ", ".join(f"{k}={v}" for k, v in call.config.items())
-        return False, f"config {keys} has no meaning for a register->register copy"
     return True, None
 
 
@@ -186,7 +184,7 @@ def _fuse(dims: list[Dim]) -> list[Dim]:
         requires_valid_copy,
         requires_memory_pair((("local", "local"),)),
         requires_registers_only,
-        requires_no_config,
+        requires_no_register_config,
     ],
     plan=plan,
 )

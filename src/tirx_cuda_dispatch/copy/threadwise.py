@@ -27,30 +27,17 @@ from ..errors import Decline
 from ..layout.register import register_table, register_view
 from ..predicates import (
     requires_all_threads_active,
+    requires_byte_elements,
     requires_cuda,
     requires_memory_pair,
+    requires_no_register_config,
     requires_scope,
     requires_valid_copy,
 )
 from ..registry import variant
 from ..scopes import SCOPES
 
-
-# -- predicates --------------------------------------------------------------------------
-def requires_whole_bytes(call: TileCall) -> tuple[bool, str | None]:
-    """Elements of a byte or more: each is one register move."""
-    src = call.operand("src")
-    if src.elem_bits < 8:
-        return False, f"{src.dtype} elements are narrower than a byte; needs 8 bits or more"
-    return True, None
-
-
-def requires_no_config(call: TileCall) -> tuple[bool, str | None]:
-    """No config keys: cache hints and the like mean nothing between registers."""
-    if call.config:
-        keys = ", ".join(f"{k}={v}" for k, v in call.config.items())
-        return False, f"config {keys} has no meaning for a register->register copy"
-    return True, None
+# -- predicates: the shared ones of predicates.py (see the registration) -----------------
 
 
 # -- the plan ----------------------------------------------------------------------------
@@ -122,8 +109,8 @@ def plan(call: TileCall) -> ThreadwisePlan:
         requires_all_threads_active,
         requires_valid_copy,
         requires_memory_pair((("local", "local"),)),
-        requires_whole_bytes,
-        requires_no_config,
+        requires_byte_elements,
+        requires_no_register_config,
     ],
     plan=plan,
 )

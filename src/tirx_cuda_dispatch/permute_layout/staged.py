@@ -38,6 +38,7 @@ from ..irfacts import as_int
 from ..layout.atoms import MemoryView, memory_view
 from ..predicates import (
     requires_all_threads_active,
+    requires_byte_elements,
     requires_cuda,
     requires_memory_pair,
     requires_scope,
@@ -50,13 +51,7 @@ SYNC = {"warp": "__syncwarp", "cta": "bar.sync 0"}
 BANKS, BANK_BYTES = 32, 4
 
 
-# -- predicates --------------------------------------------------------------------------
-def requires_whole_bytes(call: TileCall) -> tuple[bool, str | None]:
-    """Elements of a byte or more: each is one load and one store of its own."""
-    src = call.operand("src")
-    if src.elem_bits < 8:
-        return False, f"{src.dtype} elements are narrower than a byte; needs 8 bits or more"
-    return True, None
+# -- predicates: the shared ones of predicates.py (see the registration) -----------------
 
 
 # -- the plan ----------------------------------------------------------------------------
@@ -157,7 +152,7 @@ def plan(call: TileCall) -> StagedPlan:
         requires_scope(*SYNC),
         requires_valid_copy,
         requires_memory_pair(tuple((a, b) for a in MEMORIES for b in MEMORIES)),
-        requires_whole_bytes,
+        requires_byte_elements,
         requires_all_threads_active,
     ],
     plan=plan,
