@@ -3,8 +3,8 @@ the row log-sum-exp, causal or not, any sequence length, grouped-query heads, on
 warpgroup per 64 query rows (a first step toward issue 33's kernel: not warp-specialized,
 no TMA).
 
-Q and O are float16 ``[B*H, S, D]``, K and V ``[B*H_kv, S, D]`` (D 64, 128 or 256), LSE
-float32 ``[B*H, S, 1]`` (natural log). Each CTA of one warpgroup takes 64 query rows of one head:
+Q and O are float16 or bfloat16 ``[B*H, S, D]``, K and V ``[B*H_kv, S, D]`` (D 64, 128 or
+256), LSE float32 ``[B*H, S, 1]`` (natural log). Each CTA of one warpgroup takes 64 query rows of one head:
 
 - Q's 64 x D tile into 128-byte swizzled shared memory once (K-major: ``copy -> gmem_smem``);
 - per 64-row tile of K and V: both into shared memory (K K-major, V as N-major B), a
@@ -15,17 +15,17 @@ float32 ``[B*H, S, 1]`` (natural log). Each CTA of one warpgroup takes 64 query 
   rows a quad of lanes hold), the new running max, ``alpha = exp2(m_old - m_new)``,
   ``P = exp2(S - m_new)`` (the row vector broadcast over the columns), the row sums;
   ``l = l alpha + rowsum(P)``, ``O = O alpha``;
-- P cast to float16 in the same registers, which is already wgmma's A fragment, and
+- P cast to Q's type in the same registers, which is already wgmma's A fragment, and
   O += P V with ``gemm_async -> wgmma`` taking A from registers (the register form
   FlashAttention-3 uses: no trip through shared memory);
-- at the end O / l rounded to float16 once, and LSE = (m + log2(l)) ln 2.
+- at the end O / l rounded to O's type once, and LSE = (m + log2(l)) ln 2.
 
 :func:`attention_ws_kernel` is FlashAttention-3's structure for sequences a multiple of
 128: a producer warpgroup (``setmaxnreg.dec``) whose first thread loads Q and a ring of
 K/V tiles with TMA on full/empty mbarriers, and two consumer warpgroups
-(``setmaxnreg.inc``) of 64 query rows each running the loop above; the simulator
-schedules the three warpgroups apart. Ping-pong between the consumers and the softmax
-under the next tile's wgmma are not built yet.
+(``setmaxnreg.inc``) of 64 query rows each running the loop above, taking turns to issue
+their Q K^T at two named barriers (ping-pong); the simulator schedules the three
+warpgroups apart. The softmax under the same consumer's next wgmma is not built yet.
 
 ``python examples/attention.py`` prints the explain() report and checks small heads of
 both kernels in the CPU simulator against float64 numpy.
@@ -37,6 +37,7 @@ import math
 import sys
 
 import numpy as np
+from tvm import tirx
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import ComposeLayout, R, S, TileLayout, tid_in_wg
@@ -46,6 +47,7 @@ from tirx_cuda_dispatch import demos
 BM = 64  # query rows per CTA: one warpgroup's wgmma tile
 BN = 64  # key rows per step
 LOG2E = 1.4426950408889634
+DTYPES = ("float16", "bfloat16")  # Q, K, V, O; P rounded to it for P V
 
 
 def row_layout() -> TileLayout:
@@ -100,6 +102,7 @@ def attention_kernel(
     causal: bool = False,
     kv_heads: int | None = None,
     omit: str | None = None,
+    dtype: str = "float16",
 ):
     """The kernel for ``heads`` (B*H) query heads of ``seq`` rows, head dim ``d``, and
     ``kv_heads`` key/value heads (grouped-query attention: query head ``h`` reads key/value
@@ -111,12 +114,15 @@ def attention_kernel(
     tests' negative controls: ``"wait"`` drops the wait of the P V wgmma, ``"rescale"``
     drops ``O = O alpha``."""
     kv_heads = heads if kv_heads is None else kv_heads
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
     if d not in (64, 128, 256) or seq < 1 or heads % kv_heads:
         raise ValueError(
             f"head dim {d} (64, 128 or 256), seq {seq} (1 or more), {heads} query heads in "
             f"groups over {kv_heads} key/value heads"
         )
     group = heads // kv_heads
+    zero = tirx.const(0.0, dtype)
     scale = LOG2E / math.sqrt(d)  # softmax in base 2
     acc_s = demos.wgmma_accumulator_layout(BN, 1)
     acc_o = demos.wgmma_accumulator_layout(d, 1)
@@ -134,10 +140,10 @@ def attention_kernel(
     @T.prim_func
     def attention(Q_ptr: T.handle, K_ptr: T.handle, V_ptr: T.handle, O_ptr: T.handle,
                   LSE_ptr: T.handle):
-        Q = T.match_buffer(Q_ptr, (heads, seq, d), "float16")
-        K = T.match_buffer(K_ptr, (kv_heads, seq, d), "float16")
-        V = T.match_buffer(V_ptr, (kv_heads, seq, d), "float16")
-        Out = T.match_buffer(O_ptr, (heads, seq, d), "float16")
+        Q = T.match_buffer(Q_ptr, (heads, seq, d), dtype)
+        K = T.match_buffer(K_ptr, (kv_heads, seq, d), dtype)
+        V = T.match_buffer(V_ptr, (kv_heads, seq, d), dtype)
+        Out = T.match_buffer(O_ptr, (heads, seq, d), dtype)
         LSE = T.match_buffer(LSE_ptr, (heads, seq, 1), "float32")
         T.device_entry()
         qb, h = T.cta_id([qbs, heads])
@@ -145,18 +151,18 @@ def attention_kernel(
         T.warp_id_in_wg([4])
         T.lane_id([32])
         T.thread_id([128])
-        pool = T.alloc_buffer((BM * d + 2 * BN * d,), "float16", scope="shared.dyn", align=1024)
-        Q_s = T.decl_buffer((BM, d), "float16", pool.data, scope="shared.dyn", layout=q_l)
-        K_s = T.decl_buffer((BN, d), "float16", pool.data, elem_offset=BM * d,
+        pool = T.alloc_buffer((BM * d + 2 * BN * d,), dtype, scope="shared.dyn", align=1024)
+        Q_s = T.decl_buffer((BM, d), dtype, pool.data, scope="shared.dyn", layout=q_l)
+        K_s = T.decl_buffer((BN, d), dtype, pool.data, elem_offset=BM * d,
                             scope="shared.dyn", layout=k_l)
-        V_s = T.decl_buffer((BN, d), "float16", pool.data, elem_offset=BM * d + BN * d,
+        V_s = T.decl_buffer((BN, d), dtype, pool.data, elem_offset=BM * d + BN * d,
                             scope="shared.dyn", layout=v_l)
-        O_s = T.decl_buffer((BM, d), "float16", pool.data, scope="shared.dyn", layout=o_l)
+        O_s = T.decl_buffer((BM, d), dtype, pool.data, scope="shared.dyn", layout=o_l)
         lse_s = T.alloc_buffer((BM, 1), "float32", scope="shared", layout=TileLayout(S[BM, 1]))
         S_r = T.alloc_buffer((BM, BN), "float32", scope="local", layout=acc_s)
-        P16 = T.alloc_buffer((BM, BN), "float16", scope="local", layout=acc_s)
+        P16 = T.alloc_buffer((BM, BN), dtype, scope="local", layout=acc_s)
         O_r = T.alloc_buffer((BM, d), "float32", scope="local", layout=acc_o)
-        O16 = T.alloc_buffer((BM, d), "float16", scope="local", layout=acc_o)
+        O16 = T.alloc_buffer((BM, d), dtype, scope="local", layout=acc_o)
         m_old = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         m_new = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         alpha = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
@@ -168,7 +174,7 @@ def attention_kernel(
             if qb < qbs - 1:
                 Tx.cta.copy(Q_s[:, :], Q[h, q0 : q0 + BM, :])
             else:
-                Tx.cta.fill(pool[0:kv0], T.float16(0.0))
+                Tx.cta.fill(pool[0:kv0], zero)
                 T.cuda.cta_sync()
                 Tx.cta.copy(Q_s[0:q_tail, :], Q[h, q0 : q0 + q_tail, :])
         else:
@@ -183,7 +189,7 @@ def attention_kernel(
                     Tx.cta.copy(K_s[:, :], K[kv, k0 : k0 + BN, :])
                     Tx.cta.copy(V_s[:, :], V[kv, k0 : k0 + BN, :])
                 else:
-                    Tx.cta.fill(pool[kv0:kv1], T.float16(0.0))
+                    Tx.cta.fill(pool[kv0:kv1], zero)
                     T.cuda.cta_sync()
                     Tx.cta.copy(K_s[0:k_tail, :], K[kv, k0 : k0 + k_tail, :])
                     Tx.cta.copy(V_s[0:k_tail, :], V[kv, k0 : k0 + k_tail, :])
@@ -236,7 +242,8 @@ def attention_kernel(
 WS_ROWS = 128  # query rows per CTA in the warp-specialized kernel: two consumers of 64
 CONSUMERS = 2
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
-WS_OMITS = (None, "full_wait", "empty_arrive", "rescale")
+WS_OMITS = (None, "full_wait", "empty_arrive", "rescale", "first_turn")
+TURNS = (1, 2)  # the consumers' named barriers for their Q K^T turns (0 is the CTA's)
 
 
 def attention_ws_kernel(
@@ -247,6 +254,8 @@ def attention_ws_kernel(
     kv_heads: int | None = None,
     stages: int = 2,
     omit: str | None = None,
+    dtype: str = "float16",
+    pingpong: bool = True,
 ):
     """FlashAttention-3's structure: per CTA 128 query rows of one head and three
     warpgroups. Warpgroup 0, the producer, gives registers back (``setmaxnreg.dec``) and
@@ -259,10 +268,16 @@ def attention_ws_kernel(
     and free the stage. Q, K, V, O are given flat, ``[heads * seq, d]`` (K and V
     ``[kv_heads * seq, d]``), LSE ``[heads * seq, 1]``; ``seq`` a multiple of 128. Causal
     kernels load the tiles up to the CTA's diagonal; a consumer's tile past its own rows
-    is masked whole (it adds nothing). Not built yet: ping-pong between the consumers and
-    the softmax of one tile under the next tile's Q K^T (FA3's overlap). ``omit`` breaks
-    it: ``"full_wait"``, ``"empty_arrive"``, ``"rescale"``."""
+    is masked whole (it adds nothing). ``pingpong``: the consumers take turns issuing
+    their Q K^T (FA3's warp scheduler barriers: consumer ``c`` waits at named barrier
+    ``TURNS[c]`` for 256 threads, issues, and arrives at the other's; consumer 1 grants
+    the first turn), so one's softmax runs while the other's wgmma does. Not built yet:
+    the softmax of one tile under the same consumer's next Q K^T. ``omit`` breaks it:
+    ``"full_wait"``, ``"empty_arrive"``, ``"rescale"``, ``"first_turn"`` (nobody grants
+    the first turn: a deadlock)."""
     kv_heads = heads if kv_heads is None else kv_heads
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
     if d not in (64, 128) or seq % WS_ROWS or heads % kv_heads or omit not in WS_OMITS:
         raise ValueError(
             f"head dim {d} (64 or 128), seq {seq} (a multiple of {WS_ROWS}), {heads} query "
@@ -286,15 +301,16 @@ def attention_ws_kernel(
     kts = seq // BN
     wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
     rescale = omit != "rescale"
+    first_turn = omit != "first_turn"
 
     # fmt: off
     @T.prim_func
     def attention_ws(Q_ptr: T.handle, K_ptr: T.handle, V_ptr: T.handle, O_ptr: T.handle,
                      LSE_ptr: T.handle):
-        Q = T.match_buffer(Q_ptr, (heads * seq, d), "float16")
-        K = T.match_buffer(K_ptr, (kv_heads * seq, d), "float16")
-        V = T.match_buffer(V_ptr, (kv_heads * seq, d), "float16")
-        Out = T.match_buffer(O_ptr, (heads * seq, d), "float16")
+        Q = T.match_buffer(Q_ptr, (heads * seq, d), dtype)
+        K = T.match_buffer(K_ptr, (kv_heads * seq, d), dtype)
+        V = T.match_buffer(V_ptr, (kv_heads * seq, d), dtype)
+        Out = T.match_buffer(O_ptr, (heads * seq, d), dtype)
         LSE = T.match_buffer(LSE_ptr, (heads * seq, 1), "float32")
         T.device_entry()
         qb, h = T.cta_id([seq // WS_ROWS, heads])
@@ -303,19 +319,19 @@ def attention_ws_kernel(
         T.lane_id([32])
         tid_wg = T.thread_id_in_wg([128])
         tid = T.thread_id([(1 + CONSUMERS) * 128])
-        pool = T.alloc_buffer((pool_elems,), "float16", scope="shared.dyn", align=1024)
-        Q_s = T.decl_buffer((WS_ROWS, d), "float16", pool.data, elem_offset=q_at,
+        pool = T.alloc_buffer((pool_elems,), dtype, scope="shared.dyn", align=1024)
+        Q_s = T.decl_buffer((WS_ROWS, d), dtype, pool.data, elem_offset=q_at,
                             scope="shared.dyn", layout=q_l)
-        K_s = T.decl_buffer((stages, BN, d), "float16", pool.data, elem_offset=k_at,
+        K_s = T.decl_buffer((stages, BN, d), dtype, pool.data, elem_offset=k_at,
                             scope="shared.dyn", layout=kv_l)
-        V_s = T.decl_buffer((stages, BN, d), "float16", pool.data, elem_offset=v_at,
+        V_s = T.decl_buffer((stages, BN, d), dtype, pool.data, elem_offset=v_at,
                             scope="shared.dyn", layout=kv_l)
         bars = T.decl_buffer((1 + 2 * stages,), "uint64", pool.data, elem_offset=bars_at,
                              scope="shared.dyn")  # Q, full[stages], empty[stages]
         S_r = T.alloc_buffer((BM, BN), "float32", scope="local", layout=acc_s)
-        P16 = T.alloc_buffer((BM, BN), "float16", scope="local", layout=acc_s)
+        P16 = T.alloc_buffer((BM, BN), dtype, scope="local", layout=acc_s)
         O_r = T.alloc_buffer((BM, d), "float32", scope="local", layout=acc_o)
-        O16 = T.alloc_buffer((BM, d), "float16", scope="local", layout=acc_o)
+        O16 = T.alloc_buffer((BM, d), dtype, scope="local", layout=acc_o)
         m_old = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         m_new = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         alpha = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
@@ -356,13 +372,21 @@ def attention_ws_kernel(
             Tx.wg.fill(m_old[:, :], T.float32(-math.inf))
             Tx.wg.fill(l_sum[:, :], T.float32(0.0))
             T.cuda.mbarrier_wait(bars.ptr_to([0]), 0)
+            if pingpong and first_turn:
+                if c == 1:  # consumer 0 issues first
+                    T.ptx.bar.arrive(TURNS[0], 256)
             for t in T.serial(n_tiles):
                 s = T.meta_var(t % stages)
                 if wait_full:
                     T.cuda.mbarrier_wait(bars.ptr_to([1 + s]), (t // stages) % 2)
+                if pingpong:  # my turn to issue: the other consumer's wgmma is issued
+                    T.ptx.bar.sync(T.Cast("uint32", TURNS[0] + c), 256)
                 Tx.wg.gemm_async(S_r[:, :], Q_s[c * BM : c * BM + BM, :], K_s[s, :, :],
                                  transA=False, transB=False)
                 T.ptx["wgmma.commit_group.sync.aligned"]()
+                if pingpong:  # the other consumer's turn (consumer 0's next one, if any)
+                    if c == 0 or t < n_tiles - 1:
+                        T.ptx.bar.arrive(T.Cast("uint32", TURNS[1] - c), 256)
                 T.ptx["wgmma.wait_group.sync.aligned"](0)
                 Tx.wg.mul(S_r[:, :], S_r[:, :], T.float32(scale))
                 if causal:
@@ -384,14 +408,22 @@ def attention_ws_kernel(
 
 
 def inputs(
-    heads: int, seq: int, d: int, seed: int = 0, kv_heads: int | None = None
+    heads: int,
+    seq: int,
+    d: int,
+    seed: int = 0,
+    kv_heads: int | None = None,
+    dtype: str = "float16",
 ) -> list[np.ndarray]:
-    """Q, K, V random float16 (standard normal), O and LSE poisoned (NaN)."""
+    """Q, K, V random (standard normal) in ``dtype``, O and LSE poisoned (NaN)."""
+    import ml_dtypes
+
+    kind = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
     rng = np.random.default_rng(seed)
     kv_heads = heads if kv_heads is None else kv_heads
-    q = rng.standard_normal((heads, seq, d)).astype(np.float16)
-    k, v = (rng.standard_normal((kv_heads, seq, d)).astype(np.float16) for _ in range(2))
-    o = np.full((heads, seq, d), np.nan, np.float16)
+    q = rng.standard_normal((heads, seq, d)).astype(kind)
+    k, v = (rng.standard_normal((kv_heads, seq, d)).astype(kind) for _ in range(2))
+    o = np.full((heads, seq, d), np.nan, kind)
     lse = np.full((heads, seq, 1), np.nan, np.float32)
     return [q, k, v, o, lse]
 
@@ -411,12 +443,13 @@ def reference(q, k, v, causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
 
 
 def close(o: np.ndarray, lse: np.ndarray, q, k, v, causal: bool = False) -> str | None:
-    """O within ``2^-9 max |V|`` of float64 (P rounded to float16 before P V: 2^-11 of each
-    weight, and O rounded to float16 once) and LSE within ``2^-16 (1 + |LSE|)``; None if
-    so, else what is off."""
+    """O within ``4 u max |V|`` of float64, ``u`` the unit roundoff of O's type (2^-11 for
+    float16, 2^-8 for bfloat16: P is rounded to it before P V, each weight by ``u``, and O
+    once at the end), and LSE within ``2^-16 (1 + |LSE|)``; None if so, else what is off."""
     want_o, want_lse = reference(q, k, v, causal)
+    unit = 2.0**-11 if o.dtype == np.float16 else 2.0**-8
     err_o = np.abs(o.astype(np.float64) - want_o)
-    bound_o = 2.0**-9 * np.abs(v.astype(np.float64)).max()
+    bound_o = 4 * unit * np.abs(v.astype(np.float64)).max()
     err_lse = np.abs(lse.astype(np.float64) - want_lse)
     bad_o = int(np.count_nonzero(~(err_o <= bound_o)))
     bad_lse = int(np.count_nonzero(~(err_lse <= 2.0**-16 * (1 + np.abs(want_lse)))))

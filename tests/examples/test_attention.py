@@ -114,6 +114,7 @@ def test_the_warp_specialized_kernel_equals_numpy(shape, causal, where, gpu):
     [
         ("full_wait", r"race on pool byte .*wgmma reads it after a TMA copy"),
         ("empty_arrive", r"deadlock: no warp can run.*2 of 2 arrivals still pending"),
+        ("first_turn", r"deadlock: no warp can run.*wait at bar.sync 2, 256"),
     ],
 )
 def test_a_missing_wait_or_arrival_is_named_by_the_simulator(omit, expect):
@@ -128,3 +129,43 @@ def test_the_warp_specialized_kernel_without_the_rescale_is_caught():
                   target="sm_90a")  # fmt: skip
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert "outputs of O" in attention.close(o, lse, *args[:3])
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("warp_specialized", [False, True], ids=["simple", "ws"])
+def test_bfloat16_equals_numpy(warp_specialized, where, gpu):
+    """bfloat16 Q, K, V and O (P rounded to bfloat16 for P V): within the bound of its
+    unit roundoff; the control: one output moved by twice that bound fails."""
+    heads, seq, d = 2, 256, 64
+    args = attention.inputs(heads, seq, d, seed=6, kv_heads=1, dtype="bfloat16")
+    if warp_specialized:
+        func = attention.attention_ws_kernel(heads, seq, d, causal=True, kv_heads=1,
+                                             dtype="bfloat16")  # fmt: skip
+        out = execute(func, _flat(args), where, gpu, pipeline=STRICT)
+    else:
+        func = attention.attention_kernel(heads, seq, d, causal=True, kv_heads=1,
+                                          dtype="bfloat16")  # fmt: skip
+        out = execute(func, args, where, gpu, pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3], causal=True) is None
+    moved = o.astype("float32")
+    moved[0, 0, 0] += 8 * 2.0**-8 * float(abs(args[2].astype("float32")).max())
+    assert attention.close(moved.astype(o.dtype), lse, *args[:3], causal=True) is not None
+
+
+def test_the_consumers_take_turns_at_named_barriers():
+    """Ping-pong: each consumer's Q K^T between its bar.sync and the other's bar.arrive
+    (256 threads, ids 1 and 2; consumer 1 grants the first turn); without it (the
+    control) the kernel is still right, with no named barrier."""
+    from tirx_cuda_dispatch import toolchain
+
+    src = toolchain.cuda_source(attention.attention_ws_kernel(1, 256, 64), "sm_90a",
+                                pipeline=STRICT)  # fmt: skip
+    assert "tvm_builtin_ptx_bar_arrive_arrive((uint)1, (uint)256);" in src
+    assert "bar_sync_count_sync(((uint)(c_ptr[0] + 1)), (uint)256);" in src
+    plain = attention.attention_ws_kernel(1, 256, 64, pingpong=False)
+    assert "bar.arrive" not in toolchain.cuda_source(plain, "sm_90a", pipeline=STRICT)
+    args = attention.inputs(1, 256, 64, seed=7)
+    out = sim.run(plain, _flat(args), target="sm_90a", pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3]) is None
