@@ -995,6 +995,13 @@ def wgmma_accumulator_layout(n: int = 256, m_tiles: int = 1) -> Any:
     )  # fmt: skip
 
 
+def wgmma_rows_layout() -> Any:
+    """A value per row of an m64 wgmma accumulator (64 x 1): row ``16 w + l / 4 (+ 8)`` in
+    the 4 lanes ``l % 4`` of its quad (replicas), registers 0 and 1 for the two row
+    halves: where a row reduction of the accumulator leaves its result."""
+    return TileLayout(S[(4, 2, 8) : (32 @ tid_in_wg, 1, 4 @ tid_in_wg)] + R[4 : 1 @ tid_in_wg])
+
+
 def wgmma_gemm(
     m: int = 64,
     n: int = 128,
@@ -1254,6 +1261,12 @@ def register_reductions() -> dict[str, RegisterReduction]:
                           TileLayout(S[(8, 4, 32) : (1 @ warpid, 1, 1 @ laneid)]), (32, 32),
                           TileLayout(S[32 : 1 @ laneid] + R[8 : 1 @ warpid]), (32,), (-1,),
                           "cta", 256),
+        # the rows of a wgmma accumulator (FlashAttention's row max and sum): a row lives
+        # in a quad of lanes, its value replicated over the quad
+        RegisterReduction("wgmma_rows", wgmma_accumulator_layout(64), (64, 64),
+                          wgmma_rows_layout(), (64, 1), (-1,), "warpgroup", 128),
+        RegisterReduction("wgmma_rows_wide", wgmma_accumulator_layout(256), (64, 256),
+                          wgmma_rows_layout(), (64, 1), (-1,), "warpgroup", 128),
     ]  # fmt: skip
     return {c.name: c for c in cases}
 
