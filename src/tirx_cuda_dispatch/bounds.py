@@ -569,17 +569,26 @@ def _analyzer(env: Enclosing, stack: ExitStack) -> sym.Analyzer:
     return ana
 
 
+def _ranges_only(env: Enclosing) -> Enclosing:
+    """``env`` without its conditions: under a condition the analyzer simplifies that
+    condition itself to true."""
+    plain = env.snapshot()
+    plain.conditions = []
+    return plain
+
+
 def _unreachable(env: Enclosing) -> bool:
     """The enclosing conditions provably never hold together over the ranges (the full-tile
     branch of an edge tile where the grid has one tile: ``if bn == gn - 1`` is always true,
     so its ``else`` never runs)."""
-    plain = env.snapshot()
-    plain.conditions = []
     both = env.conditions[0]
     for cond in env.conditions[1:]:
         both = tvm.tirx.And(both, cond)
     with ExitStack() as stack:
-        return bool(_analyzer(plain, stack).can_prove(tvm.tirx.Not(both)))
+        return bool(_analyzer(_ranges_only(env), stack).can_prove(tvm.tirx.Not(both)))
+
+
+_UNBOUNDED = (-(2**62), 2**62)
 
 
 def _narrowed(env: Enclosing) -> Enclosing | None:
@@ -587,38 +596,31 @@ def _narrowed(env: Enclosing) -> Enclosing | None:
     simplify to a comparison of it with a constant (``if kt + 1 < 3`` over ``kt`` in
     [0, 3): ``kt < 2``, so [0, 2)); TVM's analyzer proves ``kt < 2`` under that condition
     but does not narrow ``kt``'s bound by it, so ``(kt + 1) * 64 + 64 <= 192`` stays
-    unproved without this. None where no range narrows."""
-    bounds = {}  # var index -> [lo, hi)
-    plain = env.snapshot()
-    plain.conditions = []
+    unproved without this. A kernel parameter both of whose ends the conditions state
+    (``T.assume(0 <= n and n < 4)``) gets a range. None where no range narrows."""
     with ExitStack() as stack:
-        ana = _analyzer(plain, stack)  # the ranges only: under the condition it simplifies to true
+        ana = _analyzer(_ranges_only(env), stack)
         conditions = [ana.simplify(cond) for cond in env.conditions]
-    free: list[Var] = []  # variables without a range (kernel parameters): bounded here only
+    # [var, lo of its range (its step's grid starts there), lo, hi, step, ranged]
+    spans = [[var, lo, lo, hi, step, True] for var, lo, hi, step in env.ranges]
     for cond in conditions:
         for var, op, c in _comparisons(cond):
-            i = next((j for j, r in enumerate(env.ranges) if r[0].same_as(var)), None)
-            if i is None:
-                if any(v.same_as(var) for v, _, _ in env.symbolic):
-                    continue
-                i = next((j for j, v in enumerate(free) if v.same_as(var)), None)
-                if i is None:
-                    free.append(var)
-                    i = len(free) - 1
-                i = ("free", i)
-            none = (-(2**62), 2**62)
-            lo, hi = bounds.get(i, none if isinstance(i, tuple) else env.ranges[i][1:3])
-            lo, hi = {"<": (lo, min(hi, c)), "<=": (lo, min(hi, c + 1)),
-                      ">": (max(lo, c + 1), hi), ">=": (max(lo, c), hi),
-                      "==": (max(lo, c), min(hi, c + 1))}[op]  # fmt: skip
-            bounds[i] = (lo, hi)
+            if any(v.same_as(var) for v, _, _ in env.symbolic):
+                continue
+            span = next((sp for sp in spans if sp[0].same_as(var)), None)
+            if span is None:  # a kernel parameter: bounded by the conditions only
+                span = [var, 0, *_UNBOUNDED, 1, False]
+                spans.append(span)
+            lo, hi = span[2], span[3]
+            span[2], span[3] = {"<": (lo, min(hi, c)), "<=": (lo, min(hi, c + 1)),
+                                ">": (max(lo, c + 1), hi), ">=": (max(lo, c), hi),
+                                "==": (max(lo, c), min(hi, c + 1))}[op]  # fmt: skip
     ranges = list(env.ranges)
-    for i, (lo, hi) in list(bounds.items()):
-        if isinstance(i, tuple):  # a parameter both ends of which the conditions state
-            if -(2**62) < lo < hi < 2**62:
-                ranges.append((free[i[1]], lo, hi, 1))
+    for i, (var, lo0, lo, hi, step, ranged) in enumerate(spans):
+        if not ranged:
+            if _UNBOUNDED[0] < lo < hi < _UNBOUNDED[1]:
+                ranges.append((var, lo, hi, 1))
             continue
-        var, lo0, _, step = ranges[i]
         first = lo0 + -(-(lo - lo0) // step) * step  # the first value on the step's grid
         if first < hi:
             ranges[i] = (var, first, hi, step)

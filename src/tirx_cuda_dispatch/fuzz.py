@@ -533,6 +533,27 @@ def _mma_bound(a, b, c, ta, tb, alpha, beta) -> Callable:
     scale = abs(alpha) * (np.abs(a64) @ np.abs(b64)) + abs(beta) * np.abs(c64)
     bound = (2 * a64.shape[1] // 8 + 4) * 2.0**-23 * scale + 2.0**-140
 
+    close = _within(exact, bound)
+
+    return close
+
+
+def _operands(rng: np.random.Generator, spread: str) -> Callable[[tuple, str], np.ndarray]:
+    """``data(shape, dtype)``: random tensor-core operands drawn from ``rng``, their
+    exponents spread over 2^-6 .. 2^6 where ``spread`` is "wide"."""
+
+    def data(shape, dt):
+        x = runtime.random_array(shape, "float32", rng)
+        if spread == "wide":
+            x = x * np.exp2(rng.integers(-6, 7, size=shape)).astype(np.float32)
+        return x.astype(_np_type(dt))
+
+    return data
+
+
+def _within(exact: np.ndarray, bound: np.ndarray) -> Callable[[np.ndarray], str | None]:
+    """``close(out)``: None where every output lies within ``bound`` of ``exact``."""
+
     def close(out: np.ndarray) -> str | None:
         err = np.abs(out.astype(np.float64) - exact)
         bad = int(np.count_nonzero(~(err <= bound)))
@@ -571,11 +592,7 @@ def mma_case(c: Chooser, seed: int) -> Case:
     )
     m, n, kk = 16 * mt, 8 * nt, k * kt
 
-    def data(shape, dt):
-        x = runtime.random_array(shape, "float32", rng)
-        if spread == "wide":  # operands' exponents spread over 2^-6 .. 2^6
-            x = x * np.exp2(rng.integers(-6, 7, size=shape)).astype(np.float32)
-        return x.astype(_np_type(dt))
+    data = _operands(rng, spread)
 
     a = data((kk, m) if ta else (m, kk), dtype)
     b = data((n, kk) if tb else (kk, n), dtype)
@@ -731,11 +748,10 @@ WGMMA_N = (8, 16, 24, 64, 128, 256)
 WGMMA_K = {"16-bit": (16, 32, 64, 128), "float8": (32, 64, 128, 256)}
 WGMMA_DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 F8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+
+
 # a multiplicand format's smallest normal exponent (subnormal operands are bounded as if
 # normal: they align as normal ones in the measured mma, sim.numerics.mma_bound)
-_EMIN = {"float16": -14, "bfloat16": -126, "float8_e4m3fn": -6, "float8_e5m2": -14}
-
-
 def wgmma_operand_layout(shape: tuple[int, int], contiguous: int, swizzle: int, size: int):
     """A canonical wgmma layout of a shared ``shape`` operand whose dimension
     ``contiguous`` (1: the row, 0: the column) runs contiguously: under a ``swizzle``-byte
@@ -801,11 +817,13 @@ def _wgmma_bound(
       H200 measured errors up to ``292 K 2^-24 M`` (wide operands), about an eighth of it.
 
     Returns (exact, bound); ``a`` is (M, K), ``b`` (K, N)."""
+    from .sim.numerics import format_emin
+
     fp8 = any(t in F8_DTYPES for t in types)
     scaled = []
     for x, t in zip((a, b), types, strict=True):
         x64 = np.abs(x.astype(np.float64))
-        scaled.append(np.maximum(x64, 2.0 ** _EMIN[t]) * (x64 != 0))
+        scaled.append(np.maximum(x64, 2.0 ** format_emin(t)) * (x64 != 0))
     mag = scaled[0] @ scaled[1]
     exact = a.astype(np.float64) @ b.astype(np.float64)
     n = a.shape[1]
@@ -855,11 +873,7 @@ def wgmma_case(c: Chooser, seed: int) -> Case:
     size = 1 if f8 else 2
     rng = np.random.default_rng(seed)
 
-    def data(shape, dt):
-        x = runtime.random_array(shape, "float32", rng)
-        if spread == "wide":  # operands' exponents spread over 2^-6 .. 2^6
-            x = x * np.exp2(rng.integers(-6, 7, size=shape)).astype(np.float32)
-        return x.astype(_np_type(dt))
+    data = _operands(rng, spread)
 
     refusals: tuple[str, ...] = ()
     if f8 and a_type != b_type:  # a mixed pair: wgmma_gemm_f8's 128-byte swizzled tiles
@@ -901,10 +915,7 @@ def wgmma_case(c: Chooser, seed: int) -> Case:
     declines = ("wgmma", tuple(dict.fromkeys(refusals))) if refusals else None
     expected = None if declines else _wgmma_chain(a, b, d_old, (a_type, b_type), 32 if f8 else 16)
 
-    def close(out: np.ndarray) -> str | None:
-        err = np.abs(out.astype(np.float64) - exact)
-        bad = int(np.count_nonzero(~(err <= bound)))
-        return f"{bad} of {out.size} outputs outside the error bound" if bad else None
+    close = _within(exact, bound)
 
     d = d_old if accum else runtime.poison_like(np.zeros((m, n), np.float32))
     params = dict(m=m, n=n, k=k, a_dtype=a_type, b_dtype=b_type, a=shown["a"], b=shown["b"],
@@ -948,11 +959,7 @@ def wgmma_rs_case(c: Chooser, seed: int) -> Case:
     func = demos.wgmma_gemm_rs(m, n, k, dtype, accum, a_layout=a_layout, b_layout=b_layout)
     rng = np.random.default_rng(seed)
 
-    def data(shape, dt):
-        x = runtime.random_array(shape, "float32", rng)
-        if spread == "wide":  # operands' exponents spread over 2^-6 .. 2^6
-            x = x * np.exp2(rng.integers(-6, 7, size=shape)).astype(np.float32)
-        return x.astype(_np_type(dt))
+    data = _operands(rng, spread)
 
     a, b = data((m, k), dtype), data((k, n), dtype)
     d_old = data((m, n), "float32") if accum else None
@@ -960,10 +967,7 @@ def wgmma_rs_case(c: Chooser, seed: int) -> Case:
     declines = ("wgmma", ("the wgmma A fragment puts it",)) if misplaced else None
     expected = None if declines else _wgmma_chain(a, b, d_old, (dtype, dtype), 16)
 
-    def close(out: np.ndarray) -> str | None:
-        err = np.abs(out.astype(np.float64) - exact)
-        bad = int(np.count_nonzero(~(err <= bound)))
-        return f"{bad} of {out.size} outputs outside the error bound" if bad else None
+    close = _within(exact, bound)
 
     d = d_old if accum else runtime.poison_like(np.zeros((m, n), np.float32))
     shown = f"{'K' if b_k else 'MN'}-major {f'{swizzle}B' if swizzle else 'unswizzled'}"

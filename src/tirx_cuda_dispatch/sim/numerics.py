@@ -235,14 +235,24 @@ def to_bits(values: np.ndarray, dtype: np.dtype, lanes: int, threads: int) -> np
 # -- mma.sync: D = A B + C (PTX ISA "mma") ---------------------------------------------------
 _CANONICAL_NAN = {np.dtype(np.float32): 0x7FFFFFFF, np.dtype(np.float16): 0x7FFF}
 _TF32_DROPPED = np.uint32(0x1FFF)  # the 13 low significand bits a .tf32 operand ignores
-# The exponent a subnormal multiplicand aligns with: its format's minimum normal one
-# (tf32 operands, as float32, are -126 too).
-_MMA_EMIN = {
-    np.dtype(np.float16): -14,
-    np.dtype(ml_dtypes.bfloat16): -126,
-    np.dtype(ml_dtypes.float8_e4m3fn): -6,
-    np.dtype(ml_dtypes.float8_e5m2): -14,
+# The narrow multiplicand formats, by PTX type; every other operand is float32 (tf32 too).
+_PTX_FORMATS = {
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "e5m2": np.dtype(ml_dtypes.float8_e5m2),
 }
+
+
+def format_emin(dtype: Any) -> int:
+    """The exponent a subnormal multiplicand aligns with: its format's smallest normal one
+    (float16 -14, bfloat16 -126, e4m3 -6, e5m2 -14; float32 and tf32 operands -126).
+    ``dtype``: a numpy dtype, its name (``"float8_e4m3fn"``) or a PTX type (``"e4m3"``)."""
+    kind = _PTX_FORMATS.get(dtype, dtype) if isinstance(dtype, str) else dtype
+    kind = np.dtype(kind)
+    return int(ml_dtypes.finfo(kind).minexp) if kind in _PTX_FORMATS.values() else -126
+
+
 MMA_SM90_EXTRA_BITS = 2
 """Bits the sm_90 rule keeps below float32's 24 (see :func:`mma_sum_sm90`)."""
 
@@ -296,7 +306,7 @@ def mma_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: Any) -> np.ndarr
     Derived in docs/simulator.md "mma numerics"."""
     out = np.dtype(out)
     a, b = np.asarray(a), np.asarray(b)
-    floor = 2.0 ** _MMA_EMIN.get(a.dtype, -126)
+    floor = 2.0 ** format_emin(a.dtype)
     a64 = np.maximum(np.abs(a.astype(np.float64)), floor) * (a != 0)
     b64 = np.maximum(np.abs(b.astype(np.float64)), floor) * (b != 0)
     big = np.abs(mma_terms(a64, b64, np.asarray(c))).sum(axis=-1)
@@ -366,7 +376,7 @@ def mma_sum_sm90(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: Any) -> np.nd
     float32.
     """
     a, b = np.asarray(a), np.asarray(b)
-    emins = (_MMA_EMIN.get(a.dtype, -126), _MMA_EMIN.get(b.dtype, -126))
+    emins = (format_emin(a.dtype), format_emin(b.dtype))
     return _aligned_sum(a, b, c, out, emins, 23 + MMA_SM90_EXTRA_BITS, None)
 
 
@@ -374,7 +384,6 @@ WGMMA_SM90_F8_GRID = 13
 """Bits below the largest addend's exponent an sm_90 float8 wgmma keeps of each addend."""
 WGMMA_SM90_F8_SIGNIFICAND = 14
 """Significand bits of the sum an sm_90 float8 wgmma writes (float32 has 24)."""
-_PTX_EMIN = {"f16": -14, "bf16": -126, "e4m3": -6, "e5m2": -14}
 
 
 def wgmma_sum_sm90(a: np.ndarray, b: np.ndarray, c: np.ndarray, types: tuple[str, str]):
@@ -397,7 +406,7 @@ def wgmma_sum_sm90(a: np.ndarray, b: np.ndarray, c: np.ndarray, types: tuple[str
     float32 registers every few K steps). ``types`` are the PTX types of A and B
     (``f16``, ``bf16``, ``e4m3``, ``e5m2``); ``a`` is ``(M, K)`` and ``b`` ``(K, N)``
     values (float32 holds each exactly), ``c`` the float32 accumulator."""
-    emins = (_PTX_EMIN[types[0]], _PTX_EMIN[types[1]])
+    emins = (format_emin(types[0]), format_emin(types[1]))
     if types[0] in ("e4m3", "e5m2"):
         return _aligned_sum(a, b, c, np.float32, emins, WGMMA_SM90_F8_GRID,
                             WGMMA_SM90_F8_SIGNIFICAND)  # fmt: skip
