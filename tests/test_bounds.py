@@ -296,6 +296,30 @@ def test_a_simulated_access_out_of_bounds_names_the_cta_and_thread():
     assert np.array_equal(out[1], a)
 
 
+@pytest.mark.parametrize("trips", [0, 1])
+def test_a_loop_of_no_trips_holds_no_region(trips):
+    """``T.serial(1, n)`` where a shape makes ``n`` 1 (examples/attention.py's loop after
+    the first key tile, with one tile): the body never runs, so its regions are in
+    bounds, where TVM's analyzer cannot prove anything about ``t - 1`` over the empty
+    range. The control: one trip more, and the same region is out of bounds."""
+    n = 1 + trips
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32, 32), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
+        A_s = T.alloc_buffer((32, 32), "float32", scope="shared", layout=TileLayout(S[(32, 32)]))
+        for t in T.serial(1, n):
+            Tx.warp.copy(A_s[:, :], A[t * 32 : t * 32 + 32, :])
+    # fmt: on
+
+    [call] = bounds.scan(kernel)
+    assert call.operands[1].verdict == ("in bounds" if trips == 0 else "out of bounds")
+
+
 def test_loop_variables_are_bounded_by_their_loops():
     @T.prim_func
     def kernel(A_ptr: T.handle):

@@ -284,6 +284,10 @@ def _walk(stmt: Any, env: Enclosing, out: list[CallBounds]) -> None:
         inner = env.snapshot()
         step = 1 if stmt.step is None else stmt.step
         _add_range(inner, stmt.loop_var, stmt.min, stmt.extent, step)
+        ext_i = as_int(stmt.extent)
+        if ext_i is None or ext_i <= 0:  # the body runs only where the loop has a trip:
+            # one of no trips (T.serial(1, n) where n is 1) holds no region at all
+            inner.conditions.append(tvm.tirx.GT(stmt.extent, 0))
         inner.loops.append(stmt)
         _walk(stmt.body, inner, out)
     elif kind == "Bind":

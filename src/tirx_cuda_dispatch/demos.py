@@ -1077,6 +1077,7 @@ def wgmma_gemm_rs(
     a_layout: Any = None,
     wait: bool = True,
     b_layout: Any = None,
+    clobber_a: bool = False,
 ) -> Any:
     """One warpgroup, A in registers (the wgmma register form, FlashAttention-3's P V): A
     (m x k) from global into a register tile in the A fragment (the m64n16 accumulator
@@ -1084,7 +1085,8 @@ def wgmma_gemm_rs(
     128-byte swizzled shared tile (64-column blocks, N-major), C = A B (``accum``: D's
     tile + A B) with ``Tx.wg.gemm_async``, committed and waited, C -> D (arguments A, B,
     D). ``a_layout`` replaces A's register layout (a misplaced one must be refused),
-    ``b_layout`` B's shared one (needed where N is not a multiple of 64)."""
+    ``b_layout`` B's shared one (needed where N is not a multiple of 64); ``clobber_a``
+    overwrites A's registers before the wait (a race: the wgmma reads them until then)."""
     from tvm.tirx.layout import ComposeLayout
 
     a_l = a_layout if a_layout is not None else wgmma_accumulator_layout(k, m // 64)
@@ -1117,6 +1119,8 @@ def wgmma_gemm_rs(
         T.cuda.cta_sync()
         Tx.wg.gemm_async(C[:, :], A_r[:, :], B_s[:, :], transA=False, transB=True, accum=accum)
         T.ptx["wgmma.commit_group.sync.aligned"]()
+        if clobber_a:
+            Tx.wg.fill(A_r[:, :], T.Cast(dtype, 0))
         if wait:
             T.ptx["wgmma.wait_group.sync.aligned"](0)
         Tx.wg.copy(D[:, :], C[:, :])

@@ -134,28 +134,37 @@ def memory_kind(scope: str) -> str:
 
 @dataclass(frozen=True)
 class Location:
-    """Where a node stands in the user's TVMScript source."""
+    """Where a node stands in the user's TVMScript source; ``via``: the ``T.macro`` calls
+    that expanded it, outermost first (``file:line`` each)."""
 
     file: str | None
     line: int | None
     text: str | None
+    via: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         if self.file is None or self.line is None:
             return "<unknown location>"
         where = f"{self.file}:{self.line}"
+        if self.via:
+            where += f" (in a macro called at {', '.join(self.via)})"
         return f"{where}: {self.text.strip()}" if self.text else where
 
 
 def location_of(node: Any) -> Location:
-    """The source location of an IR node (its span), unknown when it has none."""
+    """The source location of an IR node (its span), unknown when it has none. A statement
+    a ``T.macro`` expanded has a SequentialSpan: the call sites, then the macro's line."""
     span = getattr(node, "span", None)
-    if span is None:
+    spans = list(getattr(span, "spans", None) or [span])
+    spans = [s for s in spans if s is not None and getattr(s, "source_name", None) is not None]
+    if not spans:
         return Location(None, None, None)
+    *calls, span = spans
     file = str(span.source_name.name)
     line = int(span.line)
     text = linecache.getline(file, line) or None
-    return Location(file, line, text.rstrip("\n") if text else None)
+    via = tuple(f"{c.source_name.name}:{int(c.line)}" for c in calls)
+    return Location(file, line, text.rstrip("\n") if text else None, via)
 
 
 def buffer_var(data: Any) -> Var | None:

@@ -315,3 +315,19 @@ def test_register_form_product(case, rng, where, gpu):
     out = execute(func, [a, b, d if accum else runtime.poison_like(d)], where, gpu)
     want = fuzz._wgmma_chain(a, b, d if accum else None, (dtype, dtype), 16)
     assert np.array_equal(runtime.bits(out[2]), runtime.bits(want))
+
+
+@pytest.mark.parametrize("clobber", [False, True], ids=["waited", "clobbered"])
+def test_a_registers_written_before_the_wait_are_a_race(clobber, rng):
+    """The register form's A stays the wgmma's until its group completes: the simulator
+    names a write to A's registers before the wait; the control (no write) runs."""
+    func = demos.wgmma_gemm_rs(64, 64, 32, clobber_a=clobber)
+    args = [runtime.random_array(s, t, rng) for s, t in [((64, 32), "float16"),
+            ((32, 64), "float16"), ((64, 64), "float32")]]  # fmt: skip
+    if not clobber:
+        sim.run(func, args, target="sm_90a")
+        return
+    with pytest.raises(
+        sim.SimError, match=r"writes register A_r .* while wgmma\.mma_async.*the wgmma may see"
+    ):
+        sim.run(func, args, target="sm_90a")

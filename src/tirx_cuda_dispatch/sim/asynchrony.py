@@ -104,7 +104,8 @@ class Effect:
     group: np.ndarray | None = None
     tickets: list[Ticket] = field(default_factory=list)
     # what a copy reads: ``source`` (a Memory), per row the byte indices it reads
-    # (``source_cells``, ``(rows, k)``) and which of them it does read (``source_read``)
+    # (``source_cells``, ``(rows, k)``; into the flattened bytes, ``thread * nbytes +
+    # byte`` for a register memory) and which of them it does read (``source_read``)
     source: Any = None
     source_cells: np.ndarray | None = None
     source_read: np.ndarray | None = None
@@ -208,7 +209,7 @@ class Asynchrony:
             if source.reading is None:
                 source.reading = np.zeros(source.data.shape, dtype=np.int32)
             source.owner = self
-            np.add.at(source.reading, effect.source_bytes(), 1)
+            np.add.at(source.reading.reshape(-1), effect.source_bytes(), 1)
         self.effects.append(effect)
 
     @staticmethod
@@ -229,7 +230,7 @@ class Asynchrony:
 
     def _land(self, m: Any, effect: Effect, rows: np.ndarray, steps: Any = None) -> None:
         if effect.source is not None:
-            np.subtract.at(effect.source.reading, effect.source_bytes(rows), 1)
+            np.subtract.at(effect.source.reading.reshape(-1), effect.source_bytes(rows), 1)
         index = tuple(ix[rows] for ix in effect.index)
         if index[-1].size:  # an effect that only reads (a wgmma's operands) writes nothing
             agents = None if effect.agent is None else np.full(int(rows.sum()), effect.agent)
@@ -285,7 +286,7 @@ class Asynchrony:
         """The rows' reads of the source are done (their writes may still be in flight)."""
         if effect.source is None:
             return
-        np.subtract.at(effect.source.reading, effect.source_bytes(rows), 1)
+        np.subtract.at(effect.source.reading.reshape(-1), effect.source_bytes(rows), 1)
         effect.source_read[rows] = False
 
     def settle(self, m: Any, kind: str, target: Any, threads: np.ndarray) -> None:
@@ -362,7 +363,8 @@ class Asynchrony:
         _, cell, thread = _first_hit(threads, index, busy)
         for e in self.effects:
             if e.source is source and e.source_read.any():
-                at = (e.source_cells == cell[-1]) & e.source_read
+                flat = int(np.ravel_multi_index(tuple(int(c) for c in cell), source.data.shape))
+                at = (e.source_cells == flat) & e.source_read
                 if at.any():
                     row = int(np.argwhere(at)[0][0])
                     wait = {
@@ -373,7 +375,8 @@ class Asynchrony:
                     return SimError(
                         f"thread {thread} writes {source.describe(cell)} while {e.what} "
                         f"(issued by thread {int(e.threads[row])}, {e.origin}) still reads "
-                        f"it: the copy may see the old or the new bytes; complete its group "
+                        f"it: the {'wgmma' if e.kind == 'wgmma' else 'copy'} may see the old or "
+                        f"the new bytes; complete its group "
                         f"({wait}) before writing its source"
                     )
         return SimError(f"simulator bug: {source.describe(cell)} is read, nothing in flight")

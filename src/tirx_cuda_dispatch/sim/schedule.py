@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ..irfacts import location_of
 from .errors import SimError
 
 MAX_WHILE_ITERATIONS = 100_000
@@ -470,12 +471,10 @@ class Scheduler:
 
 def source_line(stmt: Any) -> str | None:
     """A statement's source location as ``file:line`` (TVMScript keeps the line of the
-    statement it parsed), None where it has none."""
-    span = getattr(stmt, "span", None)
-    name = getattr(getattr(span, "source_name", None), "name", None)
-    if not name or not getattr(span, "line", 0):
-        return None
-    return f"{name}:{span.line}"
+    statement it parsed; a ``T.macro``'s statement, the macro's line), None where it has
+    none."""
+    loc = location_of(stmt)
+    return f"{loc.file}:{loc.line}" if loc.file and loc.line else None
 
 
 def threads_text(mask: np.ndarray) -> str:

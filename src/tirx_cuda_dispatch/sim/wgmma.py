@@ -171,9 +171,10 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
     bf16) takes A from four .b32 registers of each thread: element ``e`` (0-7, the lower
     half first) of thread ``32 w + l`` is A's row ``16 w + l / 4 + 8 ((e / 2) % 2)``,
     column ``8 (e / 4) + 2 (l % 4) + e % 2`` (figure "WGMMA .m64nNk16 register fragment
-    layout for matrix A"); they are read at the issue (a write to them before the wait,
-    which the ISA forbids, is not detected). The new D lands when a wgmma.wait_group
-    completes the warpgroup's group of it."""
+    layout for matrix A"); their values are taken at the issue, and a write to them before
+    a wgmma.wait_group completes the group is an error (the ISA: the wgmma may read them
+    until then). The new D lands when a wgmma.wait_group completes the warpgroup's group
+    of it."""
     parsed = plain_ptx_operands(call, "wgmma.mma_async")
     tokens = [t for t in parsed.tokens if t]
     shape = next((t for t in tokens if t.startswith("m64n")), None)
@@ -274,6 +275,8 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
     queue_register_writes(m, "wgmma", what, issued_at(m, call), regs, out, group="wgmma")
     for memory, reader, cells, agent, snapshot in reads:
         _queue_reads(m, call, what, memory, reader, cells, agent, snapshot)
+    if registers_a:
+        _queue_register_reads(m, call, what, a_regs, groups)
     m.counters.instructions[what] += len(m.warps())
 
 
@@ -282,6 +285,36 @@ def _shared_memory(m: Machine, what: str) -> Any:
     if m.dynamic_shared is None:
         raise NotModeled(f"{what}: descriptors into static shared memory")
     return m.dynamic_shared
+
+
+def _queue_register_reads(m: Machine, call: Any, what: str, a_regs: list, groups) -> None:
+    """The register form's A registers stay the wgmma's until its group completes (PTX ISA
+    9.7.15.5.2: the registers may be read by the asynchronous operation until the
+    wait): per warpgroup, an effect that writes nothing and reads them, so a plain write
+    before the ``wgmma.wait_group`` is an error naming the wgmma."""
+    threads = m.active_threads()
+    by_memory: dict[int, tuple[Any, list]] = {}
+    for reg in a_regs:
+        b = m.bound(reg.source)
+        mem = b.pointer.memory
+        offsets, _ = m.address(b, reg.indices)
+        cells = mem.cells(threads, m.per_thread(offsets)[threads], 4, what)
+        flat = threads[:, None] * mem.nbytes + cells  # into the flattened register bytes
+        by_memory.setdefault(id(mem), (mem, []))[1].append((threads, flat))
+    for g in np.asarray(groups).tolist():
+        one = np.array([g * WARPGROUP])
+        group = m.asynchrony.open_groups(m, one, "wgmma")
+        for mem, parts in by_memory.values():
+            mine = [flat[(t // WARPGROUP) == g] for t, flat in parts]
+            source = np.unique(np.concatenate([x.ravel() for x in mine]))[None, :]
+            effect = Effect(
+                "wgmma", what, issued_at(m, call), m.call, mem, one,
+                mem.index(one, np.zeros((1, 0), dtype=np.int64)),
+                np.zeros((1, 0), dtype=np.uint8), group,
+                source=mem, source_cells=source,
+                source_read=np.ones(source.shape, dtype=bool),
+            )  # fmt: skip
+            m.asynchrony.issue(m, effect)
 
 
 def _queue_reads(
