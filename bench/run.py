@@ -36,7 +36,9 @@ Parts:
    seconds, with the SM clock and power nvidia-smi reads meanwhile (the power limit).
    ``gemm_hand`` (``gemm_hand.py``): examples/gemm.py against its design written by hand
    in CUDA. ``gemm_designs`` (``gemm_designs.py``): hand-written kernels of the same tiles
-   with TMA loads and/or wgmma math, to say which design reaches the goal.
+   with TMA loads and/or wgmma math, to say which design reaches the goal. ``gemm_ws``
+   (``gemm_ws.py``): the warp-specialized persistent GEMM against cuBLAS. ``attention``
+   (``attention.py``): examples/attention.py against torch's SDPA (cuDNN and flash).
 9. ``cp_async_stream`` (``gemm.py``): global -> shared -> global through
    ``copy_async(dispatch="ldgsts")``, ours vs the built-in vs our synchronous copy, vs a
    device copy, on even and odd tiles.
@@ -61,6 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import attention  # noqa: E402
 import gemm_bounds  # noqa: E402
 import gemm_designs  # noqa: E402
 import gemm_hand  # noqa: E402
@@ -711,17 +714,18 @@ TITLES = {
     "gemm_hand": "8e. examples/gemm.py (128x256x64 s3, plain, 4096^3, strict) against the same design written by hand in CUDA (cp.async ring, swizzle, ldmatrix, mma.sync), in two orders of its main loop",
     "gemm_designs": "8f. Which design reaches 0.85 of the mma.sync limit: examples/gemm.py (cp.async + mma.sync) against hand-written CUDA kernels of its tiles and shared layouts with the loads (cp.async or TMA) and the math (mma.sync or wgmma) changed, and torch (4096^3, float16, plain)",
     "gemm_ws": "8g. The warp-specialized persistent GEMM (examples/gemm_hopper_ws.py: a TMA producer warpgroup, two wgmma consumer warpgroups, setmaxnreg, chunked TMA-store epilogue; strict) at issue 32's shapes, float16 and bfloat16, C = A B and C = relu(A B + bias), against torch (cuBLAS) and examples/gemm_hopper.py (speeds: above 1, ours is faster)",
+    "attention": "8h. FlashAttention forward (examples/attention.py, strict: ws = a TMA producer warpgroup and two wgmma consumer warpgroups (three at head dim 64) in ping-pong with the intra-warpgroup overlap, 128-row key tiles, O out by TMA; at 4096 x 128 also with one piece taken away, and wg = one warpgroup per 64 rows; at 4096 x 64 also with two consumers) against torch's scaled_dot_product_attention with the cuDNN and flash (FlashAttention-2) backends, B*H 64, TFLOP/s = 4 B H S^2 D (halved for causal; speeds: above 1, ours is faster)",
     "cp_async_stream": '9. cp.async streaming copy global -> shared -> global, one tile per CTA per step: copy_async(dispatch="ldgsts") ours vs built-in, and our synchronous copy, vs a device copy (GB/s: bytes read + written)',
 }
 DEFAULT_PARTS = (
     "stream,masked,paths,reg,reg_hand,ldst,eltwise,sass,compile,"
     "rmsnorm,softmax,cta_sum,warp_sum,warp_sum_sass,mma_limit,gemm,gemm_bounds,gemm_sustained,"
-    "gemm_hand,gemm_designs,gemm_ws,cp_async_stream"
+    "gemm_hand,gemm_designs,gemm_ws,attention,cp_async_stream"
 )
 GPU_PARTS = {
     "stream", "masked", "paths", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise",
     "rmsnorm", "softmax", "cta_sum", "warp_sum", "mma_limit", "gemm", "gemm_bounds",
-    "gemm_sustained", "gemm_hand", "gemm_designs", "gemm_ws", "cp_async_stream",
+    "gemm_sustained", "gemm_hand", "gemm_designs", "gemm_ws", "attention", "cp_async_stream",
 }  # fmt: skip
 
 
@@ -811,6 +815,7 @@ def main() -> int:
         "gemm_hand": lambda: gemm_hand.part_gemm_hand(gpu, args),
         "gemm_designs": lambda: gemm_designs.part_gemm_designs(gpu, args),
         "gemm_ws": lambda: gemm_ws.part_gemm_ws(gpu, args),
+        "attention": lambda: attention.part_attention(gpu, args),
         "cp_async_stream": lambda: gemm.part_cp_async_stream(gpu, args),
     }
     unknown = [p for p in parts if p not in runners]

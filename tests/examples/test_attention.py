@@ -74,14 +74,17 @@ def test_shapes_it_does_not_take_are_an_error():
         attention.attention_kernel(1, 128, 96)
     with pytest.raises(ValueError, match="3 query heads in groups over 2"):
         attention.attention_kernel(3, 128, 64, kv_heads=2)
+    with pytest.raises(ValueError, match="a multiple of 192 without the TMA store"):
+        attention.attention_ws_kernel(1, 200, 64, tma_store=False)
 
 
 # -- the warp-specialized kernel (FA3's structure) ----------------------------------------------
-WS_SHAPES = [(2, 1, 256, 64), (1, 1, 256, 128)]  # (heads, kv heads, seq, head dim)
-
-
-def _flat(args):
-    return [a.reshape(-1, a.shape[-1]) for a in args]
+WS_SHAPES = [  # (heads, kv heads, seq, head dim)
+    (2, 1, 256, 64),
+    (1, 1, 256, 128),
+    (1, 1, 200, 64),  # ragged: the last query block's second consumer has 8 rows
+    (2, 1, 100, 128),  # one block, one key tile, grouped heads
+]
 
 
 def test_the_warp_specialized_kernel_is_all_ours_with_the_register_split():
@@ -89,7 +92,15 @@ def test_the_warp_specialized_kernel_is_all_ours_with_the_register_split():
     report = explain(func, "sm_90a")
     assert [r.index for r in report if r.variant is None] == []
     variants = [r.variant for r in report]
-    assert variants.count("tma_auto") == 3 and variants.count("wgmma") == 2
+    # Q, K and V in, O out; tile 0's Q K^T, the loop's Q K^T and P V, the last P V
+    assert variants.count("tma_auto") == 4 and variants.count("wgmma") == 4
+    plain = [
+        r.variant
+        for r in explain(
+            attention.attention_ws_kernel(2, 256, 64, kv_heads=1, overlap=False), "sm_90a"
+        )
+    ]
+    assert plain.count("wgmma") == 2
     assert "threadwise" in variants  # m_old <- m_new in registers
     assert not [r.bounds_undecided for r in report if r.bounds_undecided]
 
@@ -104,28 +115,85 @@ def test_the_warp_specialized_kernel_equals_numpy(shape, causal, where, gpu):
     heads, kv_heads, seq, d = shape
     args = attention.inputs(heads, seq, d, seed=4, kv_heads=kv_heads)
     func = attention.attention_ws_kernel(heads, seq, d, causal=causal, kv_heads=kv_heads)
-    out = execute(func, _flat(args), where, gpu, pipeline=STRICT)
+    out = execute(func, args, where, gpu, pipeline=STRICT)
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert attention.close(o, lse, *args[:3], causal=causal) is None
+
+
+CONFIGS = [  # the ablations bench/attention.py times: (block_n, overlap, consumers)
+    pytest.param(64, False, 2, id="n64"),
+    pytest.param(128, False, 2, id="n128"),
+    pytest.param(64, True, 2, id="n64-overlap"),
+    pytest.param(128, True, 3, id="three-consumers"),
+    pytest.param(128, True, 2, id="two-consumers"),
+]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("block_n, overlap, consumers", CONFIGS)
+def test_every_configuration_equals_numpy(block_n, overlap, consumers, causal):
+    """Key tiles of 64 or 128 rows, with and without the intra-warpgroup overlap, two or
+    three consumers (the defaults are tested above), on 384 rows: three tiles of 128, two
+    query blocks of 192."""
+    args = attention.inputs(1, 384, 64, seed=8)
+    func = attention.attention_ws_kernel(1, 384, 64, causal=causal, block_n=block_n,
+                                         overlap=overlap, consumers=consumers)  # fmt: skip
+    out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3], causal=causal) is None
+
+
+def test_causal_masks_only_the_tiles_that_cross_the_diagonal():
+    """Every masking loop (a write of S_r that compares coordinates) sits right under an
+    ``if`` on the CTA's block, the tile's one in the loop (``t``); the control: the full
+    kernel has no masking loop."""
+    from tirx_cuda_dispatch import toolchain
+
+    def guards(func):
+        lines = toolchain.cuda_source(func, "sm_90a", pipeline=STRICT).splitlines()
+        masks = [i for i, ln in enumerate(lines) if "S_r_ptr[" in ln and "<=" in ln]
+        return [lines[i - 2].strip() for i in masks]
+
+    found = guards(attention.attention_ws_kernel(1, 256, 64, causal=True))
+    assert len(found) == 2  # tile 0, and the loop's tiles
+    assert all(g.startswith("if (") and "blockIdx.x" in g for g in found)
+    assert "t_1 * 128" in found[1]
+    assert guards(attention.attention_ws_kernel(1, 256, 64)) == []
 
 
 @pytest.mark.parametrize(
     "omit, expect",
     [
         ("full_wait", r"race on pool byte .*wgmma reads it after a TMA copy"),
-        ("empty_arrive", r"deadlock: no warp can run.*2 of 2 arrivals still pending"),
+        ("empty_arrive", r"deadlock: no warp can run.*3 of 3 arrivals still pending"),
         ("first_turn", r"deadlock: no warp can run.*wait at bar.sync 2, 256"),
+        ("pv_wait", r"while wgmma\.mma_async\.m64n64k16\.f32\.f16\.f16 .*in flight"),
+        ("store_fence", r"copy_async .*wrote through the generic proxy with no fence.proxy.async"),
+        ("store_wait", r"the CTA exits with cp\.async\.bulk\.tensor.*reading shared memory"),
     ],
 )
 def test_a_missing_wait_or_arrival_is_named_by_the_simulator(omit, expect):
-    args = _flat(attention.inputs(1, 256, 64, seed=5))
+    """512 rows: four key tiles through three stages, so the producer refills one."""
+    args = attention.inputs(1, 512, 64, seed=5)
     with pytest.raises(sim.SimError, match=expect):
-        sim.run(attention.attention_ws_kernel(1, 256, 64, omit=omit), args, target="sm_90a")
+        sim.run(attention.attention_ws_kernel(1, 512, 64, omit=omit), args, target="sm_90a")
+
+
+def test_an_oversubscribed_register_split_is_a_deadlock_the_simulator_names():
+    """Three consumers at 168 registers and a producer at 24 ask 128 (24 + 3 168) = 67,584
+    of the SM's 65,536 (on an H100 the kernel hangs); the simulator names the warps waiting
+    at setmaxnreg.inc. The control: 160 each, the default, runs."""
+    args = attention.inputs(1, 192, 64, seed=5)
+    func = attention.attention_ws_kernel(1, 192, 64, consumers=3, registers=(24, 168))
+    with pytest.raises(sim.SimError, match=r"deadlock: .*wait at setmaxnreg\.inc.* 168 .*pool"):
+        sim.run(func, args, target="sm_90a")
+    out = sim.run(attention.attention_ws_kernel(1, 192, 64, consumers=3), args, target="sm_90a")
+    assert attention.close(out[3], out[4], *args[:3]) is None
 
 
 def test_the_warp_specialized_kernel_without_the_rescale_is_caught():
     args = attention.inputs(1, 256, 64, seed=5)
-    out = sim.run(attention.attention_ws_kernel(1, 256, 64, omit="rescale"), _flat(args),
+    out = sim.run(attention.attention_ws_kernel(1, 256, 64, omit="rescale"), args,
                   target="sm_90a")  # fmt: skip
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert "outputs of O" in attention.close(o, lse, *args[:3])
@@ -141,7 +209,7 @@ def test_bfloat16_equals_numpy(warp_specialized, where, gpu):
     if warp_specialized:
         func = attention.attention_ws_kernel(heads, seq, d, causal=True, kv_heads=1,
                                              dtype="bfloat16")  # fmt: skip
-        out = execute(func, _flat(args), where, gpu, pipeline=STRICT)
+        out = execute(func, args, where, gpu, pipeline=STRICT)
     else:
         func = attention.attention_kernel(heads, seq, d, causal=True, kv_heads=1,
                                           dtype="bfloat16")  # fmt: skip
@@ -166,6 +234,6 @@ def test_the_consumers_take_turns_at_named_barriers():
     plain = attention.attention_ws_kernel(1, 256, 64, pingpong=False)
     assert "bar.arrive" not in toolchain.cuda_source(plain, "sm_90a", pipeline=STRICT)
     args = attention.inputs(1, 256, 64, seed=7)
-    out = sim.run(plain, _flat(args), target="sm_90a", pipeline=STRICT)
+    out = sim.run(plain, args, target="sm_90a", pipeline=STRICT)
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert attention.close(o, lse, *args[:3]) is None

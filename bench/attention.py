@@ -1,0 +1,204 @@
+"""Part 8h of bench/run.py: the FlashAttention forward of examples/attention.py against
+``torch.nn.functional.scaled_dot_product_attention`` with the cuDNN backend and the flash
+backend (FlashAttention-2), at issue 33's shapes.
+
+For each (sequence, head dim, causal, dtype) at ``HEADS`` query heads (B*H): Q, K, V
+standard normal; each of ours built strict and run once with O and LSE poisoned (NaN),
+then it and both torch backends are checked on ``CHECK_HEADS`` heads against a float32
+torch reference (max |O - ref| within ``4 u max |V|`` as examples/attention.py's bound,
+``u`` the unit roundoff of O's type), then all contenders of the configuration are timed
+in one interleaved run (``norms.time_queued``). TFLOP/s counts ``4 B H S^2 D`` (halved
+for causal); speeds are torch's time over ours (above 1, ours is faster). Ours: "ws" is
+:func:`attention_ws_kernel` (a TMA producer warpgroup, two consumers in ping-pong with
+the intra-warpgroup overlap, 128-row key tiles, O out by TMA) at every shape; at
+``ABLATIONS`` also the kernel with a piece taken away ("direct store": O from registers;
+"no overlap"; "n64": 64-row key tiles; "c2": two consumers at head dim 64) and "wg", :func:`attention_kernel` (one
+warpgroup per 64 rows, no TMA). Ours also writes the row log-sum-exp; the torch calls
+(inference, no grad) do not.
+
+``python3 bench/attention.py --seqs 4096 --dims 128`` runs a subset without run.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import norms  # noqa: E402
+
+from gemm import STRICT, _log, cell, first_line, sci  # noqa: E402
+from tirx_cuda_dispatch import runtime  # noqa: E402
+
+HEADS = 64  # B*H query heads (issue 33: 64 to 128)
+SEQS = (1024, 4096, 8192, 16384)
+DIMS = (64, 128)
+CAUSAL = (False, True)
+DTYPES = ("float16", "bfloat16")
+DESIGNS = {  # name: (the example's function, its keywords)
+    "ws": ("attention_ws_kernel", {}),
+    "ws direct store": ("attention_ws_kernel", {"tma_store": False}),
+    "ws no overlap": ("attention_ws_kernel", {"overlap": False}),
+    "ws n64 no overlap": ("attention_ws_kernel", {"overlap": False, "block_n": 64}),
+    "wg": ("attention_kernel", {}),
+    "ws c2": ("attention_ws_kernel", {"consumers": 2}),
+}
+MAIN = ("ws",)  # at every shape; the others (ablations) at their ABLATIONS shape only
+ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
+    (4096, 128, False, "float16"): ("ws", "ws direct store", "ws no overlap",
+                                    "ws n64 no overlap", "wg"),
+    (4096, 64, False, "float16"): ("ws", "ws c2"),
+}  # fmt: skip
+CHECK_HEADS = (0, HEADS - 1)
+CUDNN, FLASH = "torch sdpa cudnn", "torch sdpa flash"
+
+
+def contender(design: str) -> str:
+    return f"ours {design}"
+
+
+def build(design: str, seq: int, d: int, causal: bool, dtype: str):
+    """examples/attention.py's kernel, built strict for the local GPU."""
+    name, keywords = DESIGNS[design]
+    make = getattr(norms.example("attention"), name)
+    func = make(HEADS, seq, d, causal=causal, dtype=dtype, **keywords)
+    return runtime.build(func, runtime.gpu_arch(), STRICT)[runtime.entry_name(func)]
+
+
+def o_error(torch, o, q, k, v, causal: bool) -> float:
+    """max |O - ref| / (4 u max |V|) over ``CHECK_HEADS`` (a float32 reference): at most 1
+    is within examples/attention.py's bound; NaN where O has a NaN."""
+    unit = 2.0**-11 if o.dtype == torch.float16 else 2.0**-8
+    worst = 0.0
+    for h in CHECK_HEADS:
+        qh, kh, vh = (x[h].float() for x in (q, k, v))
+        s = (qh @ kh.T) / qh.shape[-1] ** 0.5
+        if causal:
+            n = s.shape[-1]
+            s = s.masked_fill(
+                torch.ones(n, n, device=s.device, dtype=torch.bool).triu(1), -float("inf")
+            )
+        ref = torch.softmax(s, dim=-1) @ vh
+        diff = (o[h].float() - ref).abs()
+        if torch.isnan(diff).any():
+            return float("nan")
+        worst = max(worst, float(diff.max()) / (4 * unit * float(vh.abs().max())))
+    return worst
+
+
+def measure(gpu, seq: int, d: int, causal: bool, dtype: str, args, designs=MAIN) -> list[dict]:
+    torch = gpu.torch
+    import torch.nn.functional as F
+    import tvm
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kind = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    gen = torch.Generator(device="cuda").manual_seed(29 + seq + d)
+    q, k, v = (torch.randn(HEADS, seq, d, device="cuda", generator=gen).to(kind) for _ in range(3))
+    fns, errors, notes = {}, {}, {}
+    for design in designs:
+        name = contender(design)
+        _log(f"build attention s{seq} d{d} {'causal' if causal else 'full'} {dtype} {name}")
+        try:
+            fn = build(design, seq, d, causal, dtype)
+            o = torch.full((HEADS, seq, d), float("nan"), dtype=kind, device="cuda")
+            lse = torch.full((HEADS, seq), float("nan"), dtype=torch.float32, device="cuda")
+            tensors = [tvm.runtime.from_dlpack(t) for t in (q, k, v, o, lse)]
+            fn(*tensors)
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001  # a kernel that cannot be had is a row
+            notes[name] = f"cannot run: {first_line(exc)}"
+            continue
+        errors[name] = o_error(torch, o, q, k, v, causal)
+        if not errors[name] <= 1:
+            notes[name] = f"wrong result: max err / bound {errors[name]:.3g}"
+            continue
+        fns[name] = lambda fn=fn, tensors=tensors: fn(*tensors)
+    q4, k4, v4 = (x.view(1, HEADS, seq, d) for x in (q, k, v))
+    for name, backend in ((CUDNN, SDPBackend.CUDNN_ATTENTION), (FLASH, SDPBackend.FLASH_ATTENTION)):
+
+        def sdpa(backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+
+        try:
+            errors[name] = o_error(torch, sdpa()[0], q, k, v, causal)
+            fns[name] = sdpa
+        except Exception as exc:  # noqa: BLE001  # a backend this torch lacks is a row
+            notes[name] = f"cannot run: {first_line(exc)}"
+    torch.cuda.synchronize()
+    batch = max(1, min(10, int(4e8 // (seq * seq * d))))  # about 10 ms a batch
+    ms = norms.time_queued(torch, fns, batch=batch, reps=args.reps)
+    return rows_of(seq, d, causal, dtype, ms, errors, notes, designs)
+
+
+def rows_of(seq, d, causal, dtype, ms, errors, notes, designs) -> list[dict]:
+    flops = 4 * HEADS * seq * seq * d / (2 if causal else 1)
+    rows = []
+    for name in [*map(contender, designs), CUDNN, FLASH]:
+        t = ms.get(name)
+        if t is None and name not in notes:
+            continue
+        row = {"B*H x S x D": f"{HEADS}x{seq}x{d}", "mask": "causal" if causal else "none",
+               "dtype": dtype, "contender": name}  # fmt: skip
+        if t is not None:
+            row["TFLOP/s"] = flops / (t * 1e-3) / 1e12
+            ours = name.startswith("ours")
+            for twin, col in ((CUDNN, "speed / cudnn"), (FLASH, "speed / flash")):
+                row[col] = ms[twin] / t if ours and twin in ms else ""
+        row["max err / bound"] = sci(errors[name]) if name in errors else ""
+        row["note"] = cell(notes.get(name, ""))
+        rows.append(row)
+    return rows
+
+
+def part_attention(gpu, args, seqs=SEQS, dims=DIMS, causals=CAUSAL, dtypes=DTYPES,
+                   designs=MAIN, ablations=ABLATIONS) -> list[dict]:  # fmt: skip
+    """Every shape with ``designs``, then each shape of ``ablations`` with its designs:
+    what each piece of the kernel buys."""
+    configs = [(seq, d, causal, dtype, designs) for dtype in dtypes for d in dims
+               for causal in causals for seq in seqs]  # fmt: skip
+    configs += [(*shape, names) for shape, names in (ablations or {}).items()]
+    rows = []
+    for seq, d, causal, dtype, names in configs:
+        try:
+            rows += measure(gpu, seq, d, causal, dtype, args, names)
+        except Exception as exc:  # noqa: BLE001  # the other shapes still run
+            traceback.print_exc()
+            rows.append({"B*H x S x D": f"{HEADS}x{seq}x{d}", "dtype": dtype,
+                         "note": cell(first_line(exc))})  # fmt: skip
+    return rows
+
+
+def main() -> int:
+    import run
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seqs", default=",".join(map(str, SEQS)))
+    parser.add_argument("--dims", default=",".join(map(str, DIMS)))
+    parser.add_argument("--causal", default="0,1")
+    parser.add_argument("--dtypes", default=",".join(DTYPES))
+    parser.add_argument("--designs", default=",".join(MAIN), help="comma-separated")
+    parser.add_argument("--ablations", action="store_true", help="and the ABLATIONS shapes")
+    parser.add_argument("--reps", type=int, default=7)
+    args = parser.parse_args()
+    rows = part_attention(
+        run.Gpu(), args,
+        seqs=[int(s) for s in args.seqs.split(",")],
+        dims=[int(s) for s in args.dims.split(",")],
+        causals=[bool(int(c)) for c in args.causal.split(",")],
+        dtypes=args.dtypes.split(","),
+        designs=args.designs.split(","),
+        ablations=ABLATIONS if args.ablations else None,
+    )  # fmt: skip
+    print(run.markdown_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

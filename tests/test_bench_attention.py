@@ -1,0 +1,52 @@
+"""bench/attention.py (part 8h of bench/run.py), what needs no GPU: the part is registered,
+its shapes are issue 33's, every kernel it times lowers with every call ours (strict), and
+its rows put each of ours beside cuDNN and the flash backend as speeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from modules import BENCH, load_file
+from tirx_cuda_dispatch import explain
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_file("bench_gemm_under_test", BENCH / "gemm.py") and load_file(
+        "bench_attention_under_test", BENCH / "attention.py"
+    )
+
+
+def test_the_part_is_registered(bench):
+    run = load_file("bench_run_under_test", BENCH / "run.py")
+    assert "attention" in run.DEFAULT_PARTS.split(",") and "attention" in run.GPU_PARTS
+    assert run.TITLES["attention"].startswith("8h.")
+
+
+def test_the_shapes_are_the_issues(bench):
+    assert set(bench.SEQS) == {1024, 4096, 8192, 16384} and set(bench.DIMS) == {64, 128}
+    assert 64 <= bench.HEADS <= 128 and set(bench.DTYPES) == {"float16", "bfloat16"}
+    assert set(bench.MAIN) <= set(bench.DESIGNS)
+    for (seq, d, _, dtype), names in bench.ABLATIONS.items():
+        assert seq in bench.SEQS and d in bench.DIMS and dtype in bench.DTYPES
+        assert set(names) <= set(bench.DESIGNS)
+
+
+@pytest.mark.parametrize("design", ["ws", "ws no overlap", "wg"])
+def test_every_call_of_the_timed_kernels_is_ours(bench, design):
+    name, keywords = bench.DESIGNS[design]
+    make = getattr(bench.norms.example("attention"), name)
+    report = explain(make(bench.HEADS, 1024, 128, causal=True, **keywords), "sm_90a")
+    assert [r.index for r in report if r.variant is None or r.error] == []
+
+
+def test_rows_are_speeds_against_cudnn_and_flash(bench):
+    ms = {"ours ws": 1.0, bench.CUDNN: 1.1, bench.FLASH: 2.0}
+    rows = bench.rows_of(1024, 64, True, "float16", ms, {"ours ws": 0.5}, {"ours wg": "x"},
+                         ("ws", "wg"))  # fmt: skip
+    by = {r["contender"]: r for r in rows}
+    assert by["ours ws"]["speed / cudnn"] == pytest.approx(1.1)
+    assert by["ours ws"]["speed / flash"] == pytest.approx(2.0)
+    assert by["ours ws"]["TFLOP/s"] == pytest.approx(4 * bench.HEADS * 1024**2 * 64 / 2 / 1e9)
+    assert by["ours wg"]["note"] == "x" and "TFLOP/s" not in by["ours wg"]
+    assert by[bench.CUDNN]["speed / cudnn"] == ""  # torch's rows carry no ratio
