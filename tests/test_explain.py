@@ -75,3 +75,34 @@ def test_explain_never_raises_on_the_examples(path):
         for arch in ("sm_90a", "sm_100a"):
             reports = tcd.explain(program, arch)
             assert len(reports) >= 1 and all(str(r) for r in reports)
+
+
+def test_the_overview_reads_as_the_kernel():
+    """examples/attention.py's warp-specialized kernel in one screen: the variant count, each
+    tensor map and completion mechanism listed once with its calls, one line per call under
+    the loops around it (the producer's ring loop, the consumers' overlapped loop)."""
+    from modules import ROOT, load_file
+
+    attention = load_file("example_attention", ROOT / "examples" / "attention.py")
+    report = tcd.explain(attention.attention_ws_kernel(2, 256, 64, kv_heads=1), "sm_90a")
+    text = report.overview()
+    lines = text.splitlines()
+    assert lines[0] == f"{len(report)} tile-primitive calls, {len(report)} lowered by our variants"
+    assert "tma_auto x4" in lines[1] and "wgmma x4" in lines[1]
+    for buffer in ("Q", "K", "V", "Out"):
+        assert sum(ln.strip().startswith(f"tensor map over {buffer} ") for ln in lines) == 1
+    assert "wgmma group: " in text and "calls [6], [18], [19], [31]" in text
+    for r in report:  # every call once, indented under its loops
+        [line] = [ln for ln in lines if ln.strip().startswith(f"[{r.index}] ")]
+        assert line.startswith("  " * (len(r.loops) + 1) + f"[{r.index}] {r.scope}.{r.op} -> ")
+    loops = [ln.strip() for ln in lines if ln.strip().startswith("for t in ")]
+    assert len(loops) == 2 and "attention.py:" in loops[0]
+    assert len(lines) < len(str(report).splitlines()) / 5
+
+
+def test_the_overview_names_the_calls_that_are_not_ours():
+    """The control: a call no variant of ours takes is named in the first line and marked."""
+    report = tcd.explain(warp_g2s(32, 32, guard="data"))
+    text = report.overview()
+    assert text.splitlines()[0] == "1 tile-primitive calls, 0 lowered by our variants (not: [0])"
+    assert "[0] warp.copy -> NONE OF OURS" in text

@@ -47,6 +47,14 @@ def test_explain_exits_3_when_a_call_cannot_be_lowered(tmp_path, capsys):
     assert main(["explain", str(good)]) == EXIT_OK
 
 
+def test_explain_overview_prints_the_kernel_in_one_screen(capsys):
+    """--overview: the counts, then one line per call (the full report has a block each)."""
+    assert main(["explain", LDSM, "--overview"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "tile-primitive calls," in out and "] warp.copy -> ldstmatrix: R[" in out
+    assert "variant: ldstmatrix" not in out  # the full report's line is not there
+
+
 def test_explain_json(capsys):
     assert main(["explain", f"{LDSM}:kernel", "--json"]) == EXIT_OK
     report = json.loads(capsys.readouterr().out)

@@ -205,7 +205,9 @@ def load_program(spec: str) -> tuple[str, Any]:
     return next(iter(programs.items()))
 
 
-def _explain(spec: str, arch: str, as_json: bool, ptxas: bool = False) -> int:
+def _explain(
+    spec: str, arch: str, as_json: bool, ptxas: bool = False, overview: bool = False
+) -> int:
     from . import explain
 
     name, program = load_program(spec)
@@ -217,7 +219,7 @@ def _explain(spec: str, arch: str, as_json: bool, ptxas: bool = False) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(f"{name} ({arch}):")
-        print(report)
+        print(report.overview() if overview else report)
     failing = [r for r in report if r.error is not None]
     if failing:  # a script can tell: lowering this program would fail
         where = ", ".join(f"[{r.index}] at {r.location}" for r in failing)
@@ -528,6 +530,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also compile (NVRTC) and show ptxas's performance verdicts (C7508, C7517, ...)",
     )
+    p_explain.add_argument(
+        "--overview",
+        action="store_true",
+        help="the kernel in one screen per loop: variants, resources once, a line per call",
+    )
     p_lower = sub.add_parser("lower", help="the lowered TIR, CUDA, PTX or SASS")
     p_lower.add_argument("program", help="FILE.py[:FUNC]")
     p_lower.add_argument("--emit", choices=("tir", "cuda", "ptx", "sass"), default="cuda")
@@ -583,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "variants":
             return variants()
         if args.command == "explain":
-            return _explain(args.program, args.arch, args.json, args.ptxas)
+            return _explain(args.program, args.arch, args.json, args.ptxas, args.overview)
         if args.command == "lower":
             return _lower(args.program, args.emit, args.arch, args.strict)
         if args.command == "sim":

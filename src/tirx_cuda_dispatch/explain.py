@@ -7,15 +7,19 @@ without emitting, so the plan reported is the plan the emitter would receive.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import tvm
+from tvm import sym
 
 from .call import Operand, tensor_region
 from .dispatch import Candidate, Outcome, plan_facts
+from .irfacts import location_of
 from .lowering import run_lower
-from .resources import resources_of
+from .resources import COMPLETIONS, Completion, TensorMap, resources_of
 from .signatures import AXES, FLAG, OP, PREDICATE, SCALAR, TENSOR, TENSOR_OR_SCALAR
 from .targets import as_target
 
@@ -68,6 +72,8 @@ class CallReport:
     # What the chosen plan asks the author to read (``plan.attention()``): a reading of
     # the call that differs from what it seems to say (a reduction's lane form).
     attention: list[str] = field(default_factory=list)
+    # The loops around the call, outermost first ("for t in [1, n) at file.py:12").
+    loops: list[str] = field(default_factory=list)
 
     @classmethod
     def from_outcome(cls, index: int, out: Outcome) -> CallReport:
@@ -92,6 +98,7 @@ class CallReport:
             call_object=call,
             given=dict(out.given),
             attention=list(getattr(out.plan, "attention", lambda: ())()),
+            loops=_loops_around(out),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -113,6 +120,7 @@ class CallReport:
             "arguments": self.arguments,
             "resources": self.resources,
             "attention": self.attention,
+            "loops": self.loops,
         }
 
     def __str__(self) -> str:
@@ -246,6 +254,64 @@ def _error_lines(error: str, fallback: str | None) -> list[str]:
     return lines + [f"      {line.strip()}" for line in rest if line.strip().startswith("and ")]
 
 
+def _loops_around(out: Outcome) -> list[str]:
+    """The For and While statements around a call, outermost first, as text."""
+    enclosing = getattr(out.bounds, "enclosing", None) if out.bounds is not None else None
+    texts = []
+    ana = sym.Analyzer()
+    for loop in getattr(enclosing, "loops", None) or []:
+        if type(loop).__name__ == "For":
+            end = ana.simplify(loop.min + loop.extent)
+            text = f"for {loop.loop_var.name} in [{loop.min}, {end})"
+        else:
+            text = f"while {getattr(loop, 'condition', '?')}"
+        loc = location_of(loop)
+        if loc.file is not None:
+            text += f" at {Path(loc.file).name}:{loc.line}"
+        texts.append(text)
+    return texts
+
+
+def _resource_summary(res: Any, report: CallReport) -> str:
+    """A resource as one line, equal for the calls that share one of its kind: a tensor
+    map by its buffer, dtype, box and swizzle; a completion by its mechanism."""
+    if isinstance(res, TensorMap):
+        role = next((o for o in report.operands if o["role"] == res.operand), None)
+        buffer = role["region"].split("[", 1)[0] if role else res.operand
+        box = "x".join(str(b) for b in res.box)
+        swz = f", {res.swizzle}B swizzle" if res.swizzle else ""
+        return f"tensor map over {buffer} ({res.dtype}, box {box}{swz})"
+    if isinstance(res, Completion):
+        return f"{res.mechanism}: {COMPLETIONS[res.mechanism]}"
+    return str(res).split(" (", 1)[0]
+
+
+def _calls_text(indices: list[int]) -> str:
+    return ("call " if len(indices) == 1 else "calls ") + ", ".join(f"[{i}]" for i in indices)
+
+
+_SHORT_FACT = 32  # characters: a fact longer than this stays in the full report
+
+
+def _call_line(r: CallReport) -> str:
+    """One call: scope.op, the variant, written <- read regions, the plan's short facts."""
+    head = f"[{r.index}] {r.scope}.{r.op} -> {r.variant or 'NONE OF OURS'}"
+    written = [o["region"] for o in r.operands if o["access"] in ("write", "read-write")]
+    read = [o["region"] for o in r.operands if o["access"] == "read"]
+    if written or read:
+        head += ": " + ", ".join(written) + (" <- " + ", ".join(read) if read else "")
+    facts = [
+        f"{k}={_plain(v)}"
+        for k, v in r.plan.items()
+        if _plain(v) not in (None, [], (), "") and len(str(_plain(v))) <= _SHORT_FACT
+    ]
+    if facts:
+        head += "; " + ", ".join(facts[:4])
+    if r.error is not None:
+        head += "; ERROR " + r.error.splitlines()[0]
+    return head
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, bool | int | float | str) or value is None:
         return value
@@ -275,6 +341,39 @@ class Explanation(list):
 
     def as_dicts(self) -> list[dict[str, Any]]:
         return [r.as_dict() for r in self]
+
+    def overview(self) -> str:
+        """The kernel in one screen per loop: how many calls are ours and by which
+        variants, every resource the plans need listed once (with the calls that use it),
+        then one line per call (variant, regions, the plan's short facts) under the loops
+        around it."""
+        if not self:
+            return "no tile-primitive calls"
+        ours = [r for r in self if r.variant is not None]
+        lines = [f"{len(self)} tile-primitive calls, {len(ours)} lowered by our variants"]
+        others = [r for r in self if r.variant is None]
+        if others:
+            lines[0] += " (not: " + ", ".join(f"[{r.index}]" for r in others) + ")"
+        count = Counter(r.variant for r in ours)
+        lines.append("variants: " + ", ".join(f"{v} x{n}" for v, n in count.most_common()))
+        used: dict[str, list[int]] = {}
+        for r in self:
+            for res in resources_of(r.plan_object) if r.plan_object is not None else ():
+                used.setdefault(_resource_summary(res, r), []).append(r.index)
+        if used:
+            lines.append("resources:")
+            lines += [f"  {text}: {_calls_text(calls)}" for text, calls in used.items()]
+        nest: list[str] = []
+        for r in self:
+            shared = zip(nest, r.loops, strict=False)
+            depth = next((i for i, (a, b) in enumerate(shared) if a != b), None)
+            depth = min(len(nest), len(r.loops)) if depth is None else depth
+            for i, loop in enumerate(r.loops[depth:], start=depth):
+                lines.append("  " * (i + 1) + loop)
+            nest = r.loops
+            lines.append("  " * (len(nest) + 1) + _call_line(r))
+        lines += [f"ptxas, on the kernel's own code: {note}" for note in self.kernel_notes]
+        return "\n".join(lines)
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.as_dicts(), **kwargs)
