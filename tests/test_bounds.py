@@ -320,6 +320,40 @@ def test_a_loop_of_no_trips_holds_no_region(trips):
     assert call.operands[1].verdict == ("in bounds" if trips == 0 else "out of bounds")
 
 
+@pytest.mark.parametrize("guarded", [True, False], ids=["if", "no-if"])
+def test_an_if_narrows_a_loop_of_symbolic_extent(guarded):
+    """``for t in T.serial(T.min(qb + 1, 3))`` (a causal kernel's loop to the diagonal)
+    prefetching tile t + 1 of 130 rows: under ``t + 1 < 3``, ``t < qb`` and the else of
+    ``t + 1 >= 2`` (the full tiles; the partial last one has its own copy), t's constant
+    hull [0, 3) narrows to [0, 1), which proves rows (t + 1) 64 + 64 <= 130
+    (examples/attention_sm80.py's prefetch); TVM's analyzer alone does not. The control:
+    without the last condition, t + 1 reaches 2 and the region is not proved."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (130, 32), "float32")
+        T.device_entry()
+        qb = T.cta_id([3])
+        T.warp_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
+        A_s = T.alloc_buffer((64, 32), "float32", scope="shared", layout=TileLayout(S[(64, 32)]))
+        for t in T.serial(T.min(qb + 1, 3)):
+            if t + 1 < 3:
+                if t < qb:
+                    if guarded:
+                        if t + 1 >= 2:
+                            Tx.warp.copy(A_s[0:2, :], A[128:130, :])
+                        else:
+                            Tx.warp.copy(A_s[:, :], A[(t + 1) * 64 : (t + 1) * 64 + 64, :])
+                    else:
+                        Tx.warp.copy(A_s[:, :], A[(t + 1) * 64 : (t + 1) * 64 + 64, :])
+            T.cuda.cta_sync()
+    # fmt: on
+
+    call = bounds.scan(kernel)[-1]
+    assert (call.operands[1].verdict == "in bounds") == guarded, call.operands[1]
+
+
 def test_loop_variables_are_bounded_by_their_loops():
     @T.prim_func
     def kernel(A_ptr: T.handle):

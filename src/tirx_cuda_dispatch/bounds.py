@@ -605,11 +605,19 @@ def _narrowed(env: Enclosing) -> Enclosing | None:
     with ExitStack() as stack:
         ana = _analyzer(_ranges_only(env), stack)
         conditions = [ana.simplify(cond) for cond in env.conditions]
+        # a loop of symbolic extent (``T.serial(T.min(qb + 1, 3))``) within a constant
+        # hull: narrowed like a constant range, its symbolic ends kept as conditions
+        hulls = {}
+        for var, lo, ext in env.symbolic:
+            first, end = ana.const_int_bound(lo), ana.const_int_bound(lo + ext)
+            if _UNBOUNDED[0] < first.min_value and end.max_value < _UNBOUNDED[1]:
+                hulls[var] = (first.min_value, end.max_value, lo, ext)
     # [var, lo of its range (its step's grid starts there), lo, hi, step, ranged]
     spans = [[var, lo, lo, hi, step, True] for var, lo, hi, step in env.ranges]
+    spans += [[var, lo, lo, hi, 1, True] for var, (lo, hi, _, _) in hulls.items()]
     for cond in conditions:
         for var, op, c in _comparisons(cond):
-            if any(v.same_as(var) for v, _, _ in env.symbolic):
+            if any(v.same_as(var) for v, _, _ in env.symbolic) and var not in hulls:
                 continue
             span = next((sp for sp in spans if sp[0].same_as(var)), None)
             if span is None:  # a kernel parameter: bounded by the conditions only
@@ -620,7 +628,12 @@ def _narrowed(env: Enclosing) -> Enclosing | None:
                                 ">": (max(lo, c + 1), hi), ">=": (max(lo, c), hi),
                                 "==": (max(lo, c), min(hi, c + 1))}[op]  # fmt: skip
     ranges = list(env.ranges)
+    narrowed_hulls = []
     for i, (var, lo0, lo, hi, step, ranged) in enumerate(spans):
+        if var in hulls:
+            if (lo, hi) != hulls[var][:2] and lo < hi:
+                narrowed_hulls.append((var, lo, hi))
+            continue
         if not ranged:
             if _UNBOUNDED[0] < lo < hi < _UNBOUNDED[1]:
                 ranges.append((var, lo, hi, 1))
@@ -628,10 +641,15 @@ def _narrowed(env: Enclosing) -> Enclosing | None:
         first = lo0 + -(-(lo - lo0) // step) * step  # the first value on the step's grid
         if first < hi:
             ranges[i] = (var, first, hi, step)
-    if ranges == env.ranges:
+    if ranges == env.ranges and not narrowed_hulls:
         return None
     narrowed = env.snapshot()
-    narrowed.ranges = ranges
+    narrowed.ranges = ranges + [(var, lo, hi, 1) for var, lo, hi in narrowed_hulls]
+    moved = [var for var, _, _ in narrowed_hulls]
+    narrowed.symbolic = [e for e in env.symbolic if not any(e[0].same_as(v) for v in moved)]
+    for var in moved:  # the loop's own ends stay known
+        _, _, lo_e, ext_e = hulls[var]
+        narrowed.conditions.append(tvm.tirx.And(var >= lo_e, var < lo_e + ext_e))
     return narrowed
 
 

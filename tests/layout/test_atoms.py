@@ -29,6 +29,19 @@ def test_row_major_region_at_an_offset():
     assert view.swizzle is None
 
 
+@pytest.mark.parametrize("heads", [1, 2])
+def test_a_dimension_of_one_element_starts_at_zero(heads):
+    """``K[h // 2, rows, :]`` of a tensor with one key/value head: the symbolic start of
+    the extent-1 dimension adds nothing to the base (any other start is out of bounds),
+    so the offset's alignment is provable; the control: with two heads it stays."""
+    h = tirx.Var("h", "int32")
+    shape = (heads, 100, 128)
+    view = memory_view(_operand(shape, TileLayout(S[shape]), [(h // 2, 1), (64, 36), (0, 128)]))
+    assert ("h" in str(view.base)) == (heads == 2)
+    if heads == 1:
+        assert view.base == 64 * 128
+
+
 def test_unit_extents_are_dropped_and_offsets_match_tvm():
     layout = TileLayout(S[(16, 2, 8) : (8, 128, 1)])
     view = memory_view(_operand((16, 16), layout, [(3, 1), (4, 8)]))

@@ -55,7 +55,14 @@ class MemoryView:
 
 
 def _region_bounds(opnd: Operand) -> list[tuple[Any, Any]]:
-    return [(lo, lo + ext) for lo, ext in opnd.region]
+    """The region as (start, end) per dimension. A dimension of extent 1 starts at 0 in
+    every in-bounds region (the bounds check refutes any other start), so its symbolic
+    start (``K[h // group, ...]`` with one key/value head) adds nothing to the offset
+    whose alignment a vector access needs."""
+    return [
+        (0, 1) if as_int(n) == 1 and as_int(ext) == 1 else (lo, lo + ext)
+        for (lo, ext), n in zip(opnd.region, opnd.shape, strict=True)
+    ]
 
 
 def _check_span_fits_shape(opnd: Operand, layout: Any, size: int | None) -> None:
