@@ -98,6 +98,12 @@ def test_the_overview_reads_as_the_kernel():
     loops = [ln.strip() for ln in lines if ln.strip().startswith("for t in ")]
     assert len(loops) == 2 and "attention.py:" in loops[0]
     assert len(lines) < len(str(report).splitlines()) / 5
+    # the kernel's own synchronization, once each: the register split of three consumers,
+    # the ping-pong's named barriers, the ring's mbarriers with their arrival counts
+    assert "  registers: dec 24, inc 160" in lines
+    assert "bar.sync 1 + c (256 threads)" in text and "bar.arrive 1 (256 threads)" in text
+    assert "bars[0] (count 1), bars[1 + s] (count 1), bars[4 + s] (count 3)" in text
+    assert "CTA barriers: cta_sync" in text
 
 
 def test_the_overview_names_the_calls_that_are_not_ours():
@@ -106,3 +112,4 @@ def test_the_overview_names_the_calls_that_are_not_ours():
     text = report.overview()
     assert text.splitlines()[0] == "1 tile-primitive calls, 0 lowered by our variants (not: [0])"
     assert "[0] warp.copy -> NONE OF OURS" in text
+    assert "synchronization in the kernel's own code" not in text  # it writes none

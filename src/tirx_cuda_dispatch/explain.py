@@ -7,6 +7,7 @@ without emitting, so the plan reported is the plan the emitter would receive.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from tvm import sym
 
 from .call import Operand, tensor_region
 from .dispatch import Candidate, Outcome, plan_facts
-from .irfacts import location_of
+from .irfacts import as_int, location_of
 from .lowering import run_lower
 from .resources import COMPLETIONS, Completion, TensorMap, resources_of
 from .signatures import AXES, FLAG, OP, PREDICATE, SCALAR, TENSOR, TENSOR_OR_SCALAR
@@ -327,10 +328,13 @@ class Explanation(list):
     ``kernel_notes``: ptxas's verdicts on the kernel's own code (explain(..., ptxas=True))."""
 
     kernel_notes: list[str]
+    # the synchronization the kernel's own code writes (not a call's plan), one line a kind
+    kernel_sync: list[str]
 
     def __init__(self, reports: Any = ()) -> None:
         super().__init__(reports)
         self.kernel_notes = []
+        self.kernel_sync = []
 
     def __str__(self) -> str:
         if not self:
@@ -363,6 +367,9 @@ class Explanation(list):
         if used:
             lines.append("resources:")
             lines += [f"  {text}: {_calls_text(calls)}" for text, calls in used.items()]
+        if self.kernel_sync:
+            lines.append("synchronization in the kernel's own code:")
+            lines += [f"  {text}" for text in self.kernel_sync]
         nest: list[str] = []
         for r in self:
             shared = zip(nest, r.loops, strict=False)
@@ -389,9 +396,102 @@ def explain(func_or_mod: Any, target: Any = "sm_90a", ptxas: bool = False) -> Ex
     with tgt:
         _, session = run_lower(mod, mode="explain")
     report = Explanation(CallReport.from_outcome(i, out) for i, out in enumerate(session.outcomes))
+    report.kernel_sync = kernel_synchronization(mod)
     if ptxas:
         _attach_ptxas(report, func_or_mod, tgt)
     return report
+
+
+# The kernel's own synchronization, by the intrinsic that writes it: (kind, what the
+# overview calls it, the argument that names the barrier or the count, if any).
+_SYNC = {
+    "tirx.ptx.setmaxnreg": ("registers", "setmaxnreg"),
+    "tirx.ptx.bar_sync_count": ("named barriers", "bar.sync"),
+    "tirx.ptx.bar_sync": ("named barriers", "bar.sync"),
+    "tirx.ptx.bar_arrive": ("named barriers", "bar.arrive"),
+    "tirx.cuda.warpgroup_sync": ("named barriers", "warpgroup_sync"),
+    "tirx.cuda.cta_sync": ("CTA barriers", "cta_sync"),
+    "tirx.ptx.mbarrier_init": ("mbarriers initialised", "init"),
+    "tirx.ptx.mbarrier_arrive_expect_tx": ("mbarrier arrivals", "arrive.expect_tx"),
+    "tirx.ptx.mbarrier_arrive_nocount": ("mbarrier arrivals", "arrive"),
+    "tirx.ptx.mbarrier_arrive": ("mbarrier arrivals", "arrive"),
+    "tirx.cuda.mbarrier_wait": ("mbarrier waits", "wait"),
+    "tirx.ptx.cp_async_commit_group": ("groups", "cp.async commit"),
+    "tirx.ptx.cp_async_wait_group": ("groups", "cp.async wait"),
+    "tirx.ptx.wgmma_commit_group": ("groups", "wgmma commit"),
+    "tirx.ptx.wgmma_wait_group": ("groups", "wgmma wait"),
+    "tirx.ptx.cp_async_bulk_commit_group": ("groups", "bulk commit"),
+    "tirx.ptx.cp_async_bulk_wait_group": ("groups", "bulk wait"),
+    "tirx.ptx.fence_proxy": ("fences", "fence.proxy.async"),
+    "tirx.ptx.fence_mbarrier_init": ("fences", "fence.mbarrier_init"),
+}
+
+
+def kernel_synchronization(mod: Any) -> list[str]:
+    """What the kernel's own code (not a tile call's plan) writes to order its threads, one
+    line a kind, each statement once in program text: ``setmaxnreg`` counts, named
+    barriers with their ids and thread counts, mbarriers by the element initialised (and
+    its arrival count), the commit/wait groups, CTA barriers, proxy fences."""
+    seen: dict[str, list[str]] = {}
+    for func in mod.functions.values():
+        for call in _calls_in_order(getattr(func, "body", None)):
+            kind = _SYNC.get(str(getattr(call.op, "name", "")))
+            if kind is None:
+                continue
+            text = _sync_text(kind[1], call)
+            if text not in seen.setdefault(kind[0], []):
+                seen[kind[0]].append(text)
+    return [f"{kind}: {', '.join(texts)}" for kind, texts in seen.items()]
+
+
+def _calls_in_order(stmt: Any):
+    """The calls a statement tree evaluates as statements, in program order."""
+    if stmt is None:
+        return
+    kind = type(stmt).__name__
+    if kind == "SeqStmt":
+        for s in stmt.seq:
+            yield from _calls_in_order(s)
+        return
+    if kind == "Evaluate" and type(stmt.value).__name__ == "Call":
+        yield stmt.value
+    for attr in ("then_case", "else_case", "body"):
+        yield from _calls_in_order(getattr(stmt, attr, None))
+
+
+def _arg(value: Any) -> str:
+    """An intrinsic's argument as the author wrote it: constants as numbers, a barrier id
+    without its ``uint32`` cast."""
+    number = as_int(value)
+    if number is not None:
+        return str(number)
+    if type(value).__name__ == "Cast":
+        return _arg(value.value)
+    return str(value).replace("T.", "")
+
+
+def _sync_text(what: str, call: Any) -> str:
+    args = list(call.args)
+    if what == "setmaxnreg":
+        return f"{str(args[1]).strip(chr(34))} {_arg(args[0])}"
+    if what in ("bar.sync", "bar.arrive"):
+        return f"{what} {_arg(args[0])} ({_arg(args[1])} threads)"
+    if what == "warpgroup_sync":
+        return f"{what} {_arg(args[0])}"
+    if what == "init":
+        return f"{_mbar(_arg(args[0]))} (count {_arg(args[1])})"
+    if what == "wait":
+        return _mbar(_arg(args[0]))
+    if what in ("arrive", "arrive.expect_tx"):
+        return f"{what} {_mbar(_arg(args[0]))}"
+    return what
+
+
+def _mbar(text: str) -> str:
+    """``cuda.cvta_generic_to_shared(address_of(bars[1 + s]))`` -> ``bars[1 + s]``."""
+    m = re.search(r"address_of\((.*)\)", text)
+    inner = m.group(1) if m else text
+    return inner[:-1] if inner.count(")") > inner.count("(") else inner
 
 
 def _attach_ptxas(report: Explanation, func_or_mod: Any, target: Any) -> None:
