@@ -8,13 +8,15 @@ then it and both torch backends are checked on ``CHECK_HEADS`` heads against a f
 torch reference (max |O - ref| within ``4 u max |V|`` as examples/attention.py's bound,
 ``u`` the unit roundoff of O's type), then all contenders of the configuration are timed
 in one interleaved run (``norms.time_queued``). TFLOP/s counts ``4 B H S^2 D`` (halved
-for causal); speeds are torch's time over ours (above 1, ours is faster). Ours: "ws" is
-:func:`attention_ws_kernel` (a TMA producer warpgroup, two consumers in ping-pong with
-the intra-warpgroup overlap, 128-row key tiles, O out by TMA) at every shape; at
-``ABLATIONS`` also the kernel with a piece taken away ("direct store": O from registers;
-"no overlap"; "n64": 64-row key tiles; "c2": two consumers at head dim 64) and "wg", :func:`attention_kernel` (one
-warpgroup per 64 rows, no TMA). Ours also writes the row log-sum-exp; the torch calls
-(inference, no grad) do not.
+for causal); speeds are torch's time over ours (above 1, ours is faster). Ours, at every
+shape: "ws", examples/attention.py's ``attention_ws_kernel`` (a TMA producer warpgroup,
+two consumers (three at head dim 64) in ping-pong with the intra-warpgroup overlap,
+128-row key tiles, O out by TMA), and "sm80", examples/attention_sm80.py (FlashAttention-2's
+structure: cp.async, ldmatrix, mma.sync; issue 33 asks it to reach the flash backend);
+at ``ABLATIONS`` also the kernel with a piece taken away ("direct store": O from
+registers; "no overlap"; "n64": 64-row key tiles; "c2": two consumers at head dim 64) and
+"wg", ``attention_kernel`` (one warpgroup per 64 rows, no TMA). Ours also writes the row
+log-sum-exp; the torch calls (inference, no grad) do not.
 
 ``python3 bench/attention.py --seqs 4096 --dims 128`` runs a subset without run.py.
 """
@@ -40,15 +42,16 @@ SEQS = (1024, 4096, 8192, 16384)
 DIMS = (64, 128)
 CAUSAL = (False, True)
 DTYPES = ("float16", "bfloat16")
-DESIGNS = {  # name: (the example's function, its keywords)
-    "ws": ("attention_ws_kernel", {}),
-    "ws direct store": ("attention_ws_kernel", {"tma_store": False}),
-    "ws no overlap": ("attention_ws_kernel", {"overlap": False}),
-    "ws n64 no overlap": ("attention_ws_kernel", {"overlap": False, "block_n": 64}),
-    "wg": ("attention_kernel", {}),
-    "ws c2": ("attention_ws_kernel", {"consumers": 2}),
+DESIGNS = {  # name: (the example, its function, its keywords)
+    "ws": ("attention", "attention_ws_kernel", {}),
+    "ws direct store": ("attention", "attention_ws_kernel", {"tma_store": False}),
+    "ws no overlap": ("attention", "attention_ws_kernel", {"overlap": False}),
+    "ws n64 no overlap": ("attention", "attention_ws_kernel", {"overlap": False, "block_n": 64}),
+    "wg": ("attention", "attention_kernel", {}),
+    "ws c2": ("attention", "attention_ws_kernel", {"consumers": 2}),
+    "sm80": ("attention_sm80", "attention_sm80_kernel", {}),  # cp.async + mma.sync
 }
-MAIN = ("ws",)  # at every shape; the others (ablations) at their ABLATIONS shape only
+MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
     (4096, 128, False, "float16"): ("ws", "ws direct store", "ws no overlap",
                                     "ws n64 no overlap", "wg"),
@@ -63,9 +66,9 @@ def contender(design: str) -> str:
 
 
 def build(design: str, seq: int, d: int, causal: bool, dtype: str):
-    """examples/attention.py's kernel, built strict for the local GPU."""
-    name, keywords = DESIGNS[design]
-    make = getattr(norms.example("attention"), name)
+    """The design's example kernel, built strict for the local GPU."""
+    example, name, keywords = DESIGNS[design]
+    make = getattr(norms.example(example), name)
     func = make(HEADS, seq, d, causal=causal, dtype=dtype, **keywords)
     return runtime.build(func, runtime.gpu_arch(), STRICT)[runtime.entry_name(func)]
 

@@ -42,20 +42,14 @@ import numpy as np
 from tvm import tirx
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
-from tvm.tirx.layout import ComposeLayout, R, S, TileLayout, tid_in_wg
+from tvm.tirx.layout import ComposeLayout, S, TileLayout
 
-from tirx_cuda_dispatch import demos
+from tirx_cuda_dispatch import fragments
 
 BM = 64  # query rows per CTA: one warpgroup's wgmma tile
 BN = 64  # key rows per step
 LOG2E = 1.4426950408889634
 DTYPES = ("float16", "bfloat16")  # Q, K, V, O; P rounded to it for P V
-
-
-def row_layout() -> TileLayout:
-    """A value per row of a wgmma accumulator (64 x 1): row ``16 w + l / 4 (+ 8)`` in the 4
-    lanes ``l % 4`` of its quad (replicas), register 0 and 1 for the two row halves."""
-    return TileLayout(S[(4, 2, 8) : (32 @ tid_in_wg, 1, 4 @ tid_in_wg)] + R[4 : 1 @ tid_in_wg])
 
 
 def k_major(rows: int, d: int) -> ComposeLayout:
@@ -64,52 +58,71 @@ def k_major(rows: int, d: int) -> ComposeLayout:
     return ComposeLayout(3, 3, 3, TileLayout(S[(rows, d // 64, 64) : (64, rows * 64, 1)]))
 
 
-def softmax_rows(S_r, m_old, m_new, alpha, l_sum, l_tile, scale: float) -> None:
+def softmax_rows(S_r, m_old, m_new, alpha, l_sum, l_tile, scale: float, tx=Tx.wg) -> None:
     """One key tile's online softmax on the accumulator's rows (S as the wgmma left it,
     masked to -inf), emitted into the kernel being parsed: the tile's row max (``max ->
     local``: in-thread folds and two shuffles over the quad of lanes a row lives in), the
     new running max, ``alpha = exp2((m_old - m_new) scale)``, ``P = exp2(S scale - m_new
     scale)`` in S's registers (``scale`` is ``log2(e) / sqrt(d)``: one FFMA and one ex2 an
     element, the row bias broadcast over the columns), and ``l = l alpha + rowsum(P)``.
-    ``l_tile`` holds ``-m_new scale`` before it holds the tile's row sums."""
-    Tx.wg.max(m_new[:, :], S_r[:, :], axes=[-1])
-    Tx.wg.maximum(m_new[:, :], m_new[:, :], m_old[:, :])
-    Tx.wg.sub(alpha[:, :], m_old[:, :], m_new[:, :])
-    Tx.wg.exp2(alpha[:, :], alpha[:, :], scale=T.float32(scale))
-    Tx.wg.mul(l_tile[:, :], m_new[:, :], T.float32(-scale))
-    Tx.wg.exp2(S_r[:, :], S_r[:, :], bias=l_tile[:, :], scale=T.float32(scale))
-    Tx.wg.sum(l_tile[:, :], S_r[:, :], axes=[-1])
-    Tx.wg.fma(l_sum[:, :], l_sum[:, :], alpha[:, :], l_tile[:, :])
+    ``l_tile`` holds ``-m_new scale`` before it holds the tile's row sums. ``tx``: the
+    scope of the calls (``Tx.wg`` for a wgmma accumulator, ``Tx.warp`` for mma.sync's:
+    examples/attention_sm80.py)."""
+    tx.max(m_new[:, :], S_r[:, :], axes=[-1])
+    tx.maximum(m_new[:, :], m_new[:, :], m_old[:, :])
+    tx.sub(alpha[:, :], m_old[:, :], m_new[:, :])
+    tx.exp2(alpha[:, :], alpha[:, :], scale=T.float32(scale))
+    tx.mul(l_tile[:, :], m_new[:, :], T.float32(-scale))
+    tx.exp2(S_r[:, :], S_r[:, :], bias=l_tile[:, :], scale=T.float32(scale))
+    tx.sum(l_tile[:, :], S_r[:, :], axes=[-1])
+    tx.fma(l_sum[:, :], l_sum[:, :], alpha[:, :], l_tile[:, :])
 
 
-def rescale_and_round(S_r, P16, O_r, m_old, m_new, alpha, rescale: bool) -> None:
+def rescale_and_round(S_r, P16, O_r, m_old, m_new, alpha, rescale: bool, tx=Tx.wg) -> None:
     """After :func:`softmax_rows`: ``O = O alpha`` (unless ``rescale`` is False: a broken
     kernel), ``m_old = m_new`` (``copy -> threadwise``), and P rounded to Q's type in
-    ``P16``, which is wgmma's A fragment for O += P V."""
+    ``P16``, which is the A fragment for O += P V (wgmma's, or mma.sync's at warp scope)."""
     if rescale:
-        Tx.wg.mul(O_r[:, :], O_r[:, :], alpha[:, :])
-    Tx.wg.copy(m_old[:, :], m_new[:, :])
-    Tx.wg.cast(P16[:, :], S_r[:, :])
+        tx.mul(O_r[:, :], O_r[:, :], alpha[:, :])
+    tx.copy(m_old[:, :], m_new[:, :])
+    tx.cast(P16[:, :], S_r[:, :])
 
 
 def online_softmax(
-    S_r, P16, O_r, m_old, m_new, alpha, l_sum, l_tile, scale: float, rescale: bool
+    S_r, P16, O_r, m_old, m_new, alpha, l_sum, l_tile, scale: float, rescale: bool, tx=Tx.wg
 ) -> None:
     """:func:`softmax_rows` then :func:`rescale_and_round`: one key tile's online softmax,
     P ready for O += P V."""
-    softmax_rows(S_r, m_old, m_new, alpha, l_sum, l_tile, scale)
-    rescale_and_round(S_r, P16, O_r, m_old, m_new, alpha, rescale)
+    softmax_rows(S_r, m_old, m_new, alpha, l_sum, l_tile, scale, tx)
+    rescale_and_round(S_r, P16, O_r, m_old, m_new, alpha, rescale, tx)
 
 
-def finish(O_r, O16, m_old, l_sum, l_tile, scale: float) -> None:
+def finish(O_r, O16, m_old, l_sum, l_tile, scale: float, tx=Tx.wg) -> None:
     """O / l rounded to Q's type once into ``O16``; the rows' LSE, ``(m scale + log2 l)
     ln 2``, into ``l_tile``."""
-    Tx.wg.reciprocal(l_tile[:, :], l_sum[:, :])
-    Tx.wg.mul(O_r[:, :], O_r[:, :], l_tile[:, :])
-    Tx.wg.cast(O16[:, :], O_r[:, :])
-    Tx.wg.log2(l_tile[:, :], l_sum[:, :])
-    Tx.wg.fma(l_tile[:, :], m_old[:, :], T.float32(scale), l_tile[:, :])
-    Tx.wg.mul(l_tile[:, :], l_tile[:, :], T.float32(math.log(2.0)))
+    tx.reciprocal(l_tile[:, :], l_sum[:, :])
+    tx.mul(O_r[:, :], O_r[:, :], l_tile[:, :])
+    tx.cast(O16[:, :], O_r[:, :])
+    tx.log2(l_tile[:, :], l_sum[:, :])
+    tx.fma(l_tile[:, :], m_old[:, :], T.float32(scale), l_tile[:, :])
+    tx.mul(l_tile[:, :], l_tile[:, :], T.float32(math.log(2.0)))
+
+
+@T.macro
+def store_rows(Out, LSE, O_s, lse_v, h, q0, qb, qbs, q_tail):
+    """A block's 64 rows of O and LSE from shared memory (``O_s``, ``lse_v``) to global,
+    by the CTA; the last of ``qbs`` blocks only its ``q_tail`` rows before the end (where
+    ``q_tail`` is not 0)."""
+    if q_tail > 0:
+        if qb < qbs - 1:
+            Tx.cta.copy(Out[h, q0 : q0 + BM, :], O_s[:, :])
+            Tx.cta.copy(LSE[h, q0 : q0 + BM], lse_v[:])
+        else:
+            Tx.cta.copy(Out[h, q0 : q0 + q_tail, :], O_s[0:q_tail, :])
+            Tx.cta.copy(LSE[h, q0 : q0 + q_tail], lse_v[0:q_tail])
+    else:
+        Tx.cta.copy(Out[h, q0 : q0 + BM, :], O_s[:, :])
+        Tx.cta.copy(LSE[h, q0 : q0 + BM], lse_v[:])
 
 
 def attention_kernel(
@@ -141,9 +154,9 @@ def attention_kernel(
     group = heads // kv_heads
     zero = tirx.const(0.0, dtype)
     scale = LOG2E / math.sqrt(d)  # softmax in base 2
-    acc_s = demos.wgmma_accumulator_layout(BN, 1)
-    acc_o = demos.wgmma_accumulator_layout(d, 1)
-    rows = row_layout()
+    acc_s = fragments.wgmma_accumulator_layout(BN, 1)
+    acc_o = fragments.wgmma_accumulator_layout(d, 1)
+    rows = fragments.wgmma_rows_layout()
     q_l, k_l = k_major(BM, d), k_major(BN, d)
     v_l = ComposeLayout(3, 3, 3, TileLayout(S[(BN, d // 64, 64) : (64, BN * 64, 1)]))
     o_l = TileLayout(S[(BM, d) : (d, 1)])
@@ -242,16 +255,7 @@ def attention_kernel(
         Tx.wg.copy(O_s[:, :], O16[:, :])
         Tx.wg.copy(lse_s[:, :], l_tile[:, :])
         T.cuda.cta_sync()
-        if q_tail > 0:
-            if qb < qbs - 1:
-                Tx.cta.copy(Out[h, q0 : q0 + BM, :], O_s[:, :])
-                Tx.cta.copy(LSE[h, q0 : q0 + BM], lse_v[:])
-            else:
-                Tx.cta.copy(Out[h, q0 : q0 + q_tail, :], O_s[0:q_tail, :])
-                Tx.cta.copy(LSE[h, q0 : q0 + q_tail], lse_v[0:q_tail])
-        else:
-            Tx.cta.copy(Out[h, q0 : q0 + BM, :], O_s[:, :])
-            Tx.cta.copy(LSE[h, q0 : q0 + BM], lse_v[:])
+        store_rows(Out, LSE, O_s, lse_v, h, q0, qb, qbs, q_tail)
     # fmt: on
     return attention
 
@@ -346,9 +350,9 @@ def attention_ws_kernel(
     bn = block_n
     group = heads // kv_heads
     scale = LOG2E / math.sqrt(d)
-    acc_s = demos.wgmma_accumulator_layout(bn, 1)
-    acc_o = demos.wgmma_accumulator_layout(d, 1)
-    rows = row_layout()
+    acc_s = fragments.wgmma_accumulator_layout(bn, 1)
+    acc_o = fragments.wgmma_accumulator_layout(d, 1)
+    rows = fragments.wgmma_rows_layout()
     blocks = d // 64
     q_l = ComposeLayout(3, 3, 3, TileLayout(S[(br, blocks, 64) : (64, br * 64, 1)]))
     kv_l = ComposeLayout(

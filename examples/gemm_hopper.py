@@ -34,7 +34,7 @@ from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import ComposeLayout, R, S, TileLayout, tid_in_wg
 
-from tirx_cuda_dispatch import demos
+from tirx_cuda_dispatch import fragments
 
 BM, BN, BK = 128, 256, 64
 WGS = 2  # warpgroups, each 64 rows of the tile
@@ -85,7 +85,7 @@ def gemm_kernel(
         3, 3, 3, TileLayout(S[(stages, BK, BN // 64, 64) : (BK * BN, 64, BK * 64, 1)])
     )
     c_layout = ComposeLayout(3, 3, 3, TileLayout(S[(BM, BN // 64, 64) : (64, BM * 64, 1)]))
-    acc = demos.wgmma_accumulator_layout(BN, 1)
+    acc = fragments.wgmma_accumulator_layout(BN, 1)
     bias_frag = bias_fragment(BN)
 
     def issue(A, B, A_s, B_s, bars, bm, bn, kt) -> None:

@@ -43,7 +43,7 @@ from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import ComposeLayout, R, S, TileLayout, tid_in_wg
 
-from tirx_cuda_dispatch import demos
+from tirx_cuda_dispatch import fragments
 
 BM, BN = 128, 256  # the output tile; a K tile is one 128-byte row (64 or 128 elements)
 DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
@@ -159,7 +159,7 @@ def gemm_kernel(
     c_layout = ComposeLayout(
         3, 3, 3, TileLayout(S[(CONSUMERS, 2, WG_ROWS, CHUNK) : (2 * chunk, chunk, CHUNK, 1)])
     )
-    acc = demos.wgmma_accumulator_layout(BN, 1)
+    acc = fragments.wgmma_accumulator_layout(BN, 1)
     bias_frag = bias_fragment(BN)
     wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
     fence, store_wait = omit != "proxy_fence", omit != "store_wait"

@@ -32,10 +32,10 @@ def test_the_shapes_are_the_issues(bench):
         assert set(names) <= set(bench.DESIGNS)
 
 
-@pytest.mark.parametrize("design", ["ws", "ws no overlap", "wg"])
+@pytest.mark.parametrize("design", ["ws", "ws no overlap", "wg", "sm80"])
 def test_every_call_of_the_timed_kernels_is_ours(bench, design):
-    name, keywords = bench.DESIGNS[design]
-    make = getattr(bench.norms.example("attention"), name)
+    example, name, keywords = bench.DESIGNS[design]
+    make = getattr(bench.norms.example(example), name)
     report = explain(make(bench.HEADS, 1024, 128, causal=True, **keywords), "sm_90a")
     assert [r.index for r in report if r.variant is None or r.error] == []
 

@@ -20,6 +20,17 @@ from tvm.tirx.layout import (
     wg_local_layout,
 )
 
+from . import fragments
+from .fragments import (  # the fragment layouts, public in .fragments; here for the tests
+    MMA_A_K8,
+    MMA_ACC,
+    MMA_B_K8,
+    mma_accumulator_layout,
+    mma_rows_layout,
+    wgmma_accumulator_layout,
+    wgmma_rows_layout,
+)
+
 SCOPE_THREADS = {"warp": 32, "warpgroup": 128}
 
 
@@ -970,38 +981,6 @@ def shared_to_registers(
     return reduction
 
 
-def mma_accumulator_layout(cols: int = 128) -> Any:
-    """The m16n8 accumulator fragment of a warp, 16 x ``cols``: row r in lane
-    4 * (r % 8) + c, two values per lane and 8 columns (TVM's
-    test_reduction_local_view_complex)."""
-    atom = TileLayout(S[(1, 2) : (2, 1)])
-    warp_layout = TileLayout(S[(8, 4) : (4 @ laneid, 1 @ laneid)])
-    warp_atom = atom.tile(warp_layout, (8, 4), (1, 2))
-    tile = TileLayout(S[(2, cols // 8) : (1, 2)])
-    return warp_atom.tile(tile, (2, cols // 8), (8, 8))
-
-
-def wgmma_accumulator_layout(n: int = 256, m_tiles: int = 1) -> Any:
-    """The wgmma accumulator fragment of a warpgroup over ``64 m_tiles`` x ``n`` float32
-    (PTX ISA "wgmma D fragment"): thread ``32 w + l`` holds row ``16 w + l // 4 (+ 8)`` and
-    columns ``8 j + 2 (l % 4) (+ 1)``; register ``4 j + 2 h + e`` is row half ``h``, column
-    ``e`` of column block ``j``; a second 64-row tile takes the next ``n / 2`` registers."""
-    return TileLayout(
-        S[
-            (m_tiles, 4, 2, 8, n // 8, 4, 2) : (
-                n // 2, 32 @ tid_in_wg, 2, 4 @ tid_in_wg, 4, 1 @ tid_in_wg, 1,
-            )
-        ]
-    )  # fmt: skip
-
-
-def wgmma_rows_layout() -> Any:
-    """A value per row of an m64 wgmma accumulator (64 x 1): row ``16 w + l / 4 (+ 8)`` in
-    the 4 lanes ``l % 4`` of its quad (replicas), registers 0 and 1 for the two row
-    halves: where a row reduction of the accumulator leaves its result."""
-    return TileLayout(S[(4, 2, 8) : (32 @ tid_in_wg, 1, 4 @ tid_in_wg)] + R[4 : 1 @ tid_in_wg])
-
-
 def wgmma_gemm(
     m: int = 64,
     n: int = 128,
@@ -1186,14 +1165,6 @@ def wgmma_gemm_f8(
     return wgmma_gemm_f8
 
 
-def mma_rows_layout() -> Any:
-    """Row statistics of that fragment: 16 x 4, column c in the lanes with lane % 4 == c."""
-    red_atom = TileLayout(S[(1, 1) : (1, 1)])
-    warp_layout = TileLayout(S[(8, 4) : (4 @ laneid, 1 @ laneid)])
-    red_warp_atom = red_atom.tile(warp_layout, (8, 4), (1, 1))
-    return red_warp_atom.tile(TileLayout(S[(2, 1) : (1, 1)]), (2, 1), (8, 4))
-
-
 @dataclass(frozen=True)
 class RegisterReduction:
     """A register reduction as TVM's layouts place it: src and dst layouts and shapes, the
@@ -1279,43 +1250,25 @@ def register_reductions() -> dict[str, RegisterReduction]:
 # Written from the PTX ISA's tables ("Matrix Fragments for mma.m16n8k16 with floating point
 # type", "... mma.m16n8k8"), lane = 4 g + t: D/C[M, N] at M = g + 8 rM, N = 2 t + rN;
 # A[M, K] at M = g + 8 rM, K = 2 t + p (+ 8 kHi); B[K, N] at N = g, K = 2 t + p (+ 8 kHi).
-MMA_ACC = TileLayout(S[(2, 8, 4, 2) : (2, 4 @ laneid, 1 @ laneid, 1)])  # 16 x 8, C and D
-MMA_A_K8 = TileLayout(S[(2, 8, 4, 2) : (2, 4 @ laneid, 1 @ laneid, 1)])  # 16 x 8 of [M, K]
-MMA_B_K8 = TileLayout(S[(4, 2, 8) : (1 @ laneid, 1, 4 @ laneid)])  # 8 x 8 of [K, N]
 # threadID_in_group 1 and 2 swapped: each element in one lane, not the lane mma wants.
 MMA_A_K8_SWAPPED = TileLayout(S[(2, 8, 2, 2, 2) : (2, 4 @ laneid, 1 @ laneid, 2 @ laneid, 1)])
 MMA_B_K8_SWAPPED = TileLayout(S[(2, 2, 2, 8) : (1 @ laneid, 2 @ laneid, 1, 4 @ laneid)])
 MMA_ACC_SWAPPED = MMA_A_K8_SWAPPED  # C/D's 16 x 8 tile has A's k8 shape
 
 
-def _transposed(layout: Any, shape: list[int]) -> Any:
-    grouped, seps = layout.group(shape)
-    return grouped.permute_by_groups(seps, [1, 0])
-
-
 def mma_fragments(
     mt: int, nt: int, kt: int, k: int, ta: bool = False, tb: bool = False,
     swapped: str | None = None,
 ) -> tuple[tuple[Any, Any, Any], tuple[int, int, int]]:  # fmt: skip
-    """(D, A, B) layouts and (M, N, K) for an mt x nt x kt tiling of m16n8k``k`` tiles:
-    the single-tile layouts repeated over the operand (``tile_to``), A and B in their
-    transposed orientation (the buffer's two axes swapped) under ``ta`` / ``tb``.
-    ``swapped`` ("A", "B" or "D") builds that operand of tiles whose lanes 4g+1 and 4g+2
-    trade places: a layout no mma fragment is (a variant must decline it)."""
-    m, n, kk = 16 * mt, 8 * nt, k * kt
-    a8 = MMA_A_K8_SWAPPED if swapped == "A" else MMA_A_K8
-    b8 = MMA_B_K8_SWAPPED if swapped == "B" else MMA_B_K8
-    acc = MMA_ACC_SWAPPED if swapped == "D" else MMA_ACC
-    a = a8 if k == 8 else a8.tile_to([16, 16], [16, 8])
-    b = b8 if k == 8 else b8.tile_to([16, 8], [8, 8])
-    d = acc.tile_to([m, n], [16, 8])
-    a = a.tile_to([m, kk], [16, k])
-    b = b.tile_to([kk, n], [k, 8])
-    if ta:
-        a = _transposed(a, [m, kk])
-    if tb:
-        b = _transposed(b, [kk, n])
-    return (d, a, b), (m, n, kk)
+    """:func:`.fragments.mma_fragments`, and ``swapped`` ("A", "B" or "D") builds that
+    operand of tiles whose lanes 4g+1 and 4g+2 trade places: a layout no mma fragment is
+    (a variant must decline it)."""
+    return fragments.mma_fragments(
+        mt, nt, kt, k, ta, tb,
+        a_tile=MMA_A_K8_SWAPPED if swapped == "A" else MMA_A_K8,
+        b_tile=MMA_B_K8_SWAPPED if swapped == "B" else MMA_B_K8,
+        acc_tile=MMA_ACC_SWAPPED if swapped == "D" else MMA_ACC,
+    )  # fmt: skip
 
 
 def mma_roundtrip(

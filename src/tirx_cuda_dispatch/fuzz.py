@@ -924,7 +924,7 @@ def wgmma_case(c: Chooser, seed: int) -> Case:
 
 
 def _misplaced_a_fragment(m: int, k: int) -> Any:
-    """The register A fragment (:func:`.demos.wgmma_accumulator_layout` over K) with its two
+    """The register A fragment (:func:`.fragments.wgmma_accumulator_layout` over K) with its two
     lane digits exchanged: rows on ``l % 4``, columns on ``l / 4`` (every element in the
     wrong thread but the diagonal ones), which the variant must refuse."""
     from tvm.tirx.layout import tid_in_wg

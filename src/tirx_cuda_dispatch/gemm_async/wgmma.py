@@ -284,7 +284,7 @@ def _c_registers(c: Operand, m: int, n: int) -> tuple[tuple[int, ...], ...]:
                 return f"accumulator register {j} of tile {mi}"
             return f"accumulator puts it in thread {t}, register {j} of tile {mi}"
 
-        fix = "lay C out as the m64nN fragment: demos.wgmma_accumulator_layout"
+        fix = "lay C out as the m64nN fragment: fragments.wgmma_accumulator_layout"
         tiles.append(tuple(_fragment_registers(c, n, n // 2, at, what, fix)))
     return tuple(tiles)
 
@@ -312,7 +312,7 @@ def _a_registers(a: Operand, m: int, k: int) -> tuple[tuple[tuple[int, ...], ...
 
             fix = (
                 "lay A out as the m64n16 accumulator fragment per 16 columns: "
-                "demos.wgmma_accumulator_layout"
+                "fragments.wgmma_accumulator_layout"
             )
             slots = _fragment_registers(a, k, A_STEP_ELEMENTS, at, what, fix)
             words = []

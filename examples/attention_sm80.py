@@ -1,0 +1,272 @@
+"""FlashAttention forward in FlashAttention-2's structure, written only with tile primitives,
+for Ampere and Ada (sm_80 and newer: cp.async and mma.sync, no TMA or wgmma): O =
+softmax(Q K^T scale) V and the row log-sum-exp, causal or not, any sequence length,
+grouped-query heads. The arguments are examples/attention.py's: Q and O ``[B*H, S, D]``,
+K and V ``[B*H_kv, S, D]`` (float16 or bfloat16, D 64 or 128), LSE float32 ``[B*H, S]``.
+
+Each CTA of four warps takes 64 query rows of one head, 16 rows a warp:
+
+- Q's 64 x D tile and the first 64-row tile of K and V into 128-byte swizzled shared
+  memory with cp.async (``copy_async -> ldgsts``), then each warp's 16 rows of Q into
+  registers as the m16n8k16 A fragment (``copy -> ldstmatrix``), once;
+- per key tile, double-buffered: wait for the tile (``cp.async.wait_group 0``, a CTA
+  barrier, which also says every warp is done with the other stage), start the next
+  tile's cp.async into the other stage, and compute on this one:
+- S = Q K^T: per 16 columns of D, the K tile's 64 x 16 slice as the transposed B
+  fragment (``ldmatrix``), and ``gemm -> mma.m16n8k*`` (8 ``mma.sync.m16n8k16``) into a
+  float32 16 x 64 accumulator;
+- the online softmax on the accumulator's rows (a row lives in a quad of lanes: the row
+  max and sum are in-thread folds and two shuffles), in base 2 with ``scale log2(e)``
+  folded into ``exp2``'s scale and the row max into its bias, as examples/attention.py;
+- P rounded to Q's type in registers (the accumulator's fragment is already mma's A
+  fragment: FlashAttention-2's register reuse), and O += P V: per 16 keys the V tile's
+  16 x D slice as the B fragment (``ldmatrix.trans``) and ``mma.sync``;
+- at the end O / l rounded once, through shared memory (stmatrix) to O, and the LSE.
+
+A partial last tile is zero-filled past the end (its copy synchronous, at its own
+extent), its keys past the end masked to -inf; a partial query block's rows past the end
+are not stored. Causal kernels stop at the diagonal and mask only the tile on it.
+
+``python examples/attention_sm80.py`` prints the explain() overview and checks small
+heads in the CPU simulator (sm_80) against float64 numpy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.tirx.layout import ComposeLayout, S, TileLayout
+
+from tirx_cuda_dispatch import fragments
+
+BM, BN, WARPS = 64, 64, 4  # query rows a CTA, keys a tile, warps (16 query rows each)
+WM = BM // WARPS
+LOG2E = 1.4426950408889634
+DTYPES = ("float16", "bfloat16")
+OMITS = (None, "wait", "barrier", "rescale")
+
+# The Hopper kernels' helpers: inputs, the float64 reference and its bound, and the online
+# softmax and its finish, emitted here at warp scope.
+_spec = importlib.util.spec_from_file_location(
+    "example_attention_for_sm80", Path(__file__).with_name("attention.py")
+)
+hopper = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(hopper)
+inputs, reference, close = hopper.inputs, hopper.reference, hopper.close
+
+
+def swizzled(shape: tuple[int, ...]) -> ComposeLayout:
+    """``shape`` (its last two dimensions a row-major 16-bit tile, rows of 64 or 128
+    elements) cut into 64-column blocks of 128 bytes a row, under the XOR swizzle of
+    16-byte units that spreads the 8 rows of an ldmatrix matrix over all banks."""
+    *outer, rows, cols = shape
+    blocks = cols // 64
+    strides = [rows * cols * math.prod(outer[i + 1 :]) for i in range(len(outer))]
+    return ComposeLayout(3, 3, 3, TileLayout(S[(*outer, rows, blocks, 64) :
+                                               (*strides, 64, rows * 64, 1)]))  # fmt: skip
+
+
+def _branch(cond, full, tail) -> None:
+    """``tail()`` where ``cond`` holds, ``full()`` elsewhere (only ``full()`` where
+    ``cond`` is None), emitted into the kernel being parsed."""
+    if cond is None:
+        full()
+        return
+    with T.If(cond):
+        with T.Then():
+            tail()
+        with T.Else():
+            full()
+
+
+def attention_sm80_kernel(
+    heads: int,
+    seq: int,
+    d: int,
+    causal: bool = False,
+    kv_heads: int | None = None,
+    dtype: str = "float16",
+    omit: str | None = None,
+):
+    """The kernel for ``heads`` (B*H) query heads of ``seq`` rows, head dim ``d``, and
+    ``kv_heads`` key/value heads (query head ``h`` reads key/value head ``h / (heads /
+    kv_heads)``). ``omit`` breaks it for the tests' negative controls: ``"wait"`` drops
+    the ``cp.async.wait_group`` before a tile is read, ``"barrier"`` the CTA barrier
+    after it (a warp may refill the stage another still reads), ``"rescale"`` drops
+    ``O = O alpha``."""
+    kv_heads = heads if kv_heads is None else kv_heads
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
+    if d not in (64, 128) or seq < 1 or heads % kv_heads or omit not in OMITS:
+        raise ValueError(
+            f"head dim {d} (64 or 128), seq {seq} (1 or more), {heads} query heads in "
+            f"groups over {kv_heads} key/value heads, omit {omit!r} (one of {OMITS})"
+        )
+    group = heads // kv_heads
+    zero = T.Cast(dtype, 0)
+    scale = LOG2E / math.sqrt(d)
+    (acc_s, _, k_frag), _ = fragments.mma_fragments(1, BN // 8, 1, tb=True)  # S, K^T slice
+    (acc_o, q_frag, _), _ = fragments.mma_fragments(1, d // 8, d // 16)  # O, Q
+    v_frag = fragments.mma_fragments(1, d // 8, 1)[0][2]  # 16 x d: one k16 step of V
+    rows = fragments.mma_row_vector_layout()
+    qbs, kts = -(-seq // BM), -(-seq // BN)
+    q_tail, k_tail = seq % BM, seq % BN
+    q_at, k_at = 0, BM * d  # elements of the pool: Q, K[2], V[2]
+    v_at = k_at + 2 * BN * d
+    pool_elems = v_at + 2 * BN * d
+    wait = omit != "wait"
+    barrier = omit != "barrier"
+    rescale = omit != "rescale"
+
+    def load_kv(K, V, K_s, V_s, kv, t, slot) -> None:
+        """Key tile ``t`` into stage ``slot`` by cp.async; a partial last tile copied at
+        its extent (synchronously) over a zero-filled stage."""
+        k0 = t * BN
+
+        def full() -> None:
+            Tx.cta.copy_async(K_s[slot, :, :], K[kv, k0 : k0 + BN, :])
+            Tx.cta.copy_async(V_s[slot, :, :], V[kv, k0 : k0 + BN, :])
+
+        def tail() -> None:
+            Tx.cta.fill(K_s[slot, k_tail:BN, :], zero)
+            Tx.cta.fill(V_s[slot, k_tail:BN, :], zero)
+            Tx.cta.copy(K_s[slot, 0:k_tail, :], K[kv, k0 : k0 + k_tail, :])
+            Tx.cta.copy(V_s[slot, 0:k_tail, :], V[kv, k0 : k0 + k_tail, :])
+
+        _branch(t >= kts - 1 if k_tail else None, full, tail)  # (the last tile: ">=" is
+        # what lets the bounds check see that the full copies stop before it)
+
+    def scores(S_r, Q_r, K_s, K_f, slot) -> None:
+        """S = Q K^T, 16 columns of D at a time (unrolled: every register slice constant)."""
+        Tx.warp.fill(S_r[:, :], T.float32(0.0))
+        for kk in range(d // 16):
+            Tx.warp.copy(K_f[:, :], K_s[slot, :, kk * 16 : kk * 16 + 16])
+            Tx.warp.gemm(S_r[:, :], Q_r[:, kk * 16 : kk * 16 + 16], K_f[:, :], S_r[:, :],
+                         transpose_A=False, transpose_B=True, alpha=1.0, beta=1.0)  # fmt: skip
+
+    def values(O_r, P16, V_s, V_f, slot) -> None:
+        """O += P V, 16 keys at a time."""
+        for kk in range(BN // 16):
+            Tx.warp.copy(V_f[:, :], V_s[slot, kk * 16 : kk * 16 + 16, :])
+            Tx.warp.gemm(O_r[:, :], P16[:, kk * 16 : kk * 16 + 16], V_f[:, :], O_r[:, :],
+                         transpose_A=False, transpose_B=False, alpha=1.0, beta=1.0)  # fmt: skip
+
+    # fmt: off
+    @T.prim_func
+    def attention_sm80(Q_ptr: T.handle, K_ptr: T.handle, V_ptr: T.handle, O_ptr: T.handle,
+                       LSE_ptr: T.handle):
+        Q = T.match_buffer(Q_ptr, (heads, seq, d), dtype)
+        K = T.match_buffer(K_ptr, (kv_heads, seq, d), dtype)
+        V = T.match_buffer(V_ptr, (kv_heads, seq, d), dtype)
+        Out = T.match_buffer(O_ptr, (heads, seq, d), dtype)
+        LSE = T.match_buffer(LSE_ptr, (heads, seq), "float32")
+        T.device_entry()
+        qb, h = T.cta_id([qbs, heads])
+        w = T.warp_id([WARPS])
+        T.lane_id([32])
+        T.thread_id([WARPS * 32])
+        pool = T.alloc_buffer((pool_elems,), dtype, scope="shared.dyn", align=1024)
+        Q_s = T.decl_buffer((BM, d), dtype, pool.data, elem_offset=q_at, scope="shared.dyn",
+                            layout=swizzled((BM, d)))
+        K_s = T.decl_buffer((2, BN, d), dtype, pool.data, elem_offset=k_at, scope="shared.dyn",
+                            layout=swizzled((2, BN, d)))
+        V_s = T.decl_buffer((2, BN, d), dtype, pool.data, elem_offset=v_at, scope="shared.dyn",
+                            layout=swizzled((2, BN, d)))
+        lse_s = T.alloc_buffer((BM, 1), "float32", scope="shared", layout=TileLayout(S[BM, 1]))
+        lse_v = T.decl_buffer((BM,), "float32", lse_s.data, scope="shared")
+        Q_r = T.alloc_buffer((WM, d), dtype, scope="local", layout=q_frag)
+        K_f = T.alloc_buffer((BN, 16), dtype, scope="local", layout=k_frag)
+        V_f = T.alloc_buffer((16, d), dtype, scope="local", layout=v_frag)
+        S_r = T.alloc_buffer((WM, BN), "float32", scope="local", layout=acc_s)
+        P16 = T.alloc_buffer((WM, BN), dtype, scope="local", layout=acc_s)
+        O_r = T.alloc_buffer((WM, d), "float32", scope="local", layout=acc_o)
+        O16 = T.alloc_buffer((WM, d), dtype, scope="local", layout=acc_o)
+        m_old = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
+        m_new = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
+        alpha = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
+        l_sum = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
+        l_tile = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
+        q0 = T.meta_var(qb * BM)
+        kv = T.meta_var(h // group)
+        r0 = T.meta_var(w * WM)  # the warp's first row in the block
+        n_tiles = T.meta_var(T.min(qb + 1, kts) if causal else kts)  # causal: to the diagonal
+        # Q (a partial last block over zeros) and key tile 0, one cp.async group
+        if q_tail > 0:
+            if qb < qbs - 1:
+                Tx.cta.copy_async(Q_s[:, :], Q[h, q0 : q0 + BM, :])
+            else:
+                Tx.cta.fill(Q_s[q_tail:BM, :], zero)
+                Tx.cta.copy(Q_s[0:q_tail, :], Q[h, q0 : q0 + q_tail, :])
+        else:
+            Tx.cta.copy_async(Q_s[:, :], Q[h, q0 : q0 + BM, :])
+        load_kv(K, V, K_s, V_s, kv, 0, 0)
+        T.ptx.cp.async_.commit_group()
+        T.ptx.cp.async_.wait_group(0)
+        T.cuda.cta_sync()
+        Tx.warp.copy(Q_r[:, :], Q_s[r0 : r0 + WM, :])
+        Tx.warp.fill(O_r[:, :], T.float32(0.0))
+        Tx.warp.fill(m_old[:, :], T.float32(-math.inf))
+        Tx.warp.fill(l_sum[:, :], T.float32(0.0))
+        for t in T.serial(n_tiles):
+            if wait:  # tile t is in (the group of the previous iteration)
+                T.ptx.cp.async_.wait_group(0)
+            if barrier:  # ... for every thread, and every warp is done with tile t - 1
+                T.cuda.cta_sync()
+            if t + 1 < kts:  # tile t + 1 into the other stage while this one computes
+                if causal:  # (two conditions, not t + 1 < n_tiles: the bounds check
+                    if t < qb:  # reads each, where it cannot see through T.min)
+                        load_kv(K, V, K_s, V_s, kv, t + 1, (t + 1) % 2)
+                else:
+                    load_kv(K, V, K_s, V_s, kv, t + 1, (t + 1) % 2)
+            T.ptx.cp.async_.commit_group()
+            scores(S_r, Q_r, K_s, K_f, t % 2)
+            if causal:  # only the diagonal tile has keys past its rows
+                if t == qb:
+                    Tx.warp.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
+                                   lambda i, j: t * BN + j <= q0 + r0 + i)  # noqa: B023
+            elif k_tail > 0:  # the last tile's keys past the end
+                if t == kts - 1:
+                    Tx.warp.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
+                                   lambda i, j: t * BN + j < seq)  # noqa: B023
+            hopper.online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_sum, l_tile, scale,
+                                  rescale, Tx.warp)
+            values(O_r, P16, V_s, V_f, t % 2)
+        # O / l and the LSE, through shared memory (Q's stage: no warp reads it any more
+        # once every warp is past the barrier)
+        hopper.finish(O_r, O16, m_old, l_sum, l_tile, scale, Tx.warp)
+        T.cuda.cta_sync()
+        Tx.warp.copy(Q_s[r0 : r0 + WM, :], O16[:, :])
+        Tx.warp.copy(lse_s[r0 : r0 + WM, :], l_tile[:, :])
+        T.cuda.cta_sync()
+        hopper.store_rows(Out, LSE, Q_s, lse_v, h, q0, qb, qbs, q_tail)
+    # fmt: on
+    return attention_sm80
+
+
+# The program at a small size, for `tirx-dispatch explain/lower/sim examples/attention_sm80.py`.
+kernel = attention_sm80_kernel(2, 128, 64)
+
+
+def main() -> int:
+    from tirx_cuda_dispatch import explain, sim
+
+    print(explain(kernel, "sm_80").overview())
+    ok = True
+    for heads, kv_heads, seq, d, causal in [(2, 2, 128, 64, False), (2, 1, 100, 128, True)]:
+        args = inputs(heads, seq, d, kv_heads=kv_heads)
+        func = attention_sm80_kernel(heads, seq, d, causal=causal, kv_heads=kv_heads)
+        out = sim.run(func, args, target="sm_80", pipeline="tirx_cuda_dispatch.strict")
+        off = close(out[3], out[4], *args[:3], causal=causal)
+        ok &= off is None
+        print(f"simulator, {heads} heads over {kv_heads}, {seq} x {d}, causal {causal}:",
+              off or "O and LSE equal float64 numpy within the bound")  # fmt: skip
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""examples/attention_sm80.py: FlashAttention-2's structure for Ampere and Ada (cp.async,
+ldmatrix, mma.sync) lowers entirely through the strict pipeline, equals float64 numpy
+within its bound in the simulator and on the GPU, and a dropped wait, barrier or rescale
+is caught."""
+
+from __future__ import annotations
+
+import pytest
+
+from executors import execute
+from modules import ROOT, load_file
+from tirx_cuda_dispatch import explain, sim
+
+attention = load_file("example_attention_sm80", ROOT / "examples" / "attention_sm80.py")
+STRICT = "tirx_cuda_dispatch.strict"
+WHERE = ["sim", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+def test_every_call_is_ours_and_every_region_is_proved():
+    report = explain(attention.attention_sm80_kernel(4, 150, 64, causal=True, kv_heads=2),
+                     "sm_80")  # fmt: skip
+    assert [r.index for r in report if r.variant is None or r.error] == []
+    assert not [r.bounds_undecided for r in report if r.bounds_undecided]
+    variants = {r.variant for r in report}
+    assert {"ldgsts", "ldstmatrix", "mma.m16n8k*", "local"} <= variants
+    # S = Q K^T four k16 steps of D 64, O += P V four of the 64 keys: 8 gemm calls
+    assert sum(r.op == "gemm" for r in report) == 8
+    [row_max] = [r for r in report if r.op == "max"]
+    assert "shfl.xor 1/2" in row_max.plan["schedule"]  # a row lives in a quad of lanes
+
+
+SHAPES = [  # (query heads, key/value heads, sequence, head dim)
+    (2, 2, 128, 64),
+    (4, 2, 150, 64),  # grouped-query heads, a partial last block and key tile
+    (2, 1, 100, 128),  # one key tile, partial
+    (1, 1, 192, 128),
+]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "h{}-kv{}-s{}-d{}".format(*s))
+def test_equals_numpy(shape, causal, where, gpu):
+    """Every configuration against float64 numpy within the bound (O and LSE poisoned
+    first); the control: the other reading of the mask is far off."""
+    heads, kv_heads, seq, d = shape
+    args = attention.inputs(heads, seq, d, seed=3, kv_heads=kv_heads)
+    func = attention.attention_sm80_kernel(heads, seq, d, causal=causal, kv_heads=kv_heads)
+    out = execute(func, args, where, gpu, pipeline=STRICT, target="sm_80")
+    assert attention.close(out[3], out[4], *args[:3], causal=causal) is None
+    assert attention.close(out[3], out[4], *args[:3], causal=not causal) is not None
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_bfloat16_equals_numpy(where, gpu):
+    """bfloat16 (P rounded to bfloat16 for P V) within its unit roundoff's bound; the
+    control: one output moved by twice that bound fails."""
+    args = attention.inputs(2, 130, 64, seed=6, kv_heads=1, dtype="bfloat16")
+    func = attention.attention_sm80_kernel(2, 130, 64, causal=True, kv_heads=1,
+                                           dtype="bfloat16")  # fmt: skip
+    out = execute(func, args, where, gpu, pipeline=STRICT, target="sm_80")
+    assert attention.close(out[3], out[4], *args[:3], causal=True) is None
+    moved = out[3].astype("float32")
+    moved[0, 0, 0] += 8 * 2.0**-8 * float(abs(args[2].astype("float32")).max())
+    assert attention.close(moved.astype(out[3].dtype), out[4], *args[:3], causal=True)
+
+
+@pytest.mark.parametrize(
+    "omit, expect",
+    [
+        ("wait", r"cp\.async.* in flight"),
+        ("barrier", r"race"),
+    ],
+)
+def test_a_missing_wait_or_barrier_is_named_by_the_simulator(omit, expect):
+    """Without the wait a warp reads a stage cp.async may still write; without the
+    barrier a warp refills the stage another warp still reads."""
+    args = attention.inputs(1, 192, 64, seed=5)
+    with pytest.raises(sim.SimError, match=expect):
+        sim.run(attention.attention_sm80_kernel(1, 192, 64, omit=omit), args, target="sm_80")
+
+
+def test_a_dropped_rescale_is_caught_by_the_comparison():
+    args = attention.inputs(1, 192, 64, seed=2)
+    out = sim.run(attention.attention_sm80_kernel(1, 192, 64, omit="rescale"), args,
+                  target="sm_80")  # fmt: skip
+    assert "outputs of O" in attention.close(out[3], out[4], *args[:3])
+
+
+def test_shapes_it_does_not_take_are_an_error():
+    with pytest.raises(ValueError, match="head dim 256"):
+        attention.attention_sm80_kernel(1, 128, 256)
+    with pytest.raises(ValueError, match="3 query heads in groups over 2"):
+        attention.attention_sm80_kernel(3, 128, 64, kv_heads=2)

@@ -1,0 +1,66 @@
+"""tirx_cuda_dispatch.fragments: the public fragment layouts are what the instructions
+take as they are (the variants fit them, the row reductions leave the row vectors), and
+demos' names are the same objects."""
+
+from __future__ import annotations
+
+import pytest
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+
+from tirx_cuda_dispatch import demos, explain, fragments
+
+
+def _warp_kernel(d_l, a_l, b_l, rows, mt_k):
+    (m, n, k) = mt_k
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle, M_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (m, k), "float16")
+        B = T.match_buffer(B_ptr, (n, k), "float16")
+        M = T.match_buffer(M_ptr, (m, 1), "float32")
+        T.device_entry()
+        T.cta_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
+        A_r = T.alloc_buffer((m, k), "float16", scope="local", layout=a_l)
+        B_r = T.alloc_buffer((n, k), "float16", scope="local", layout=b_l)
+        D_r = T.alloc_buffer((m, n), "float32", scope="local", layout=d_l)
+        m_r = T.alloc_buffer((m, 1), "float32", scope="local", layout=rows)
+        Tx.warp.copy(A_r[:, :], A[:, :])
+        Tx.warp.copy(B_r[:, :], B[:, :])
+        Tx.warp.fill(D_r[:, :], T.float32(0.0))
+        Tx.warp.gemm(D_r[:, :], A_r[:, :], B_r[:, :], D_r[:, :], transpose_A=False,
+                     transpose_B=True, alpha=1.0, beta=1.0)
+        Tx.warp.max(m_r[:, :], D_r[:, :], axes=[-1])
+        Tx.warp.copy(M[:, :], m_r[:, :])
+    # fmt: on
+    return kernel
+
+
+def test_the_mma_fragments_fit_and_the_row_vector_is_where_the_row_max_lands():
+    """S = Q K^T as FlashAttention-2 writes it (B given as [N, K]), then the row max into
+    mma_row_vector_layout: every call ours, the max in a quad by two shuffles."""
+    (d_l, a_l, b_l), shape = fragments.mma_fragments(1, 8, 4, tb=True)
+    report = explain(_warp_kernel(d_l, a_l, b_l, fragments.mma_row_vector_layout(), shape),
+                     "sm_80")  # fmt: skip
+    assert [r.variant for r in report if r.op in ("gemm", "max")] == ["mma.m16n8k*", "local"]
+    [row_max] = [r for r in report if r.op == "max"]
+    assert "shfl.xor 1/2" in row_max.plan["schedule"]
+
+
+def test_a_misplaced_fragment_is_declined():
+    """The control: B's tiles with lanes 4g+1 and 4g+2 swapped (demos' test layout)."""
+    (d_l, a_l, b_l), shape = demos.mma_fragments(1, 8, 4, 16, tb=True, swapped="B")
+    report = explain(_warp_kernel(d_l, a_l, b_l, fragments.mma_row_vector_layout(), shape),
+                     "sm_80")  # fmt: skip
+    [gemm] = [r for r in report if r.op == "gemm"]
+    assert gemm.variant is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["mma_accumulator_layout", "mma_rows_layout", "wgmma_accumulator_layout",
+     "wgmma_rows_layout", "MMA_ACC", "MMA_A_K8", "MMA_B_K8"],
+)  # fmt: skip
+def test_demos_names_are_the_public_ones(name):
+    assert getattr(demos, name) is getattr(fragments, name)
