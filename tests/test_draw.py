@@ -259,3 +259,58 @@ def test_replicated_rows_have_both_owners_and_plain_layouts_one():
     plain = _picture(demos.reg_roundtrip(TileLayout(S[(32, 8) : (1 @ lane, 1)]), (32, 8)), "reg")
     assert all(len(c.owners) == 1 for row in plain.cells for c in row)
     assert plain.cell_width == draw.CELL_W
+
+
+@pytest.mark.parametrize("shift", [0, 4], ids=["multiple", "not-a-multiple"])
+def test_a_region_at_a_warps_offset_is_drawn_from_its_start(shift):
+    """``A_smem[w * 16 + shift : ...]``: each of 4 warps loads its 16 rows by ldmatrix. At
+    a multiple of the 32-byte swizzle's period the picture is the region's own, noted, and
+    equal to the picture of warp 0's rows at a constant offset; the control: 4 rows more
+    is not a multiple of the period and is refused, naming the rule."""
+    from tvm.script import tirx as T
+    from tvm.script.tirx import tile as Tx
+
+    layout = mma_shared_layout("float16", SwizzleMode.SWIZZLE_32B_ATOM, (72, 16))
+
+    def kernel(constant: bool):
+        # fmt: off
+        @T.prim_func
+        def f(A_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (72, 16), "float16")
+            T.device_entry()
+            T.cta_id([1])
+            w = T.warp_id([4])
+            T.lane_id([32])
+            T.thread_id([128])
+            A_s = T.alloc_buffer((72, 16), "float16", scope="shared", layout=layout)
+            R_r = T.alloc_buffer((16, 16), "float16", scope="local", layout=A_FRAGMENT)
+            Tx.cta.copy(A_s[:, :], A[:, :])
+            if constant:
+                Tx.warp.copy(R_r[:, :], A_s[shift : shift + 16, :])
+            else:
+                Tx.warp.copy(R_r[:, :], A_s[w * 16 + shift : w * 16 + shift + 16, :])
+        # fmt: on
+        return f
+
+    if shift:
+        with pytest.raises(draw.DrawError, match=r"not provably a multiple of .* elements"):
+            _picture(kernel(False), "ldstmatrix")
+        return
+    moved, fixed = _picture(kernel(False), "ldstmatrix"), _picture(kernel(True), "ldstmatrix")
+    assert "A_s's region starts at w * 256, drawn from its start" in moved.view
+    assert [[c.owners for c in row] for row in moved.cells] == [
+        [c.owners for c in row] for row in fixed.cells
+    ]
+    assert moved.worst_conflict == fixed.worst_conflict
+
+
+def test_a_cp_async_into_a_ring_stage_at_a_loop_offset_is_drawn():
+    """examples/attention_sm80.py's prefetch into stage (t + 1) % 2: drawn (it raised a
+    TypeError through the partition's int())."""
+    from modules import load_file
+
+    sm80 = load_file("example_attention_sm80", ROOT / "examples" / "attention_sm80.py")
+    reports = tcd.explain(sm80.attention_sm80_kernel(1, 128, 64), "sm_80")
+    [prefetch, *_] = [r for r in reports if r.variant == "ldgsts" and "(t + 1)" in str(r.operands)]
+    pic = draw.picture(prefetch.call_object, prefetch.plan_object, prefetch.variant)
+    assert "K_s's region starts at" in pic.view and pic.worst_conflict == 1

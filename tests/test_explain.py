@@ -113,3 +113,15 @@ def test_the_overview_names_the_calls_that_are_not_ours():
     assert text.splitlines()[0] == "1 tile-primitive calls, 0 lowered by our variants (not: [0])"
     assert "[0] warp.copy -> NONE OF OURS" in text
     assert "synchronization in the kernel's own code" not in text  # it writes none
+
+
+def test_a_region_with_parenthesised_offsets_is_reported_whole():
+    """``K[h, (t + 1) * 64 : ...]``: the region text keeps its parentheses (it was cut at
+    the first " (", where the "(scope dtype)" suffix starts); the control: a plain one."""
+    from modules import ROOT, load_file
+
+    sm80 = load_file("example_attention_sm80", ROOT / "examples" / "attention_sm80.py")
+    report = tcd.explain(sm80.attention_sm80_kernel(2, 128, 64), "sm_80")
+    regions = [o["region"] for r in report for o in r.operands if o["buffer"] == "K"]
+    assert "K[h:h+1, (t + 1) * 64:(t + 1) * 64+64, 0:64]" in regions
+    assert "K[h:h+1, 0:64, 0:64]" in regions

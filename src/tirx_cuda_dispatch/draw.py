@@ -35,8 +35,9 @@ import numpy as np
 
 from .call import TileCall
 from .errors import Decline
+from .irfacts import prove_multiple
 from .layout.atoms import element_offsets, memory_view
-from .layout.banks import bank, conflict_ways
+from .layout.banks import WAVEFRONT_BYTES, bank, conflict_ways
 from .layout.partition import MemoryAccesses
 
 MAX_WIDTH = 2000  # px: wider pictures show the columns that fit, unless columns are asked for
@@ -112,6 +113,25 @@ class Picture:
         return _cell_width(self.cells)
 
 
+def _symbolic_base(opnd: Any, view: Any) -> int:
+    """A region at a symbolic offset (``Q_s[w * 16 : ...]``, a ring's stage ``t % 2``) is
+    drawn from its start, where the offset moves no element to another bank or swizzle
+    phase: it is a provable multiple of the swizzle's period, or of a wavefront's bytes
+    without a swizzle. Else a DrawError says so."""
+    elem_bytes = max(1, opnd.elem_bits // 8)
+    if view.swizzle is not None:
+        period, what = view.swizzle.period, "its swizzle's period"
+    else:
+        period, what = max(1, WAVEFRONT_BYTES // elem_bytes), f"{WAVEFRONT_BYTES} bytes"
+    if not prove_multiple(view.base, period):
+        raise DrawError(
+            f"{opnd.name}'s region starts at {view.base}, not provably a multiple of {period} "
+            f"elements ({what}): its banks depend on the value; draw a call whose region "
+            "starts at a constant, or at such a multiple"
+        )
+    return 0
+
+
 def picture(
     call: TileCall,
     plan: Any,
@@ -141,9 +161,10 @@ def picture(
         view = memory_view(opnd)
     except Decline as why:
         raise DrawError(str(why)) from None
-    if not isinstance(view.base, int):
-        raise DrawError(f"{opnd.name}'s region starts at a symbolic offset ({view.base})")
-    logical = element_offsets(view) + view.base
+    base, moved = view.base, ""
+    if not isinstance(base, int):  # a warp's rows, a ring's stage: drawn from its start
+        base, moved = _symbolic_base(opnd, view), f"{opnd.name}'s region starts at {base}"
+    logical = element_offsets(view) + base
     if view.swizzle is not None:
         logical = np.vectorize(view.swizzle.apply)(logical)
     where = {int(off): i for i, off in enumerate(logical)}
@@ -211,6 +232,8 @@ def picture(
     if (c0, c1) != (0, n_cols):
         shown.append(f"columns {c0}:{c1} of {n_cols}")
     notes = [f"showing {', '.join(shown)}"] if shown else []
+    if moved:
+        notes.append(f"{moved}, drawn from its start (the same banks for every value)")
     if warp is not None:
         notes.append(f"warp {warp}'s threads only (other warps' cells blank)")
     if cut:

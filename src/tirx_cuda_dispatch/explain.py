@@ -185,7 +185,7 @@ def _operand_rows(call: Any) -> list[dict[str, Any]]:
                     "buffer": o.name,
                     "scope": o.scope,
                     "dtype": o.dtype,
-                    "region": o.describe.split(" (")[0],
+                    "region": o.describe.rsplit(" (", 1)[0],  # less "(scope dtype)"
                     "layout": _layout_text(o.layout),
                 }
             )

@@ -18,10 +18,11 @@ Each thread then moves ``vec`` elements per round, at
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import Decline
+from ..irfacts import as_int
 from .atoms import MemoryView, common_refinement
 from .swizzle import Swizzle
 from .vector import VECTOR_BITS, vector_candidates, vector_misfit
@@ -99,7 +100,10 @@ class ScopePartition:
     ) -> tuple[Access, ...]:
         """Every access to operand ``which``, steps outer; ``registers`` names the register
         operand whose offsets say where each element lives in the thread. ``round_of(step,
-        tid)`` is the round a thread moves in each step (default: the step itself)."""
+        tid)`` is the round a thread moves in each step (default: the step itself). A
+        symbolic base (a region at a warp's or a loop's offset) counts as 0: the offsets are
+        the region's own (what its picture shows, where the base keeps the banks)."""
+        self = replace(self, bases=_concrete(self.bases))
         out = []
         for step in range(self.rounds):
             for tid in range(self.threads):
@@ -311,7 +315,11 @@ class PiecewisePartition:
         return self.pieces[piece].offset(which, v, self.swizzles[which])
 
     def accesses(self, which: int) -> tuple[Access, ...]:
-        """Every access to operand ``which``; rounds numbered across the pieces."""
+        """Every access to operand ``which``; rounds numbered across the pieces (a symbolic
+        base counts as 0, as :meth:`Partition.accesses`)."""
+        self = replace(
+            self, pieces=tuple(replace(p, bases=_concrete(p.bases)) for p in self.pieces)
+        )
         out = []
         first_round = 0
         for i, p in enumerate(self.pieces):
@@ -494,3 +502,8 @@ def scope_partition(
     except Decline:
         return masked
     return masked if masked.rounds < even.rounds else even
+
+
+def _concrete(bases: Sequence[Any]) -> tuple[int, ...]:
+    """Constant bases as ints, symbolic ones as 0."""
+    return tuple(0 if as_int(b) is None else as_int(b) for b in bases)
