@@ -103,16 +103,16 @@ class ScopePartition:
         tid)`` is the round a thread moves in each step (default: the step itself). A
         symbolic base (a region at a warp's or a loop's offset) counts as 0: the offsets are
         the region's own (what its picture shows, where the base keeps the banks)."""
-        self = replace(self, bases=_concrete(self.bases))
+        at = replace(self, bases=_concrete(self.bases))
         out = []
         for step in range(self.rounds):
             for tid in range(self.threads):
                 rnd = round_of(step, tid) if round_of is not None else step
                 owners = ()
                 if registers is not None:
-                    first = int(self.offset(registers, rnd, tid))
+                    first = int(at.offset(registers, rnd, tid))
                     owners = tuple((tid, first + k) for k in range(self.vec))
-                out.append(Access(step, tid, int(self.offset(which, rnd, tid)), self.vec, owners))
+                out.append(Access(step, tid, int(at.offset(which, rnd, tid)), self.vec, owners))
         return tuple(out)
 
     def access(self, rnd: int, tid: int) -> tuple[int, ...]:
@@ -317,15 +317,13 @@ class PiecewisePartition:
     def accesses(self, which: int) -> tuple[Access, ...]:
         """Every access to operand ``which``; rounds numbered across the pieces (a symbolic
         base counts as 0, as :meth:`Partition.accesses`)."""
-        self = replace(
-            self, pieces=tuple(replace(p, bases=_concrete(p.bases)) for p in self.pieces)
-        )
+        at = replace(self, pieces=tuple(replace(p, bases=_concrete(p.bases)) for p in self.pieces))
         out = []
         first_round = 0
         for i, p in enumerate(self.pieces):
             for v in range(p.count):
                 rnd, tid = first_round + v // self.threads, v % self.threads
-                out.append(Access(rnd, tid, int(self.offset(i, which, v)), p.vec))
+                out.append(Access(rnd, tid, int(at.offset(i, which, v)), p.vec))
             first_round += p.full_rounds + (1 if p.tail else 0)
         return tuple(out)
 

@@ -172,9 +172,9 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
     half first) of thread ``32 w + l`` is A's row ``16 w + l / 4 + 8 ((e / 2) % 2)``,
     column ``8 (e / 4) + 2 (l % 4) + e % 2`` (figure "WGMMA .m64nNk16 register fragment
     layout for matrix A"); their values are taken at the issue, and a write to them before
-    a wgmma.wait_group completes the group is an error (the ISA: the wgmma may read them
-    until then). The new D lands when a wgmma.wait_group completes the warpgroup's group
-    of it."""
+    a wgmma.wait_group completes the group is an error (the ISA makes any access to them
+    before that wait undefined; a read is not flagged). The new D lands when a
+    wgmma.wait_group completes the warpgroup's group of it."""
     parsed = plain_ptx_operands(call, "wgmma.mma_async")
     tokens = [t for t in parsed.tokens if t]
     shape = next((t for t in tokens if t.startswith("m64n")), None)
@@ -289,9 +289,9 @@ def _shared_memory(m: Machine, what: str) -> Any:
 
 def _queue_register_reads(m: Machine, call: Any, what: str, a_regs: list, groups) -> None:
     """The register form's A registers stay the wgmma's until its group completes (PTX ISA
-    9.7.15.5.2: the registers may be read by the asynchronous operation until the
-    wait): per warpgroup, an effect that writes nothing and reads them, so a plain write
-    before the ``wgmma.wait_group`` is an error naming the wgmma."""
+    9.7.15.5.2: accessing them before a wgmma.wait_group that covers the instruction is
+    undefined): per warpgroup, an effect that writes nothing and reads them, so a plain
+    write before the ``wgmma.wait_group`` is an error naming the wgmma (a read is not)."""
     threads = m.active_threads()
     by_memory: dict[int, tuple[Any, list]] = {}
     for reg in a_regs:
