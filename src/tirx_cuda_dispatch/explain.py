@@ -18,7 +18,7 @@ from tvm import sym
 
 from .call import Operand, tensor_region
 from .dispatch import Candidate, Outcome, plan_facts
-from .irfacts import as_int, location_of
+from .irfacts import as_int, evaluated_calls, location_of
 from .lowering import run_lower
 from .resources import COMPLETIONS, Completion, TensorMap, resources_of
 from .signatures import AXES, FLAG, OP, PREDICATE, SCALAR, TENSOR, TENSOR_OR_SCALAR
@@ -434,7 +434,7 @@ def kernel_synchronization(mod: Any) -> list[str]:
     its arrival count), the commit/wait groups, CTA barriers, proxy fences."""
     seen: dict[str, list[str]] = {}
     for func in mod.functions.values():
-        for call in _calls_in_order(getattr(func, "body", None)):
+        for call in evaluated_calls(getattr(func, "body", None)):
             kind = _SYNC.get(str(getattr(call.op, "name", "")))
             if kind is None:
                 continue
@@ -442,21 +442,6 @@ def kernel_synchronization(mod: Any) -> list[str]:
             if text not in seen.setdefault(kind[0], []):
                 seen[kind[0]].append(text)
     return [f"{kind}: {', '.join(texts)}" for kind, texts in seen.items()]
-
-
-def _calls_in_order(stmt: Any):
-    """The calls a statement tree evaluates as statements, in program order."""
-    if stmt is None:
-        return
-    kind = type(stmt).__name__
-    if kind == "SeqStmt":
-        for s in stmt.seq:
-            yield from _calls_in_order(s)
-        return
-    if kind == "Evaluate" and type(stmt.value).__name__ == "Call":
-        yield stmt.value
-    for attr in ("then_case", "else_case", "body"):
-        yield from _calls_in_order(getattr(stmt, attr, None))
 
 
 def _arg(value: Any) -> str:

@@ -48,17 +48,17 @@ def prove_multiple(value: Any, factor: int) -> bool:
 
 def statements(stmt: Any):
     """Every statement of a statement tree (the members of a sequence, the bodies of
-    loops, attributes and declarations, both branches of an ``if``), not in program order."""
+    loops, attributes and declarations, both branches of an ``if``), in program order."""
     stack = [stmt]
     while stack:
         node = stack.pop()
         if node is None:
             continue
         if type(node).__name__ == "SeqStmt":
-            stack.extend(node.seq)
+            stack.extend(reversed(node.seq))
             continue
         yield node
-        for attr in ("body", "then_case", "else_case"):
+        for attr in ("else_case", "then_case", "body"):  # popped then, else, body
             stack.append(getattr(node, attr, None))
 
 
