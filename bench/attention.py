@@ -49,12 +49,16 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "ws n64 no overlap": ("attention", "attention_ws_kernel", {"overlap": False, "block_n": 64}),
     "wg": ("attention", "attention_kernel", {}),
     "ws c2": ("attention", "attention_ws_kernel", {"consumers": 2}),
+    # one CTA a query block (the default for non-causal kernels is a persistent grid)
+    "ws per block": ("attention", "attention_ws_kernel", {"persistent": False}),
     "sm80": ("attention_sm80", "attention_sm80_kernel", {}),  # cp.async + mma.sync
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
-    (4096, 128, False, "float16"): ("ws", "ws direct store", "ws no overlap",
+    (4096, 128, False, "float16"): ("ws", "ws per block", "ws direct store", "ws no overlap",
                                     "ws n64 no overlap", "wg"),
+    (1024, 128, False, "float16"): ("ws", "ws per block"),
+    (1024, 64, False, "float16"): ("ws", "ws per block"),
     (4096, 64, False, "float16"): ("ws", "ws c2"),
 }  # fmt: skip
 CHECK_HEADS = (0, HEADS - 1)

@@ -26,8 +26,10 @@ warpgroup (``setmaxnreg.dec``) whose first thread loads Q and a ring of 128-row 
 with TMA on full/empty mbarriers, and two consumer warpgroups (``setmaxnreg.inc``) of 64
 query rows each, taking turns to issue their wgmma at two named barriers (ping-pong), each
 running tile t's softmax while its P V of tile t-1 runs (the intra-warpgroup overlap), O
-out through shared memory by one TMA store; the simulator schedules the three warpgroups
-apart.
+out through shared memory by one TMA store (three consumers at head dim 64). Non-causal
+kernels up to 4,096 rows run on a persistent grid: each CTA takes one query block of
+several heads in turn, its producer loading the next head's Q and tiles while the
+consumers finish the last. The simulator schedules the warpgroups apart.
 
 ``python examples/attention.py`` prints the explain() report and checks small heads of
 both kernels in the CPU simulator against float64 numpy.
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import math
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 from tvm import tirx
@@ -109,20 +112,20 @@ def finish(O_r, O16, m_old, l_sum, l_tile, scale: float, tx=Tx.wg) -> None:
 
 
 @T.macro
-def store_rows(Out, LSE, O_s, lse_v, h, q0, qb, qbs, q_tail):
-    """A block's 64 rows of O and LSE from shared memory (``O_s``, ``lse_v``) to global,
-    by the CTA; the last of ``qbs`` blocks only its ``q_tail`` rows before the end (where
-    ``q_tail`` is not 0)."""
+def store_rows(Out, LSE, O_s, lse_v, h, q0, qb, qbs, q_tail, rows):
+    """A block's ``rows`` rows of O and LSE from shared memory (``O_s``, ``lse_v``) to
+    global, by the CTA; the last of ``qbs`` blocks only its ``q_tail`` rows before the end
+    (where ``q_tail`` is not 0)."""
     if q_tail > 0:
         if qb < qbs - 1:
-            Tx.cta.copy(Out[h, q0 : q0 + BM, :], O_s[:, :])
-            Tx.cta.copy(LSE[h, q0 : q0 + BM], lse_v[:])
+            Tx.cta.copy(Out[h, q0 : q0 + rows, :], O_s[:, :])
+            Tx.cta.copy(LSE[h, q0 : q0 + rows], lse_v[:])
         else:
             Tx.cta.copy(Out[h, q0 : q0 + q_tail, :], O_s[0:q_tail, :])
             Tx.cta.copy(LSE[h, q0 : q0 + q_tail], lse_v[0:q_tail])
     else:
-        Tx.cta.copy(Out[h, q0 : q0 + BM, :], O_s[:, :])
-        Tx.cta.copy(LSE[h, q0 : q0 + BM], lse_v[:])
+        Tx.cta.copy(Out[h, q0 : q0 + rows, :], O_s[:, :])
+        Tx.cta.copy(LSE[h, q0 : q0 + rows], lse_v[:])
 
 
 def attention_kernel(
@@ -255,7 +258,7 @@ def attention_kernel(
         Tx.wg.copy(O_s[:, :], O16[:, :])
         Tx.wg.copy(lse_s[:, :], l_tile[:, :])
         T.cuda.cta_sync()
-        store_rows(Out, LSE, O_s, lse_v, h, q0, qb, qbs, q_tail)
+        store_rows(Out, LSE, O_s, lse_v, h, q0, qb, qbs, q_tail, BM)
     # fmt: on
     return attention
 
@@ -273,7 +276,7 @@ REGISTERS = {2: (40, 232), 3: (24, 160)}  # setmaxnreg by consumers: producer's,
 SHARED_BYTES = 227 * 1024  # the most dynamic shared memory a CTA may have (sm_90)
 WS_OMITS = (
     None, "full_wait", "empty_arrive", "rescale", "first_turn", "pv_wait", "store_fence",
-    "store_wait",
+    "store_wait", "q_empty_wait",
 )  # fmt: skip
 # named barriers (0 is the CTA's): consumer c's turn to issue is 1 + c; its barrier
 # before the TMA store of O is 1 + consumers + c
@@ -294,6 +297,8 @@ def attention_ws_kernel(
     registers: tuple[int, int] | None = None,
     tma_store: bool = True,
     consumers: int | None = None,
+    persistent: bool | None = None,
+    sms: int = 132,
 ):
     """FlashAttention-3's structure: per CTA 64 ``consumers`` query rows of one head and
     ``1 + consumers`` warpgroups. Warpgroup 0, the producer, gives registers back
@@ -331,7 +336,16 @@ def attention_ws_kernel(
     deadlock), ``"pv_wait"`` (the overlap's O and P touched before the P V wgmma is
     waited for), ``"store_fence"`` (O's rows stored by TMA with no proxy fence after
     they were written), ``"store_wait"`` (the CTA leaves while the store may still read
-    them)."""
+    them), ``"q_empty_wait"`` (persistent: the producer loads the next head's Q without
+    waiting for the consumers to be done with the stage). ``persistent`` (non-causal
+    kernels; None: non-causal ones up to 4,096 rows are): a grid of at most ``sms`` CTAs (one an SM: 132 on
+    an H100 or H200), ``blocks x min(heads, sms // blocks)``, each CTA taking one query
+    block of every ``sms // blocks``-th head in turn: its producer loads the next head's Q
+    once every consumer has stored its O out of Q's stage (a ``Q empty`` mbarrier) and
+    the next K/V tiles into the ring while the consumers finish the last head, and the
+    ping-pong runs on across heads (on an H200 2-3% faster than one CTA a block at S 1024
+    and 4096; at 8192 1-4% slower, the last round part full; at 16384 x 64 a third slower:
+    86 blocks a head, so 86 CTAs); else one CTA a block."""
     kv_heads = heads if kv_heads is None else kv_heads
     stages = (3 if overlap else 2) if stages is None else stages
     if dtype not in DTYPES:
@@ -345,6 +359,13 @@ def attention_ws_kernel(
             f"TMA store), {heads} query heads over {kv_heads} key/value heads, block_n "
             f"{block_n} (64 or 128), {consumers} consumers (2 or 3), omit {omit!r} (one of "
             f"{WS_OMITS})"
+        )
+    if persistent is None:  # where it measured faster (an H200: S 1024-4096, not 8192+)
+        persistent = not causal and seq <= 4096
+    if persistent and causal:
+        raise ValueError(
+            "persistent: a persistent grid takes non-causal kernels (causal blocks differ "
+            "in length and would leave CTAs idle)"
         )
     registers = REGISTERS[consumers] if registers is None else registers
     bn = block_n
@@ -362,7 +383,9 @@ def attention_ws_kernel(
     v_at = k_at + stages * bn * d
     lse_at = (v_at + stages * bn * d) // 2  # float32 index: after the tiles
     bars_at = (lse_at + consumers * BM) // 2  # uint64 index: after the LSE rows
-    pool_elems = (bars_at + 1 + 2 * stages) * 4
+    q_empty = 1 + 2 * stages  # (persistent) every consumer stored O out of Q's stage
+    n_bars = 1 + 2 * stages + (1 if persistent else 0)
+    pool_elems = (bars_at + n_bars) * 4
     if pool_elems * 2 > SHARED_BYTES:
         raise ValueError(
             f"{consumers} consumers, head dim {d}, {stages} stages of {bn} keys: "
@@ -375,6 +398,8 @@ def attention_ws_kernel(
     tail = seq - (qbs - 1) * br  # the rows of the last query block: 1 to br
     tails = tuple(min(BM, max(0, tail - c * BM)) for c in range(consumers))  # per consumer
     last = (qbs - 1) * br  # its first row
+    head_ctas = min(heads, max(1, sms // qbs)) if persistent else heads  # a block's CTAs
+    rounds = -(-heads // head_ctas)  # (persistent) heads a CTA takes at most
     wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
     rescale = omit != "rescale"
     first_turn = omit != "first_turn"
@@ -385,9 +410,9 @@ def attention_ws_kernel(
             T.ptx.bar.sync(T.Cast("uint32", 1 + c), 256)
 
     @T.macro
-    def pass_turn(c, t, n_tiles):  # the next consumer's turn (unless it has no more)
+    def pass_turn(c, t, n_tiles, more):  # the next consumer's turn (unless it has no more)
         if pingpong:
-            if c < consumers - 1 or t < n_tiles - 1:
+            if c < consumers - 1 or t < n_tiles - 1 or more:
                 T.ptx.bar.arrive(T.Cast("uint32", 1 + (c + 1) % consumers), 256)
 
     @T.macro
@@ -410,15 +435,170 @@ def attention_ws_kernel(
                              lambda i, j: t * bn + j < seq)  # fmt: skip
 
     @T.macro
-    def wait_stage(bars, t):
+    def wait_stage(bars, g):
         if wait_full:
-            T.cuda.mbarrier_wait(bars.ptr_to([1 + t % stages]), (t // stages) % 2)
+            T.cuda.mbarrier_wait(bars.ptr_to([1 + g % stages]), (g // stages) % 2)
 
     @T.macro
-    def free_stage(bars, t, tid_wg):
+    def free_stage(bars, g, tid_wg):
         if arrive_empty:
             if tid_wg == 0:  # this consumer is done with the stage
-                T.ptx["mbarrier.arrive.shared.b64"](bars.ptr_to([1 + stages + t % stages]))
+                T.ptx["mbarrier.arrive.shared.b64"](bars.ptr_to([1 + stages + g % stages]))
+
+    @T.macro
+    def produce(b, i, qb, h):
+        """The producer's first thread: block i (of this CTA) of query rows qb of head h.
+        Tile t is the CTA's tile i kts + t: its stage and the phases follow from that."""
+        kv = T.meta_var(h // group)
+        n_tiles = T.meta_var(T.min((qb * br + br - 1) // bn + 1, kts) if causal else kts)
+        if i > 0 and omit != "q_empty_wait":  # the consumers stored the last block's O
+            T.cuda.mbarrier_wait(b.bars.ptr_to([q_empty]), (i - 1) % 2)
+        T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](b.bars.ptr_to([0]), q_bytes))
+        Tx.copy_async(b.Q_s[:, :], b.Q[h, qb * br : qb * br + br, :], mbar=b.bars.ptr_to([0]))
+        for t in T.serial(n_tiles):
+            g = T.meta_var(i * kts + t)
+            s = T.meta_var(g % stages)
+            if g >= stages:  # the stage held tile g - stages: every consumer done?
+                T.cuda.mbarrier_wait(b.bars.ptr_to([1 + stages + s]), (g // stages - 1) % 2)
+            T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
+                b.bars.ptr_to([1 + s]), stage_bytes))  # fmt: skip
+            Tx.copy_async(b.K_s[s, :, :], b.K[kv, t * bn : t * bn + bn, :],
+                          mbar=b.bars.ptr_to([1 + s]))  # fmt: skip
+            Tx.copy_async(b.V_s[s, :, :], b.V[kv, t * bn : t * bn + bn, :],
+                          mbar=b.bars.ptr_to([1 + s]))  # fmt: skip
+
+    @T.macro
+    def consume(b, i, qb, h, c, tid_wg, more):
+        """Consumer c's 64 rows of block i (of this CTA): query rows qb of head h; ``more``:
+        this CTA has a later block (the ping-pong goes on into it)."""
+        n_tiles = T.meta_var(T.min((qb * br + br - 1) // bn + 1, kts) if causal else kts)
+        q0 = T.meta_var(qb * br + c * BM)  # the consumer's first row in the head
+        Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
+        Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
+        Tx.wg.fill(b.l_sum[:, :], T.float32(0.0))
+        T.cuda.mbarrier_wait(b.bars.ptr_to([0]), i % 2)
+        if pingpong and first_turn:
+            if i == 0:
+                if c == consumers - 1:  # consumer 0 issues first
+                    T.ptx.bar.arrive(1, 256)
+        if overlap:
+            # tile 0: S, its softmax and P; its P V goes with tile 1's Q K^T
+            wait_stage(b.bars, i * kts)
+            turn(c)
+            Tx.wg.gemm_async(
+                b.S_r[:, :],
+                b.Q_s[c * BM : c * BM + BM, :],
+                b.K_s[(i * kts) % stages, :, :],
+                transA=False,
+                transB=False,
+            )
+            T.ptx["wgmma.commit_group.sync.aligned"]()
+            pass_turn(c, 0, n_tiles, more)
+            T.ptx["wgmma.wait_group.sync.aligned"](0)
+            mask(b.S_r, 0, q0)
+            online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile,
+                           scale, rescale)  # fmt: skip
+            for t in T.serial(1, n_tiles):
+                g = T.meta_var(i * kts + t)
+                wait_stage(b.bars, g)
+                turn(c)
+                Tx.wg.gemm_async(
+                    b.S_r[:, :],
+                    b.Q_s[c * BM : c * BM + BM, :],
+                    b.K_s[g % stages, :, :],
+                    transA=False,
+                    transB=False,
+                )
+                T.ptx["wgmma.commit_group.sync.aligned"]()
+                Tx.wg.gemm_async(
+                    b.O_r[:, :],
+                    b.P16[:, :],
+                    b.V_s[(g - 1) % stages, :, :],
+                    transA=False,
+                    transB=True,
+                    accum=True,
+                )
+                T.ptx["wgmma.commit_group.sync.aligned"]()
+                pass_turn(c, t, n_tiles, more)
+                T.ptx["wgmma.wait_group.sync.aligned"](1)  # S is in; P V still runs
+                mask(b.S_r, t, q0)
+                softmax_rows(b.S_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile, scale)
+                if omit != "pv_wait":
+                    T.ptx["wgmma.wait_group.sync.aligned"](0)  # P V is in: O, P free
+                free_stage(b.bars, g - 1, tid_wg)
+                rescale_and_round(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, rescale)
+            g_last = T.meta_var(i * kts + n_tiles - 1)
+            Tx.wg.gemm_async(
+                b.O_r[:, :],
+                b.P16[:, :],
+                b.V_s[g_last % stages, :, :],
+                transA=False,
+                transB=True,
+                accum=True,
+            )
+            T.ptx["wgmma.commit_group.sync.aligned"]()
+            T.ptx["wgmma.wait_group.sync.aligned"](0)
+            free_stage(b.bars, g_last, tid_wg)
+        else:
+            for t in T.serial(n_tiles):
+                g = T.meta_var(i * kts + t)
+                wait_stage(b.bars, g)
+                turn(c)
+                Tx.wg.gemm_async(
+                    b.S_r[:, :],
+                    b.Q_s[c * BM : c * BM + BM, :],
+                    b.K_s[g % stages, :, :],
+                    transA=False,
+                    transB=False,
+                )
+                T.ptx["wgmma.commit_group.sync.aligned"]()
+                pass_turn(c, t, n_tiles, more)
+                T.ptx["wgmma.wait_group.sync.aligned"](0)
+                mask(b.S_r, t, q0)
+                online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum,
+                               b.l_tile, scale, rescale)  # fmt: skip
+                Tx.wg.gemm_async(
+                    b.O_r[:, :],
+                    b.P16[:, :],
+                    b.V_s[g % stages, :, :],
+                    transA=False,
+                    transB=True,
+                    accum=True,
+                )
+                T.ptx["wgmma.commit_group.sync.aligned"]()
+                T.ptx["wgmma.wait_group.sync.aligned"](0)
+                free_stage(b.bars, g, tid_wg)
+        finish(b.O_r, b.O16, b.m_old, b.l_sum, b.l_tile, scale)
+        if tma_store:  # through the consumer's rows of Q's stage (clipped at the end)
+            Tx.wg.copy(b.Q_s[c * BM : c * BM + BM, :], b.O16[:, :])
+            Tx.wg.copy(b.lse_w[c, :, :], b.l_tile[:, :])
+            if omit != "store_fence":
+                T.ptx["fence.proxy.async.shared::cta"]()
+            T.cuda.warpgroup_sync(1 + consumers + c)
+            Tx.wg.copy_async(b.Out[h, q0 : q0 + BM, :], b.Q_s[c * BM : c * BM + BM, :])
+            if tid_wg == 0:
+                T.ptx["cp.async.bulk.commit_group"]()
+            # LSE: 64 floats, a plain copy (a tensor map needs rows of 16 bytes)
+            if tail == br:
+                Tx.wg.copy(b.LSE[h, q0 : q0 + BM], b.lse_s[c, :])
+            else:  # the last block stores its rows before the end only
+                if qb < qbs - 1:
+                    Tx.wg.copy(b.LSE[h, q0 : q0 + BM], b.lse_s[c, :])
+                else:  # (rows counted from the last block's first)
+                    lse_tail(c, 0, h, b.LSE, b.lse_s)
+                    lse_tail(c, 1, h, b.LSE, b.lse_s)
+                    if consumers > 2:
+                        lse_tail(c, 2, h, b.LSE, b.lse_s)
+        else:
+            Tx.wg.copy(b.Out[h, q0 : q0 + BM, :], b.O16[:, :])
+            Tx.wg.copy(b.LSE_rows[h, q0 : q0 + BM, :], b.l_tile[:, :])
+        if tid_wg == 0:
+            if tma_store and omit != "store_wait":  # the store has read the stage (before
+                T.ptx["cp.async.bulk.wait_group.read"](0)  # the CTA leaves or refills it)
+            if persistent:  # Q's stage is free for the next block
+                T.ptx["mbarrier.arrive.shared.b64"](b.bars.ptr_to([q_empty]))
+        if persistent and not pingpong:  # every thread done with lse_s before the next
+            T.cuda.warpgroup_sync(1 + consumers + c)  # block writes it
 
     # fmt: off
     @T.prim_func
@@ -431,7 +611,7 @@ def attention_ws_kernel(
         LSE = T.match_buffer(LSE_ptr, (heads, seq), "float32")
         LSE_rows = T.decl_buffer((heads, seq, 1), "float32", LSE.data)  # l_tile's shape
         T.device_entry()
-        qx, h = T.cta_id([qbs, heads])
+        qx, hx = T.cta_id([qbs, head_ctas])
         wg = T.warpgroup_id([1 + consumers])
         T.warp_id_in_wg([4])
         T.lane_id([32])
@@ -444,8 +624,8 @@ def attention_ws_kernel(
                             scope="shared.dyn", layout=kv_l)
         V_s = T.decl_buffer((stages, bn, d), dtype, pool.data, elem_offset=v_at,
                             scope="shared.dyn", layout=kv_l)
-        bars = T.decl_buffer((1 + 2 * stages,), "uint64", pool.data, elem_offset=bars_at,
-                             scope="shared.dyn")  # Q, full[stages], empty[stages]
+        bars = T.decl_buffer((n_bars,), "uint64", pool.data, elem_offset=bars_at,
+                             scope="shared.dyn")  # Q, full[stages], empty[stages], Q empty
         lse_w = T.decl_buffer((consumers, BM, 1), "float32", pool.data, elem_offset=lse_at,
                               scope="shared.dyn")  # the consumers' LSE rows, written
         lse_s = T.decl_buffer((consumers, BM), "float32", pool.data, elem_offset=lse_at,
@@ -459,125 +639,38 @@ def attention_ws_kernel(
         alpha = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         l_sum = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         l_tile = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
-        qb = T.meta_var(qbs - 1 - qx if causal else qx)  # the query block
-        kv = T.meta_var(h // group)
-        # causal: the tiles up to the block's diagonal (and the sequence's end)
-        n_tiles = T.meta_var(T.min((qb * br + br - 1) // bn + 1, kts) if causal
-                             else kts)  # fmt: skip
+        b = T.meta_var(SimpleNamespace(
+            Q=Q, K=K, V=V, Out=Out, LSE=LSE, LSE_rows=LSE_rows, Q_s=Q_s, K_s=K_s, V_s=V_s,
+            bars=bars, lse_w=lse_w, lse_s=lse_s, S_r=S_r, P16=P16, O_r=O_r, O16=O16,
+            m_old=m_old, m_new=m_new, alpha=alpha, l_sum=l_sum, l_tile=l_tile))
         if tid == 0:
             T.ptx.mbarrier.init.shared.b64(bars.ptr_to([0]), 1)
             for s in range(stages):
                 T.ptx.mbarrier.init.shared.b64(bars.ptr_to([1 + s]), 1)
                 T.ptx.mbarrier.init.shared.b64(bars.ptr_to([1 + stages + s]), consumers)
+            if persistent:
+                T.ptx.mbarrier.init.shared.b64(bars.ptr_to([q_empty]), consumers)
             T.ptx["fence.mbarrier_init.release.cluster"]()
         T.cuda.cta_sync()
         if wg == 0:  # the producer
             T.ptx.setmaxnreg.dec.sync.aligned.u32(registers[0])
             if tid_wg == 0:
-                T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
-                    bars.ptr_to([0]), q_bytes))
-                Tx.copy_async(Q_s[:, :], Q[h, qb * br : qb * br + br, :],
-                              mbar=bars.ptr_to([0]))
-                for t in T.serial(n_tiles):
-                    s = T.meta_var(t % stages)
-                    if t >= stages:  # the stage held tile t - stages: both consumers done?
-                        T.cuda.mbarrier_wait(bars.ptr_to([1 + stages + s]),
-                                             (t // stages - 1) % 2)
-                    T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
-                        bars.ptr_to([1 + s]), stage_bytes))
-                    Tx.copy_async(K_s[s, :, :], K[kv, t * bn : t * bn + bn, :],
-                                  mbar=bars.ptr_to([1 + s]))
-                    Tx.copy_async(V_s[s, :, :], V[kv, t * bn : t * bn + bn, :],
-                                  mbar=bars.ptr_to([1 + s]))
+                if persistent:  # query block qx of heads hx, hx + head_ctas, ...
+                    for i in T.serial(rounds):
+                        if hx + i * head_ctas < heads:
+                            produce(b, i, qx, hx + i * head_ctas)
+                else:  # causal: the longest query blocks first
+                    produce(b, 0, qbs - 1 - qx if causal else qx, hx)
         if wg >= 1:  # the consumers, 64 query rows each
             T.ptx.setmaxnreg.inc.sync.aligned.u32(registers[1])
-            c = wg - 1
-            q0 = T.meta_var(qb * br + c * BM)  # the consumer's first row in the head
-            Tx.wg.fill(O_r[:, :], T.float32(0.0))
-            Tx.wg.fill(m_old[:, :], T.float32(-math.inf))
-            Tx.wg.fill(l_sum[:, :], T.float32(0.0))
-            T.cuda.mbarrier_wait(bars.ptr_to([0]), 0)
-            if pingpong and first_turn:
-                if c == consumers - 1:  # consumer 0 issues first
-                    T.ptx.bar.arrive(1, 256)
-            if overlap:
-                # tile 0: S, its softmax and P; its P V goes with tile 1's Q K^T
-                wait_stage(bars, 0)
-                turn(c)
-                Tx.wg.gemm_async(S_r[:, :], Q_s[c * BM : c * BM + BM, :], K_s[0, :, :],
-                                 transA=False, transB=False)
-                T.ptx["wgmma.commit_group.sync.aligned"]()
-                pass_turn(c, 0, n_tiles)
-                T.ptx["wgmma.wait_group.sync.aligned"](0)
-                mask(S_r, 0, q0)
-                online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_sum, l_tile, scale,
-                               rescale)
-                for t in T.serial(1, n_tiles):
-                    wait_stage(bars, t)
-                    turn(c)
-                    Tx.wg.gemm_async(S_r[:, :], Q_s[c * BM : c * BM + BM, :],
-                                     K_s[t % stages, :, :], transA=False, transB=False)
-                    T.ptx["wgmma.commit_group.sync.aligned"]()
-                    Tx.wg.gemm_async(O_r[:, :], P16[:, :], V_s[(t - 1) % stages, :, :],
-                                     transA=False, transB=True, accum=True)
-                    T.ptx["wgmma.commit_group.sync.aligned"]()
-                    pass_turn(c, t, n_tiles)
-                    T.ptx["wgmma.wait_group.sync.aligned"](1)  # S is in; P V still runs
-                    mask(S_r, t, q0)
-                    softmax_rows(S_r, m_old, m_new, alpha, l_sum, l_tile, scale)
-                    if omit != "pv_wait":
-                        T.ptx["wgmma.wait_group.sync.aligned"](0)  # P V is in: O, P free
-                    free_stage(bars, t - 1, tid_wg)
-                    rescale_and_round(S_r, P16, O_r, m_old, m_new, alpha, rescale)
-                Tx.wg.gemm_async(O_r[:, :], P16[:, :], V_s[(n_tiles - 1) % stages, :, :],
-                                 transA=False, transB=True, accum=True)
-                T.ptx["wgmma.commit_group.sync.aligned"]()
-                T.ptx["wgmma.wait_group.sync.aligned"](0)
-                free_stage(bars, n_tiles - 1, tid_wg)
+            if persistent:
+                for i in T.serial(rounds):
+                    if hx + i * head_ctas < heads:
+                        consume(b, i, qx, hx + i * head_ctas, wg - 1, tid_wg,
+                                hx + i * head_ctas + head_ctas < heads)
             else:
-                for t in T.serial(n_tiles):
-                    wait_stage(bars, t)
-                    turn(c)
-                    Tx.wg.gemm_async(S_r[:, :], Q_s[c * BM : c * BM + BM, :],
-                                     K_s[t % stages, :, :], transA=False, transB=False)
-                    T.ptx["wgmma.commit_group.sync.aligned"]()
-                    pass_turn(c, t, n_tiles)
-                    T.ptx["wgmma.wait_group.sync.aligned"](0)
-                    mask(S_r, t, q0)
-                    online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_sum, l_tile, scale,
-                                   rescale)
-                    Tx.wg.gemm_async(O_r[:, :], P16[:, :], V_s[t % stages, :, :],
-                                     transA=False, transB=True, accum=True)
-                    T.ptx["wgmma.commit_group.sync.aligned"]()
-                    T.ptx["wgmma.wait_group.sync.aligned"](0)
-                    free_stage(bars, t, tid_wg)
-            finish(O_r, O16, m_old, l_sum, l_tile, scale)
-            if tma_store:  # through the consumer's rows of Q's stage (clipped at the end)
-                Tx.wg.copy(Q_s[c * BM : c * BM + BM, :], O16[:, :])
-                Tx.wg.copy(lse_w[c, :, :], l_tile[:, :])
-                if omit != "store_fence":
-                    T.ptx["fence.proxy.async.shared::cta"]()
-                T.cuda.warpgroup_sync(1 + consumers + c)
-                Tx.wg.copy_async(Out[h, q0 : q0 + BM, :], Q_s[c * BM : c * BM + BM, :])
-                if tid_wg == 0:
-                    T.ptx["cp.async.bulk.commit_group"]()
-                # LSE: 64 floats, a plain copy (a tensor map needs rows of 16 bytes)
-                if tail == br:
-                    Tx.wg.copy(LSE[h, q0 : q0 + BM], lse_s[c, :])
-                else:  # the last block stores its rows before the end only
-                    if qb < qbs - 1:
-                        Tx.wg.copy(LSE[h, q0 : q0 + BM], lse_s[c, :])
-                    else:  # (rows counted from the last block's first)
-                        lse_tail(c, 0, h, LSE, lse_s)
-                        lse_tail(c, 1, h, LSE, lse_s)
-                        if consumers > 2:
-                            lse_tail(c, 2, h, LSE, lse_s)
-            else:
-                Tx.wg.copy(Out[h, q0 : q0 + BM, :], O16[:, :])
-                Tx.wg.copy(LSE_rows[h, q0 : q0 + BM, :], l_tile[:, :])
-            if tma_store and omit != "store_wait":
-                if tid_wg == 0:  # the store has read the stage before the CTA leaves
-                    T.ptx["cp.async.bulk.wait_group.read"](0)
+                consume(b, 0, qbs - 1 - qx if causal else qx, hx, wg - 1, tid_wg,
+                        T.bool(False))
     # fmt: on
     return attention_ws
 

@@ -4,17 +4,20 @@ softmax(Q K^T scale) V and the row log-sum-exp, causal or not, any sequence leng
 grouped-query heads. The arguments are examples/attention.py's: Q and O ``[B*H, S, D]``,
 K and V ``[B*H_kv, S, D]`` (float16 or bfloat16, D 64 or 128), LSE float32 ``[B*H, S]``.
 
-Each CTA of four warps takes 64 query rows of one head, 16 rows a warp:
+Each CTA of four warps takes 128 query rows of one head, 32 rows a warp (two m16 tiles,
+so every K and V fragment read from shared memory feeds two mma; ``block_m`` 64: 16):
 
-- Q's 64 x D tile and the first 64-row tile of K and V into 128-byte swizzled shared
-  memory with cp.async (``copy_async -> ldgsts``), then each warp's 16 rows of Q into
-  registers as the m16n8k16 A fragment (``copy -> ldstmatrix``), once;
+- Q's 128 x D tile and the first 64-row tile of K and V into 128-byte swizzled shared
+  memory with cp.async (``copy_async -> ldgsts``); at head dim 64 each warp's 32 rows of
+  Q into registers as the m16n8k16 A fragment (``copy -> ldstmatrix``), once; at 128
+  (where O and S fill the registers) 16 columns of them per k16 step, as
+  FlashAttention-2 does;
 - per key tile, double-buffered: wait for the tile (``cp.async.wait_group 0``, a CTA
   barrier, which also says every warp is done with the other stage), start the next
   tile's cp.async into the other stage, and compute on this one:
 - S = Q K^T: per 16 columns of D, the K tile's 64 x 16 slice as the transposed B
-  fragment (``ldmatrix``), and ``gemm -> mma.m16n8k*`` (8 ``mma.sync.m16n8k16``) into a
-  float32 16 x 64 accumulator;
+  fragment (``ldmatrix``), and ``gemm -> mma.m16n8k*`` (16 ``mma.sync.m16n8k16``) into
+  a float32 32 x 64 accumulator;
 - the online softmax on the accumulator's rows (a row lives in a quad of lanes: the row
   max and sum are in-thread folds and two shuffles), in base 2 with ``scale log2(e)``
   folded into ``exp2``'s scale and the row max into its bias, as examples/attention.py;
@@ -25,7 +28,8 @@ Each CTA of four warps takes 64 query rows of one head, 16 rows a warp:
 
 A partial last tile is zero-filled past the end (its copy synchronous, at its own
 extent), its keys past the end masked to -inf; a partial query block's rows past the end
-are not stored. Causal kernels stop at the diagonal and mask only the tile on it.
+are not stored. Causal kernels stop at the diagonal, mask only the tiles that reach past
+a warp's first row, and run the longest query blocks first.
 
 ``python examples/attention_sm80.py`` prints the explain() overview and checks small
 heads in the CPU simulator (sm_80) against float64 numpy.
@@ -44,8 +48,7 @@ from tvm.tirx.layout import ComposeLayout, S, TileLayout
 
 from tirx_cuda_dispatch import fragments
 
-BM, BN, WARPS = 64, 64, 4  # query rows a CTA, keys a tile, warps (16 query rows each)
-WM = BM // WARPS
+WARPS = 4  # warps a CTA, each its own query rows
 LOG2E = 1.4426950408889634
 DTYPES = ("float16", "bfloat16")
 OMITS = (None, "wait", "barrier", "rescale")
@@ -84,6 +87,17 @@ def _branch(cond, full, tail) -> None:
             full()
 
 
+def default_blocks(d: int) -> tuple[int, int]:
+    """(query rows a CTA, keys a tile): 128 x 64 at both head dims, 32 query rows a warp,
+    so each K and V fragment read from shared memory feeds two m16 tiles. Measured on an
+    H200 (one run, S 4096 unless said; docs/performance.md, "Ampere form"): 128 x 64 beat
+    64 x 64 by 9-14% (37-43% causal at head dim 128, S 4096 and 16384; 6% slower causal
+    at 1024 x 64) and 128 x 128 by 7% at head dim 64 (FlashAttention-2 takes 128 x 128
+    there); at head dim 128 Q is read from shared memory (in registers beside O and S it
+    cost 24%)."""
+    return 128, 64
+
+
 def attention_sm80_kernel(
     heads: int,
     seq: int,
@@ -92,28 +106,43 @@ def attention_sm80_kernel(
     kv_heads: int | None = None,
     dtype: str = "float16",
     omit: str | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    q_in_registers: bool | None = None,
 ):
     """The kernel for ``heads`` (B*H) query heads of ``seq`` rows, head dim ``d``, and
     ``kv_heads`` key/value heads (query head ``h`` reads key/value head ``h / (heads /
-    kv_heads)``). ``omit`` breaks it for the tests' negative controls: ``"wait"`` drops
-    the ``cp.async.wait_group`` before a tile is read, ``"barrier"`` the CTA barrier
-    after it (a warp may refill the stage another still reads), ``"rescale"`` drops
-    ``O = O alpha``."""
+    kv_heads)``). ``block_m`` query rows a CTA (64 or 128: 16 or 32 a warp) and
+    ``block_n`` keys a tile (64 or 128, at most ``block_m``), :func:`default_blocks`
+    where None. ``q_in_registers``: each warp's rows of Q held in registers for the
+    whole loop (None: where they fit beside O and S, 16 rows a warp or head dim 64), else
+    read from shared memory per 16 columns of D as FlashAttention-2 does. ``omit`` breaks
+    it for the tests' negative controls: ``"wait"`` drops the ``cp.async.wait_group``
+    before a tile is read, ``"barrier"`` the CTA barrier after it (a warp may refill the
+    stage another still reads), ``"rescale"`` drops ``O = O alpha``."""
     kv_heads = heads if kv_heads is None else kv_heads
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
-    if d not in (64, 128) or seq < 1 or heads % kv_heads or omit not in OMITS:
+    BM, BN = default_blocks(d)
+    BM, BN = block_m or BM, block_n or BN
+    if (d not in (64, 128) or seq < 1 or heads % kv_heads or omit not in OMITS
+            or BM not in (64, 128) or BN not in (64, 128) or BN > BM):  # fmt: skip
         raise ValueError(
             f"head dim {d} (64 or 128), seq {seq} (1 or more), {heads} query heads in "
-            f"groups over {kv_heads} key/value heads, omit {omit!r} (one of {OMITS})"
+            f"groups over {kv_heads} key/value heads, omit {omit!r} (one of {OMITS}), "
+            f"block_m {BM} (64 or 128), block_n {BN} (64 or 128, at most block_m)"
         )
+    WM = BM // WARPS
+    if q_in_registers is None:
+        q_in_registers = WM == 16 or d == 64
     group = heads // kv_heads
     zero = T.Cast(dtype, 0)
     scale = LOG2E / math.sqrt(d)
-    (acc_s, _, k_frag), _ = fragments.mma_fragments(1, BN // 8, 1, tb=True)  # S, K^T slice
-    (acc_o, q_frag, _), _ = fragments.mma_fragments(1, d // 8, d // 16)  # O, Q
-    v_frag = fragments.mma_fragments(1, d // 8, 1)[0][2]  # 16 x d: one k16 step of V
-    rows = fragments.mma_row_vector_layout()
+    mt = WM // 16  # m16 tiles a warp
+    (acc_s, q16_frag, k_frag), _ = fragments.mma_fragments(mt, BN // 8, 1, tb=True)  # S, K^T
+    (acc_o, q_frag, _), _ = fragments.mma_fragments(mt, d // 8, d // 16)  # O, Q
+    v_frag = fragments.mma_fragments(mt, d // 8, 1)[0][2]  # 16 x d: one k16 step of V
+    rows = fragments.mma_row_vector_layout(mt)
     qbs, kts = -(-seq // BM), -(-seq // BN)
     q_tail, k_tail = seq % BM, seq % BN
     q_at, k_at = 0, BM * d  # elements of the pool: Q, K[2], V[2]
@@ -141,13 +170,18 @@ def attention_sm80_kernel(
         _branch(t >= kts - 1 if k_tail else None, full, tail)  # (the last tile: ">=" is
         # what lets the bounds check see that the full copies stop before it)
 
-    def scores(S_r, Q_r, K_s, K_f, slot) -> None:
-        """S = Q K^T, 16 columns of D at a time (unrolled: every register slice constant)."""
+    def scores(S_r, Q_r, Q_s, K_s, K_f, slot, r0) -> None:
+        """S = Q K^T, 16 columns of D at a time (unrolled: every register slice constant);
+        Q's 16 columns from the warp's registers, or into them from shared memory."""
         Tx.warp.fill(S_r[:, :], T.float32(0.0))
         for kk in range(d // 16):
-            Tx.warp.copy(K_f[:, :], K_s[slot, :, kk * 16 : kk * 16 + 16])
-            Tx.warp.gemm(S_r[:, :], Q_r[:, kk * 16 : kk * 16 + 16], K_f[:, :], S_r[:, :],
-                         transpose_A=False, transpose_B=True, alpha=1.0, beta=1.0)  # fmt: skip
+            cols = slice(kk * 16, kk * 16 + 16)
+            if not q_in_registers:
+                Tx.warp.copy(Q_r[:, :], Q_s[r0 : r0 + WM, cols])
+            Tx.warp.copy(K_f[:, :], K_s[slot, :, cols])
+            Tx.warp.gemm(S_r[:, :], Q_r[:, cols] if q_in_registers else Q_r[:, :], K_f[:, :],
+                         S_r[:, :], transpose_A=False, transpose_B=True, alpha=1.0,
+                         beta=1.0)  # fmt: skip
 
     def values(O_r, P16, V_s, V_f, slot) -> None:
         """O += P V, 16 keys at a time."""
@@ -166,7 +200,7 @@ def attention_sm80_kernel(
         Out = T.match_buffer(O_ptr, (heads, seq, d), dtype)
         LSE = T.match_buffer(LSE_ptr, (heads, seq), "float32")
         T.device_entry()
-        qb, h = T.cta_id([qbs, heads])
+        bx, h = T.cta_id([qbs, heads])
         w = T.warp_id([WARPS])
         T.lane_id([32])
         T.thread_id([WARPS * 32])
@@ -179,7 +213,8 @@ def attention_sm80_kernel(
                             layout=swizzled((2, BN, d)))
         lse_s = T.alloc_buffer((BM, 1), "float32", scope="shared", layout=TileLayout(S[BM, 1]))
         lse_v = T.decl_buffer((BM,), "float32", lse_s.data, scope="shared")
-        Q_r = T.alloc_buffer((WM, d), dtype, scope="local", layout=q_frag)
+        Q_r = T.alloc_buffer((WM, d if q_in_registers else 16), dtype, scope="local",
+                             layout=q_frag if q_in_registers else q16_frag)
         K_f = T.alloc_buffer((BN, 16), dtype, scope="local", layout=k_frag)
         V_f = T.alloc_buffer((16, d), dtype, scope="local", layout=v_frag)
         S_r = T.alloc_buffer((WM, BN), "float32", scope="local", layout=acc_s)
@@ -191,10 +226,12 @@ def attention_sm80_kernel(
         alpha = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
         l_sum = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
         l_tile = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
+        qb = T.meta_var(qbs - 1 - bx if causal else bx)  # causal: the longest blocks first
         q0 = T.meta_var(qb * BM)
         kv = T.meta_var(h // group)
         r0 = T.meta_var(w * WM)  # the warp's first row in the block
-        n_tiles = T.meta_var(T.min(qb + 1, kts) if causal else kts)  # causal: to the diagonal
+        diagonal = T.meta_var((qb + 1) * (BM // BN))  # causal: the tiles to the diagonal
+        n_tiles = T.meta_var(T.min(diagonal, kts) if causal else kts)
         # Q (a partial last block over zeros) and key tile 0, one cp.async group
         if q_tail > 0:
             if qb < qbs - 1:
@@ -208,7 +245,8 @@ def attention_sm80_kernel(
         T.ptx.cp.async_.commit_group()
         T.ptx.cp.async_.wait_group(0)
         T.cuda.cta_sync()
-        Tx.warp.copy(Q_r[:, :], Q_s[r0 : r0 + WM, :])
+        if q_in_registers:
+            Tx.warp.copy(Q_r[:, :], Q_s[r0 : r0 + WM, :])
         Tx.warp.fill(O_r[:, :], T.float32(0.0))
         Tx.warp.fill(m_old[:, :], T.float32(-math.inf))
         Tx.warp.fill(l_sum[:, :], T.float32(0.0))
@@ -219,14 +257,14 @@ def attention_sm80_kernel(
                 T.cuda.cta_sync()
             if t + 1 < kts:  # tile t + 1 into the other stage while this one computes
                 if causal:  # (two conditions, not t + 1 < n_tiles: the bounds check
-                    if t < qb:  # reads each, where it cannot see through T.min)
+                    if t + 1 < diagonal:  # reads each, where it cannot see through T.min)
                         load_kv(K, V, K_s, V_s, kv, t + 1, (t + 1) % 2)
                 else:
                     load_kv(K, V, K_s, V_s, kv, t + 1, (t + 1) % 2)
             T.ptx.cp.async_.commit_group()
-            scores(S_r, Q_r, K_s, K_f, t % 2)
-            if causal:  # only the diagonal tile has keys past its rows
-                if t == qb:
+            scores(S_r, Q_r, Q_s, K_s, K_f, t % 2, r0)
+            if causal:  # only the tiles on the diagonal have keys past the warp's rows
+                if t * BN + BN > q0 + r0 + 1:
                     Tx.warp.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
                                    lambda i, j: t * BN + j <= q0 + r0 + i)  # noqa: B023
             elif k_tail > 0:  # the last tile's keys past the end
@@ -243,7 +281,7 @@ def attention_sm80_kernel(
         Tx.warp.copy(Q_s[r0 : r0 + WM, :], O16[:, :])
         Tx.warp.copy(lse_s[r0 : r0 + WM, :], l_tile[:, :])
         T.cuda.cta_sync()
-        hopper.store_rows(Out, LSE, Q_s, lse_v, h, q0, qb, qbs, q_tail)
+        hopper.store_rows(Out, LSE, Q_s, lse_v, h, q0, qb, qbs, q_tail, BM)
     # fmt: on
     return attention_sm80
 

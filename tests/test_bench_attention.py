@@ -23,6 +23,16 @@ def test_the_part_is_registered(bench):
     assert run.TITLES["attention"].startswith("8h.")
 
 
+def test_a_rerun_replaces_a_part_whose_title_changed(bench):
+    """docs/performance.md: a part measured under an older title is replaced by a run of
+    it, not kept beside it; the control: a heading no part has stays."""
+    run = load_file("bench_run_under_test", BENCH / "run.py")
+    old = "Run 1\n\n### 8h. FlashAttention, an older title\n\n| a |\n\n### 99. someone's\n\nx"
+    block = run.docs_block({"attention": [{"a": 1}]}, "Run 2", old)
+    assert block.count("### 8h.") == 1 and "an older title" not in block
+    assert "### 99. someone's" in block
+
+
 def test_the_shapes_are_the_issues(bench):
     assert set(bench.SEQS) == {1024, 4096, 8192, 16384} and set(bench.DIMS) == {64, 128}
     assert 64 <= bench.HEADS <= 128 and set(bench.DTYPES) == {"float16", "bfloat16"}
@@ -32,11 +42,14 @@ def test_the_shapes_are_the_issues(bench):
         assert set(names) <= set(bench.DESIGNS)
 
 
-@pytest.mark.parametrize("design", ["ws", "ws no overlap", "wg", "sm80"])
-def test_every_call_of_the_timed_kernels_is_ours(bench, design):
+@pytest.mark.parametrize(
+    "design, causal",
+    [("ws", True), ("ws", False), ("ws no overlap", True), ("wg", True), ("sm80", True)],
+)
+def test_every_call_of_the_timed_kernels_is_ours(bench, design, causal):
     example, name, keywords = bench.DESIGNS[design]
     make = getattr(bench.norms.example(example), name)
-    report = explain(make(bench.HEADS, 1024, 128, causal=True, **keywords), "sm_90a")
+    report = explain(make(bench.HEADS, 1024, 128, causal=causal, **keywords), "sm_90a")
     assert [r.index for r in report if r.variant is None or r.error] == []
 
 

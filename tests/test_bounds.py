@@ -150,6 +150,20 @@ def test_undecided_bounds_warn_once_per_kernel_and_are_an_error_in_strict_mode()
         tvm.compile(cta_tiles(2), target=TARGET, tir_pipeline="tirx_cuda_dispatch.strict")
 
 
+def test_a_plan_that_takes_a_region_past_the_edge_takes_it_undecided_too():
+    """A TMA box handles any coordinate on its outer axes, so an undecided region of the
+    role the chosen plan takes past the edge is marked so (explain shows it there, not as
+    unproved); the control: the other role stays undecided."""
+    [call] = bounds.scan(runtime_offset())
+    roles = {o.role for o in call.operands}
+    taken = sorted(roles)[0]
+    marked = call.tolerating({taken: "zeros (TMA fills them)"})
+    verdicts = {o.role: o.verdict for o in marked.operands}
+    assert verdicts[taken].startswith("past the edge: zeros (TMA fills them) where it reaches")
+    assert [verdicts[r] for r in roles - {taken}] == ["undecided"]
+    assert [o.role for o in marked.past_edge] == [taken]
+
+
 def bound_offset(form: str, off: int):
     """Four CTAs each copy 2 rows of an (8, 32) A starting at ``bx * 2 + off`` (``off`` 1:
     CTA 3 reads row 8), the offset bound by ``form``: a plain assignment (a register
@@ -268,6 +282,32 @@ def test_an_if_that_narrows_a_loop_proves_the_region_inside_it():
     [call] = bounds.scan(prefetch(False))
     assert call.operands[1].verdict == "out of bounds"
     assert "when kt = 2" in call.operands[1].detail
+
+
+@pytest.mark.parametrize("limit", [3, 4])
+def test_an_if_on_a_sum_of_ids_and_loops_proves_the_region_inside_it(limit):
+    """``if hx + i * 2 < 3`` over ``hx`` in [0, 2) and ``i`` in [0, 2) (a persistent grid
+    taking heads hx, hx + 2, ...: examples/attention.py): TVM's analyzer cannot read the
+    condition on the sum as a fact about it, so ``A[hx + i * 2]`` was undecided; the
+    implication proves it. The control: ``if hx + i * 2 < 4`` reaches row 3 of 3."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (3, 32), "float32")
+        T.device_entry()
+        hx = T.cta_id([2])
+        T.warp_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
+        A_s = T.alloc_buffer((1, 32), "float32", scope="shared", layout=TileLayout(S[(1, 32)]))
+        for i in T.serial(2):
+            if hx + i * 2 < limit:
+                Tx.warp.copy(A_s[:, :], A[hx + i * 2 : hx + i * 2 + 1, :])
+            T.cuda.cta_sync()
+    # fmt: on
+
+    [call] = bounds.scan(kernel)
+    verdict = call.operands[1].verdict
+    assert verdict == ("in bounds" if limit == 3 else "out of bounds"), call.operands[1]
 
 
 def test_a_simulated_access_out_of_bounds_names_the_cta_and_thread():

@@ -48,6 +48,28 @@ def test_the_mma_fragments_fit_and_the_row_vector_is_where_the_row_max_lands():
     assert "shfl.xor 1/2" in row_max.plan["schedule"]
 
 
+def test_two_m_tiles_row_vector_holds_each_rows_max():
+    """32 rows a warp (examples/attention_sm80.py): the row vector of two m16 tiles is
+    where the row max lands, by the same two shuffles, and holds every row's max in the
+    simulator (against numpy; output poisoned); the control: the one-tile vector does not
+    cover 32 rows."""
+    import numpy as np
+
+    from tirx_cuda_dispatch import runtime, sim
+
+    (d_l, a_l, b_l), shape = fragments.mma_fragments(2, 8, 2, tb=True)
+    func = _warp_kernel(d_l, a_l, b_l, fragments.mma_row_vector_layout(2), shape)
+    [row_max] = [r for r in explain(func, "sm_80") if r.op == "max"]
+    assert row_max.variant == "local" and "shfl.xor 1/2" in row_max.plan["schedule"]
+    rng = np.random.default_rng(4)
+    a, b = (runtime.random_array((n, 32), "float16", rng) for n in (32, 64))
+    m = runtime.poison_like(np.zeros((32, 1), "float32"))
+    out = sim.run(func, [a, b, m], target="sm_80").arrays[2]
+    expected = (a.astype(np.float64) @ b.astype(np.float64).T).max(axis=1, keepdims=True)
+    np.testing.assert_allclose(out, expected, rtol=1e-3, atol=1e-3)
+    assert fragments.mma_row_vector_layout(1).size() != fragments.mma_row_vector_layout(2).size()
+
+
 def test_a_misplaced_fragment_is_declined():
     """The control: B's tiles with lanes 4g+1 and 4g+2 swapped (demos' test layout)."""
     (d_l, a_l, b_l), shape = demos.mma_fragments(1, 8, 4, 16, tb=True, swapped="B")

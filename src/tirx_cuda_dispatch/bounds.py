@@ -116,14 +116,17 @@ class CallBounds:
 
     def tolerating(self, roles: dict[str, str]) -> CallBounds:
         """These verdicts with the regions of ``roles`` (role -> what the hardware does
-        there) that reach past their buffers marked "past the edge" instead of out of
-        bounds: the chosen variant's plan handles them."""
-        ops = tuple(
-            OperandBounds(o.role, o.buffer, o.region, f"past the edge: {roles[o.role]}", o.detail)
-            if o.verdict == "out of bounds" and o.role in roles
-            else o
-            for o in self.operands
-        )
+        there) that reach past their buffers, or may (undecided), marked "past the edge"
+        instead of out of bounds or undecided: the chosen variant's plan handles them."""
+
+        def marked(o: OperandBounds) -> OperandBounds:
+            if o.role not in roles or o.verdict not in ("out of bounds", "undecided"):
+                return o
+            may = " where it reaches past (not decided whether it does)"
+            verdict = f"past the edge: {roles[o.role]}{may if o.verdict == 'undecided' else ''}"
+            return OperandBounds(o.role, o.buffer, o.region, verdict, o.detail)
+
+        ops = tuple(marked(o) for o in self.operands)
         return CallBounds(self.node, self.location, ops, self.enclosing)
 
     @property
@@ -485,6 +488,8 @@ def _axis(lo: Any, ext: Any, n: Any, env: Enclosing) -> tuple[str, str | None]:
             ana = _analyzer(narrowed, stack)
             if ana.can_prove(lo_e >= 0) and ana.can_prove(hi_e <= n_e):
                 return "in bounds", None
+    if env.conditions and _implied([lo_e >= 0, hi_e <= n_e], narrowed or env):
+        return "in bounds", None
     witness = _witness(lo_e, hi_e, n_e, narrowed or env)
     if witness is not None:
         return "out of bounds", witness
@@ -571,6 +576,19 @@ def _analyzer(env: Enclosing, stack: ExitStack) -> sym.Analyzer:
     for cond in env.conditions:
         stack.enter_context(ana.constraint_scope(cond))
     return ana
+
+
+def _implied(goals: list[Any], env: Enclosing) -> bool:
+    """Whether the enclosing conditions imply each goal over the ranges: ``not (c1 and
+    ...) or goal`` proved without the conditions as constraints. TVM's analyzer does not
+    read a condition on a sum as a fact about it (under ``if hx + i * 2 < 3`` it cannot
+    prove ``hx + i * 2 + 1 <= 3``), but simplifies the disjunction to true."""
+    both = env.conditions[0]
+    for cond in env.conditions[1:]:
+        both = tvm.tirx.And(both, cond)
+    with ExitStack() as stack:
+        ana = _analyzer(_ranges_only(env), stack)
+        return all(bool(ana.can_prove(tvm.tirx.Or(tvm.tirx.Not(both), g))) for g in goals)
 
 
 def _ranges_only(env: Enclosing) -> Enclosing:

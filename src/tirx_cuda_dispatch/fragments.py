@@ -73,11 +73,14 @@ def mma_accumulator_layout(cols: int = 128) -> Any:
     return warp_atom.tile(tile, (2, cols // 8), (8, 8))
 
 
-def mma_row_vector_layout() -> Any:
-    """A value per row of a warp's m16 accumulator (16 x 1): row ``g`` and ``g + 8`` in
-    registers 0 and 1 of the four lanes ``4 g + t`` (replicas over ``t``): where a row
-    reduction of the accumulator leaves its result (FlashAttention-2's row max and sum)."""
-    return TileLayout(S[(2, 8) : (1, 4 @ laneid)] + R[4 : 1 @ laneid])
+def mma_row_vector_layout(m_tiles: int = 1) -> Any:
+    """A value per row of a warp's accumulator of ``m_tiles`` m16 tiles (``16 m_tiles`` x
+    1): row ``16 i + g`` and ``16 i + g + 8`` in registers ``2 i`` and ``2 i + 1`` of the
+    four lanes ``4 g + t`` (replicas over ``t``): where a row reduction of the accumulator
+    leaves its result (FlashAttention-2's row max and sum)."""
+    if m_tiles == 1:
+        return TileLayout(S[(2, 8) : (1, 4 @ laneid)] + R[4 : 1 @ laneid])
+    return TileLayout(S[(m_tiles, 2, 8) : (2, 1, 4 @ laneid)] + R[4 : 1 @ laneid])
 
 
 def mma_rows_layout() -> Any:

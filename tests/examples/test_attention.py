@@ -120,6 +120,15 @@ def test_the_warp_specialized_kernel_equals_numpy(shape, causal, where, gpu):
     assert attention.close(o, lse, *args[:3], causal=causal) is None
 
 
+def test_the_ragged_causal_kernels_key_tiles_are_taken_past_the_edge():
+    """The causal loop's key tiles (a loop of symbolic extent) may reach past the last
+    key: TMA reads zeros there, and explain says so instead of listing them unproved."""
+    report = explain(attention.attention_ws_kernel(2, 200, 128, causal=True), "sm_90a")
+    assert not [r.bounds_undecided for r in report if r.bounds_undecided]
+    edges = [e for r in report for e in r.bounds_past_edge]
+    assert any(e.startswith("src K[") and "not decided whether it does" in e for e in edges)
+
+
 CONFIGS = [  # the ablations bench/attention.py times: (block_n, overlap, consumers)
     pytest.param(64, False, 2, id="n64"),
     pytest.param(128, False, 2, id="n128"),
@@ -179,6 +188,48 @@ def test_a_missing_wait_or_arrival_is_named_by_the_simulator(omit, expect):
         sim.run(attention.attention_ws_kernel(1, 512, 64, omit=omit), args, target="sm_90a")
 
 
+PERSISTENT = [  # (heads, kv heads, seq, head dim, SMs): CTAs that take two heads or one
+    (3, 1, 200, 64, 4),  # 2 blocks x 2 CTAs: heads 0 and 2, then 1; ragged, grouped, three
+    (2, 2, 256, 128, 2),  # consumers; two consumers, 2 blocks x 1 CTA: both heads each
+]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("shape", PERSISTENT, ids=lambda s: "h{}-kv{}-s{}-d{}-sms{}".format(*s))
+def test_the_persistent_kernel_equals_numpy(shape, where, gpu):
+    """A persistent grid (each CTA one query block of several heads: the producer reloads
+    Q after the consumers' stores, the ring's phases and the ping-pong run on across
+    heads, and a CTA with one head fewer skips the last round) equals float64 numpy; every
+    region proved."""
+    heads, kv_heads, seq, d, sms = shape
+    args = attention.inputs(heads, seq, d, seed=9, kv_heads=kv_heads)
+    func = attention.attention_ws_kernel(heads, seq, d, kv_heads=kv_heads, persistent=True,
+                                         sms=sms)  # fmt: skip
+    assert not [r.bounds_undecided for r in explain(func, "sm_90a") if r.bounds_undecided]
+    out = execute(func, args, where, gpu, pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3]) is None
+
+
+@pytest.mark.parametrize(
+    "omit, expect",
+    [
+        ("store_wait", r"race on pool byte 0: a TMA copy .* overwrites it while a TMA copy"),
+        ("q_empty_wait", r"deadlock: no warp can run"),
+    ],
+)
+def test_a_persistent_producer_that_does_not_wait_for_the_stores_is_caught(omit, expect):
+    """Without the store's read wait, the next head's Q lands on rows the TMA store of O
+    still reads; without the Q-empty wait, the producer runs ahead into the Q barrier's
+    next phase."""
+    args = attention.inputs(2, 256, 64, seed=5)
+    func = attention.attention_ws_kernel(2, 256, 64, omit=omit, persistent=True, sms=1)
+    with pytest.raises(sim.SimError, match=expect):
+        sim.run(func, args, target="sm_90a")
+    with pytest.raises(ValueError, match="persistent grid takes non-causal"):
+        attention.attention_ws_kernel(2, 256, 64, causal=True, persistent=True)
+
+
 def test_an_oversubscribed_register_split_is_a_deadlock_the_simulator_names():
     """Three consumers at 168 registers and a producer at 24 ask 128 (24 + 3 168) = 67,584
     of the SM's 65,536 (on an H100 the kernel hangs); the simulator names the warps waiting
@@ -230,7 +281,8 @@ def test_the_consumers_take_turns_at_named_barriers():
     src = toolchain.cuda_source(attention.attention_ws_kernel(1, 256, 64), "sm_90a",
                                 pipeline=STRICT)  # fmt: skip
     assert "tvm_builtin_ptx_bar_arrive_arrive((uint)1, (uint)256);" in src
-    assert "bar_sync_count_sync(((uint)(c_ptr[0] + 1)), (uint)256);" in src
+    # consumer c = warpgroup - 1 waits at barrier 1 + c: the warpgroup's index
+    assert "bar_sync_count_sync(((uint)(warp_id_in_cta >> 2)), (uint)256);" in src
     plain = attention.attention_ws_kernel(1, 256, 64, pingpong=False)
     assert "bar.arrive" not in toolchain.cuda_source(plain, "sm_90a", pipeline=STRICT)
     args = attention.inputs(1, 256, 64, seed=7)

@@ -31,7 +31,7 @@ def test_every_call_is_ours_and_every_region_is_proved():
 
 SHAPES = [  # (query heads, key/value heads, sequence, head dim)
     (2, 2, 128, 64),
-    (4, 2, 150, 64),  # grouped-query heads, a partial last block and key tile
+    (2, 1, 150, 64),  # grouped-query heads, a partial last block and key tile
     (2, 1, 100, 128),  # one key tile, partial
     (1, 1, 192, 128),
 ]
@@ -49,6 +49,26 @@ def test_equals_numpy(shape, causal, where, gpu):
     out = execute(func, args, where, gpu, pipeline=STRICT, target="sm_80")
     assert attention.close(out[3], out[4], *args[:3], causal=causal) is None
     assert attention.close(out[3], out[4], *args[:3], causal=not causal) is not None
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize(
+    "blocks",
+    [(64, 64, None), (128, 128, False), (128, 64, True)],
+    ids=lambda b: "{}x{}-{}".format(*b),
+)
+def test_other_block_sizes_equal_numpy(blocks, where, gpu):
+    """The blocks the defaults were chosen among (16 query rows a warp, 128-key tiles with
+    Q read per k16 step, Q in registers at head dim 128), causal over a partial last
+    block: each equals float64 numpy; the control: the other mask is far off."""
+    block_m, block_n, q_regs = blocks
+    d = 128 if q_regs else 64
+    args = attention.inputs(1, 200, d, seed=8)
+    func = attention.attention_sm80_kernel(1, 200, d, causal=True, block_m=block_m,
+                                           block_n=block_n, q_in_registers=q_regs)  # fmt: skip
+    out = execute(func, args, where, gpu, pipeline=STRICT, target="sm_80")
+    assert attention.close(out[3], out[4], *args[:3], causal=True) is None
+    assert attention.close(out[3], out[4], *args[:3], causal=False) is not None
 
 
 @pytest.mark.parametrize("where", WHERE)
@@ -92,3 +112,5 @@ def test_shapes_it_does_not_take_are_an_error():
         attention.attention_sm80_kernel(1, 128, 256)
     with pytest.raises(ValueError, match="3 query heads in groups over 2"):
         attention.attention_sm80_kernel(3, 128, 64, kv_heads=2)
+    with pytest.raises(ValueError, match="block_n 128 .* at most block_m"):
+        attention.attention_sm80_kernel(1, 128, 64, block_m=64, block_n=128)
