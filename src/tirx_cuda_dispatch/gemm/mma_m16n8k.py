@@ -41,6 +41,7 @@ from ..codegen import storage_words
 from ..errors import Decline
 from ..irfacts import as_flag, buffer_var
 from ..isa.mma_fragments import WARP_LANES, MmaInstruction, mma_instructions
+from ..layout.fit import Holders, word
 from ..layout.register import register_table, register_view
 from ..predicates import (
     requires_all_threads_active,
@@ -176,78 +177,41 @@ class MmaPlan:
         return f"{self.instructions} x {self.instruction.spelling} for {s.m}x{s.n}x{s.k}"
 
 
-def _holders(opnd: Operand) -> tuple[np.ndarray, np.ndarray]:
-    """(lane, register) holding each element of ``opnd``'s region (row-major index)."""
-    table = register_table(register_view(opnd), "warp", WARP_LANES)
-    size = int(np.prod(opnd.extents))
-    t, i = np.nonzero(table.elements >= 0)
-    element = table.elements[t, i]
-    count = np.bincount(element, minlength=size)
-    if count.max(initial=0) > 1:
-        e = int(np.argmax(count))
-        raise Decline(
-            f"{opnd.role} {opnd.name} holds element {e} in {int(count[e])} lanes; an mma "
-            "fragment holds each element in exactly one lane: drop the replication"
-        )
-    lane = np.full(size, -1, dtype=np.int64)
-    reg = np.full(size, -1, dtype=np.int64)
-    lane[element] = t
-    reg[element] = np.asarray(table.registers)[i]
-    return lane, reg
-
-
 @dataclass(frozen=True)
 class Fragment:
-    """An operand seen as a matrix of logical (row, column): where each element sits."""
+    """An operand seen as a matrix of logical (row, column): who holds each element
+    (:class:`..layout.fit.Holders`)."""
 
     opnd: Operand
     rows: int
     cols: int
     transposed: bool  # stored as (cols, rows)
-    lane: np.ndarray
-    reg: np.ndarray
+    holders: Holders
 
     @classmethod
     def of(cls, opnd: Operand, rows: int, cols: int, transposed: bool = False) -> Fragment:
-        lane, reg = _holders(opnd)
-        return cls(opnd, rows, cols, transposed, lane, reg)
+        table = register_table(register_view(opnd), "warp", WARP_LANES)
+        size = int(np.prod(opnd.extents))
+        return cls(opnd, rows, cols, transposed,
+                   Holders.of(table, size, f"{opnd.role} {opnd.name}", "lane"))  # fmt: skip
 
     def index(self, row: np.ndarray, col: np.ndarray) -> np.ndarray:
         return col * self.rows + row if self.transposed else row * self.cols + col
 
-    def registers(self, what: str, element: Any, lanes: np.ndarray) -> np.ndarray:
-        """The register of each lane's element ``element(lane)`` (a (row, col) pair),
-        checked: the lane the instruction names holds it, in one register for all lanes."""
+    def registers(self, what: str, element: Any) -> int:
+        """The register of every lane's element ``element`` (a (row, col) pair of arrays
+        over the lanes): the lane the instruction names holds it, in one register for all
+        lanes."""
         row, col = element
-        at = self.index(row, col)
-        wrong = np.nonzero(self.lane[at] != lanes)[0]
-        if len(wrong):
-            j = int(wrong[0])
-            raise Decline(
-                f"{self.opnd.role} {self.opnd.name}: element ({int(row[j])}, {int(col[j])}) "
-                f"is in lane {int(self.lane[at][j])}; {what} wants it in lane {j}"
-            )
-        regs = self.reg[at]
-        if (regs != regs[0]).any():
-            j = int(np.argmax(regs != regs[0]))
-            raise Decline(
-                f"{self.opnd.role} {self.opnd.name}: {what} takes one register of every lane, "
-                f"but lane 0 holds its element in register {int(regs[0])} and lane {j} in "
-                f"{int(regs[j])}"
-            )
-        return regs
-
-
-def _word(frag: Fragment, what: str, pair: tuple[Any, Any], lanes: np.ndarray) -> int:
-    """The 32-bit word holding a 16-bit pair (the elements of halves 0 and 1)."""
-    low = int(frag.registers(what, pair[0], lanes)[0])
-    high = int(frag.registers(what, pair[1], lanes)[0])
-    if low % 2 or high != low + 1:
-        raise Decline(
-            f"{frag.opnd.role} {frag.opnd.name}: {what} takes a 16-bit pair as one 32-bit "
-            f"register, but the pair is in registers {low} and {high} (needs 2w and 2w + 1)"
+        return self.holders.slot(
+            self.index(row, col), (row, col), lambda j: f"{what} puts it in lane {j}", what
         )
-    return low // 2
+
+
+def _word(frag: Fragment, what: str, pair: tuple[Any, Any]) -> int:
+    """The 32-bit word holding a 16-bit pair (the elements of halves 0 and 1)."""
+    low, high = (frag.registers(what, element) for element in pair)
+    return word(frag.holders.name, low, high, f"{what}'s 16-bit pair")
 
 
 def _multiplicand(frag: Fragment, what: str, element: Any, words: int, tile: tuple[int, int]):
@@ -258,7 +222,6 @@ def _multiplicand(frag: Fragment, what: str, element: Any, words: int, tile: tup
             frag,
             f"{what} word {w}",
             tuple(_offset(element(lanes, w, h), *tile) for h in (0, 1)),
-            lanes,
         )
         for w in range(words)
     )
@@ -268,11 +231,7 @@ def _accumulator(frag: Fragment, what: str, inst: MmaInstruction, tile: tuple[in
     """The registers of one instruction's C (or D) tile whose top-left element is ``tile``."""
     lanes = np.arange(WARP_LANES)
     return tuple(
-        int(
-            frag.registers(f"{what} register {r}", _offset(inst.c_element(lanes, r), *tile), lanes)[
-                0
-            ]
-        )
+        frag.registers(f"{what} register {r}", _offset(inst.c_element(lanes, r), *tile))
         for r in range(inst.c_registers)
     )
 

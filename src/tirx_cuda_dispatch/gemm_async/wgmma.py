@@ -34,13 +34,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from tvm import tirx
 from tvm.script import tirx as T
 
 from ..build import Body
 from ..call import Operand, TileCall
 from ..codegen import storage_words
-from ..errors import Decline, check
+from ..errors import check
 from ..irfacts import as_flag, as_int
 from ..isa.wgmma import (
     A_STEP_ELEMENTS,
@@ -53,6 +54,7 @@ from ..isa.wgmma import (
 )
 from ..layout.atoms import memory_view
 from ..layout.descriptor import PERIOD, OperandDescriptors, match
+from ..layout.fit import Holders, word
 from ..layout.register import register_table, register_view
 from ..predicates import (
     aligned_allocation,
@@ -234,38 +236,20 @@ def _fragment_registers(
     o: Operand, cols: int, slots: int, at: Any, what: Any, fix: str
 ) -> list[int]:
     """The register of ``o`` (a warpgroup register tile of ``cols`` columns) that holds each
-    of the fragment's ``slots`` slots, the same in every thread: ``at(t, j)`` is the (row,
-    column) slot ``j`` of thread ``t`` holds, ``what(t, j)`` the slot in words. Decline
-    naming the first element ``o``'s layout puts elsewhere, or a slot in different
-    registers of different threads."""
+    of the fragment's ``slots`` slots, the same in every thread (:mod:`..layout.fit`):
+    ``at(t, j)`` is the (row, column) slot ``j`` of thread ``t`` holds, ``what(t, j)`` the
+    slot in words. Decline naming the first element ``o``'s layout puts elsewhere, or a
+    slot in different registers of different threads."""
     table = register_table(register_view(o), "warpgroup", WARPGROUP_THREADS)
-    where: dict[int, tuple[int, int]] = {}
-    for t in range(WARPGROUP_THREADS):
-        for i, reg in enumerate(table.registers):
-            e = int(table.elements[t, i])
-            if e >= 0:
-                where[e] = (t, reg)
+    size = int(np.prod([int(e) for e in o.extents]))
+    holders = Holders.of(table, size, f"{o.role} {o.name}", "thread", unique=False)
     regs = []
     for j in range(slots):
-        want = None
-        for t in range(WARPGROUP_THREADS):
-            row, col = at(t, j)
-            holder = where.get(row * cols + col)
-            if holder is None or holder[0] != t:
-                held = "no thread" if holder is None else f"thread {holder[0]}"
-                raise Decline(
-                    f"{o.role} {o.name}: element ({row}, {col}) is held by {held}; the wgmma "
-                    f"{what(t, j)} ({fix})"
-                )
-            if want is None:
-                want = holder[1]
-            elif holder[1] != want:
-                raise Decline(
-                    f"{o.role} {o.name}: {what(None, j)} is register {want} in thread 0 but "
-                    f"{holder[1]} in thread {t}; one instruction names the same registers in "
-                    "every thread"
-                )
-        regs.append(want)
+        row, col = (
+            np.array(v) for v in zip(*(at(t, j) for t in range(WARPGROUP_THREADS)), strict=True)
+        )
+        regs.append(holders.slot(row * cols + col, (row, col),
+                                 lambda t, j=j: f"the wgmma {what(t, j)}", what(None, j), fix))  # fmt: skip
     return regs
 
 
@@ -315,16 +299,15 @@ def _a_registers(a: Operand, m: int, k: int) -> tuple[tuple[tuple[int, ...], ...
                 "fragments.wgmma_accumulator_layout"
             )
             slots = _fragment_registers(a, k, A_STEP_ELEMENTS, at, what, fix)
-            words = []
-            for r in range(A_STEP_ELEMENTS // 2):
-                lo, hi = slots[2 * r], slots[2 * r + 1]
-                if lo % 2 or hi != lo + 1:
-                    raise Decline(
-                        f"A {a.name}: fragment elements {2 * r} and {2 * r + 1} of K step {kk} "
-                        f"are its registers {lo} and {hi}; one .b32 A register holds both: "
-                        "keep each pair adjacent, the first at an even register"
-                    )
-                words.append(lo // 2)
+            words = [
+                word(
+                    f"A {a.name}",
+                    slots[2 * r],
+                    slots[2 * r + 1],
+                    f"fragment elements {2 * r} and {2 * r + 1} of K step {kk}",
+                )  # fmt: skip
+                for r in range(A_STEP_ELEMENTS // 2)
+            ]
             steps.append(tuple(words))
         tiles.append(tuple(steps))
     return tuple(tiles)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..layout.swizzle import Swizzle
 from .mma_fragments import mma_instructions
+from .swizzle import Swizzle
 
 WARPGROUP_THREADS = 128
 M = 64  # rows of every wgmma tile

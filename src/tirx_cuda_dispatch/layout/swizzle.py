@@ -1,4 +1,5 @@
-"""Swizzle handling: TVM's ``ComposeLayout`` swizzle as data, on ints and on TIR.
+"""Swizzle handling: TVM's ``ComposeLayout`` swizzle as data, on ints and on TIR (the bit
+function itself is :mod:`..isa.swizzle`'s).
 
 TVM 0.27's ``ComposeLayout(per_element=M, swizzle_len=B, atom_len=S, tile)`` with
 ``swizzle_inner=True`` maps a tile offset ``o`` to ``o ^ (((o >> (M + S)) & (2**B - 1)) << M)``
@@ -18,15 +19,16 @@ from tvm.tirx.layout import ComposeLayout
 
 from ..errors import Decline
 from ..irfacts import as_int, prove_multiple
+from ..isa import swizzle as isa_swizzle
+from ..isa.swizzle import byte_swizzle
+
+__all__ = ["Swizzle", "byte_swizzle"]
 
 
 @dataclass(frozen=True)
-class Swizzle:
-    """``o -> o ^ (((o >> (per_element + shift)) & (2**bits - 1)) << per_element)``."""
-
-    per_element: int  # log2 of the elements in one swizzle unit (M)
-    bits: int  # how many unit-index bits are permuted (B)
-    shift: int  # distance from the permuted bits to the bits that permute them (S)
+class Swizzle(isa_swizzle.Swizzle):
+    """:class:`..isa.swizzle.Swizzle` (the bit function) read from a TVM layout and
+    applied to TIR offsets too."""
 
     @classmethod
     def of(cls, layout: Any, operand: str = "operand") -> Swizzle | None:
@@ -38,21 +40,6 @@ class Swizzle:
                 f"{operand} layout is an outer swizzle (swizzle_inner=False), which is not supported"
             )
         return cls(int(layout.per_element), int(layout.swizzle_len), int(layout.atom_len))
-
-    @property
-    def unit(self) -> int:
-        """Elements kept together by the swizzle: the widest vector that stays contiguous."""
-        return 1 << self.per_element
-
-    @property
-    def period(self) -> int:
-        """Offsets this far apart are swizzled alike: ``apply(k * period + o)`` is
-        ``k * period + apply(o)`` (the permuting bits lie below it)."""
-        return 1 << (self.per_element + self.shift + self.bits)
-
-    @property
-    def mask(self) -> int:
-        return (1 << self.bits) - 1
 
     def apply(self, offset: Any) -> Any:
         """The swizzled offset: on ints, or on a TIR expression (shift, and, xor: a few
@@ -71,11 +58,6 @@ class Swizzle:
             if outside is not None:
                 return outside + self._xor(inside)
         return self._xor(offset)
-
-    def _xor(self, offset: Any) -> Any:
-        return offset ^ (
-            ((offset >> (self.per_element + self.shift)) & self.mask) << self.per_element
-        )
 
     def split(self, offset: Any) -> tuple[Any, Any]:
         """``(outside, inside)`` with ``outside + inside == offset`` and ``outside`` a
@@ -99,22 +81,6 @@ class Swizzle:
             return None, offset
         dtype = str(offset.ty)
         return _sum(outside, dtype), _sum(inside, dtype)
-
-    def __str__(self) -> str:
-        return f"Swizzle<{self.bits},{self.per_element},{self.shift}>"
-
-
-def byte_swizzle(swizzle: Swizzle | None, elem_bytes: int) -> int | None:
-    """The hardware swizzle mode (bytes: 0 for none, 32, 64, 128) that ``swizzle`` on
-    elements of ``elem_bytes`` is, None when it is none of them. TMA and wgmma permute the
-    16-byte units of a shared address by the address bits 3 above them: ``Swizzle<B, 4,
-    3>`` on bytes, 32 bytes for B = 1, 64 for 2, 128 for 3 (CUDA programming guide, TMA
-    swizzle; PTX ISA 9.7.15.5.1.2.1.3)."""
-    if swizzle is None or swizzle.bits == 0:
-        return 0
-    if swizzle.unit * elem_bytes == 16 and swizzle.shift == 3 and 1 <= swizzle.bits <= 3:
-        return 16 << swizzle.bits
-    return None
 
 
 def _terms(expr: Any) -> list[Any]:

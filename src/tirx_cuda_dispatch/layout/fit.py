@@ -1,0 +1,106 @@
+"""Fitting an instruction's register fragment onto a tile's register layout.
+
+An ``isa/`` record says, for each slot of its fragment, which (row, column) of the
+operand's tile thread ``t`` supplies there (:meth:`..isa.mma_fragments.MmaInstruction.
+a_element`, :func:`..isa.wgmma.accumulator_element`, :func:`..isa.wgmma.
+a_fragment_element`). The tile's TVM layout says which thread holds each element in which
+register (:func:`.register.register_table`). A fragment fits where, for every slot, each
+thread holds its element itself, in the same register as every other thread (one
+instruction names one register for all of them), and a 16-bit pair the instruction takes
+as one ``.b32`` register sits in registers ``2w`` and ``2w + 1``. This module answers that
+for every such instruction (mma.sync's A, B, C and D; wgmma's accumulator and register A)
+and names the first misplaced element where the answer is no.
+
+It reads tables, not the call model: the variants build the table from their operand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import Decline
+from .register import RegisterTable
+
+
+@dataclass(frozen=True)
+class Holders:
+    """Who holds each element of a register tile: ``thread[e]`` and ``reg[e]`` for the
+    element of row-major index ``e`` (-1 where nobody does); ``name`` (``"A P16"``: the
+    operand's role and buffer) and ``unit`` (``"lane"`` in a warp, ``"thread"`` in a
+    warpgroup) for the messages."""
+
+    name: str
+    unit: str
+    thread: np.ndarray
+    reg: np.ndarray
+
+    @classmethod
+    def of(
+        cls, table: RegisterTable, size: int, name: str, unit: str, unique: bool = True
+    ) -> Holders:
+        """From ``table`` (a tile of ``size`` elements). ``unique``: an element held by
+        several threads (a replicated layout) declines, as a fragment holds each element
+        once; else the highest such thread counts."""
+        t, i = np.nonzero(table.elements >= 0)
+        element = table.elements[t, i]
+        if unique:
+            count = np.bincount(element, minlength=size)
+            if count.max(initial=0) > 1:
+                e = int(np.argmax(count))
+                raise Decline(
+                    f"{name} holds element {e} in {int(count[e])} {unit}s; an instruction "
+                    f"fragment holds each element in exactly one {unit}: drop the replication"
+                )
+        thread = np.full(size, -1, dtype=np.int64)
+        reg = np.full(size, -1, dtype=np.int64)
+        thread[element] = t  # (np.nonzero walks threads in order: the last holder stays)
+        reg[element] = np.asarray(table.registers)[i]
+        return cls(name, unit, thread, reg)
+
+    def slot(
+        self,
+        index: np.ndarray,
+        coords: tuple[np.ndarray, np.ndarray],
+        wants: Callable[[int], str],
+        slot: str,
+        fix: str = "",
+    ) -> int:
+        """The register that holds one fragment slot in every thread: thread ``t`` (0 to
+        ``len(index) - 1``) supplies the element of row-major index ``index[t]``, at (row,
+        column) ``coords[0][t], coords[1][t]``. Decline naming the first element another
+        thread holds (``wants(t)``: where the instruction puts it; ``fix``: what to
+        change), or the first thread that keeps ``slot`` in another register."""
+        threads = np.arange(len(index))
+        held = self.thread[index]
+        wrong = np.nonzero(held != threads)[0]
+        if len(wrong):
+            j = int(wrong[0])
+            holder = f"{self.unit} {int(held[j])}" if held[j] >= 0 else f"no {self.unit}"
+            raise Decline(
+                f"{self.name}: element ({int(coords[0][j])}, {int(coords[1][j])}) is held by "
+                f"{holder}; {wants(j)}" + (f" ({fix})" if fix else "")
+            )
+        regs = self.reg[index]
+        if (regs != regs[0]).any():
+            j = int(np.argmax(regs != regs[0]))
+            raise Decline(
+                f"{self.name}: {slot} is register {int(regs[0])} in {self.unit} 0 but "
+                f"{int(regs[j])} in {self.unit} {j}; one instruction names the same "
+                f"registers in every {self.unit}"
+            )
+        return int(regs[0])
+
+
+def word(name: str, low: int, high: int, pair: str) -> int:
+    """The ``.b32`` word of a 16-bit pair (``pair``, of operand ``name``) in registers
+    ``low`` and ``high`` (its halves 0 and 1); Decline unless they are ``2w`` and
+    ``2w + 1``."""
+    if low % 2 or high != low + 1:
+        raise Decline(
+            f"{name}: {pair} are its registers {low} and {high}; one .b32 register holds "
+            "both: keep each pair adjacent, the first at an even register"
+        )
+    return low // 2
