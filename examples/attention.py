@@ -446,6 +446,18 @@ def attention_ws_kernel(
                 T.ptx["mbarrier.arrive.shared.b64"](bars.ptr_to([1 + stages + g % stages]))
 
     @T.macro
+    def issue_qk(b, c, g):  # S = Q K^T of the CTA's tile g (wgmma from shared memory)
+        Tx.wg.gemm_async(b.S_r[:, :], b.Q_s[c * BM : c * BM + BM, :], b.K_s[g % stages, :, :],
+                         transA=False, transB=False)  # fmt: skip
+        T.ptx["wgmma.commit_group.sync.aligned"]()
+
+    @T.macro
+    def issue_pv(b, g):  # O += P V of the CTA's tile g (P, wgmma's A, in registers)
+        Tx.wg.gemm_async(b.O_r[:, :], b.P16[:, :], b.V_s[g % stages, :, :], transA=False,
+                         transB=True, accum=True)  # fmt: skip
+        T.ptx["wgmma.commit_group.sync.aligned"]()
+
+    @T.macro
     def produce(b, i, qb, h):
         """The producer's first thread: block i (of this CTA) of query rows qb of head h.
         Tile t is the CTA's tile i kts + t: its stage and the phases follow from that."""
@@ -485,14 +497,7 @@ def attention_ws_kernel(
             # tile 0: S, its softmax and P; its P V goes with tile 1's Q K^T
             wait_stage(b.bars, i * kts)
             turn(c)
-            Tx.wg.gemm_async(
-                b.S_r[:, :],
-                b.Q_s[c * BM : c * BM + BM, :],
-                b.K_s[(i * kts) % stages, :, :],
-                transA=False,
-                transB=False,
-            )
-            T.ptx["wgmma.commit_group.sync.aligned"]()
+            issue_qk(b, c, i * kts)
             pass_turn(c, 0, n_tiles, more)
             T.ptx["wgmma.wait_group.sync.aligned"](0)
             mask(b.S_r, 0, q0)
@@ -502,23 +507,8 @@ def attention_ws_kernel(
                 g = T.meta_var(i * kts + t)
                 wait_stage(b.bars, g)
                 turn(c)
-                Tx.wg.gemm_async(
-                    b.S_r[:, :],
-                    b.Q_s[c * BM : c * BM + BM, :],
-                    b.K_s[g % stages, :, :],
-                    transA=False,
-                    transB=False,
-                )
-                T.ptx["wgmma.commit_group.sync.aligned"]()
-                Tx.wg.gemm_async(
-                    b.O_r[:, :],
-                    b.P16[:, :],
-                    b.V_s[(g - 1) % stages, :, :],
-                    transA=False,
-                    transB=True,
-                    accum=True,
-                )
-                T.ptx["wgmma.commit_group.sync.aligned"]()
+                issue_qk(b, c, g)
+                issue_pv(b, g - 1)
                 pass_turn(c, t, n_tiles, more)
                 T.ptx["wgmma.wait_group.sync.aligned"](1)  # S is in; P V still runs
                 mask(b.S_r, t, q0)
@@ -528,15 +518,7 @@ def attention_ws_kernel(
                 free_stage(b.bars, g - 1, tid_wg)
                 rescale_and_round(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, rescale)
             g_last = T.meta_var(i * kts + n_tiles - 1)
-            Tx.wg.gemm_async(
-                b.O_r[:, :],
-                b.P16[:, :],
-                b.V_s[g_last % stages, :, :],
-                transA=False,
-                transB=True,
-                accum=True,
-            )
-            T.ptx["wgmma.commit_group.sync.aligned"]()
+            issue_pv(b, g_last)
             T.ptx["wgmma.wait_group.sync.aligned"](0)
             free_stage(b.bars, g_last, tid_wg)
         else:
@@ -544,28 +526,13 @@ def attention_ws_kernel(
                 g = T.meta_var(i * kts + t)
                 wait_stage(b.bars, g)
                 turn(c)
-                Tx.wg.gemm_async(
-                    b.S_r[:, :],
-                    b.Q_s[c * BM : c * BM + BM, :],
-                    b.K_s[g % stages, :, :],
-                    transA=False,
-                    transB=False,
-                )
-                T.ptx["wgmma.commit_group.sync.aligned"]()
+                issue_qk(b, c, g)
                 pass_turn(c, t, n_tiles, more)
                 T.ptx["wgmma.wait_group.sync.aligned"](0)
                 mask(b.S_r, t, q0)
                 online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum,
                                b.l_tile, scale, rescale)  # fmt: skip
-                Tx.wg.gemm_async(
-                    b.O_r[:, :],
-                    b.P16[:, :],
-                    b.V_s[g % stages, :, :],
-                    transA=False,
-                    transB=True,
-                    accum=True,
-                )
-                T.ptx["wgmma.commit_group.sync.aligned"]()
+                issue_pv(b, g)
                 T.ptx["wgmma.wait_group.sync.aligned"](0)
                 free_stage(b.bars, g, tid_wg)
         finish(b.O_r, b.O16, b.m_old, b.l_sum, b.l_tile, scale)
