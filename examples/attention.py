@@ -404,6 +404,9 @@ def attention_ws_kernel(
     rescale = omit != "rescale"
     first_turn = omit != "first_turn"
 
+    def tiles_of(qb):  # key tiles of query block qb: causal, to its diagonal (and the end)
+        return T.min((qb * br + br - 1) // bn + 1, kts) if causal else kts
+
     @T.macro
     def turn(c):  # ping-pong: wait for my turn to issue
         if pingpong:
@@ -462,7 +465,7 @@ def attention_ws_kernel(
         """The producer's first thread: block i (of this CTA) of query rows qb of head h.
         Tile t is the CTA's tile i kts + t: its stage and the phases follow from that."""
         kv = T.meta_var(h // group)
-        n_tiles = T.meta_var(T.min((qb * br + br - 1) // bn + 1, kts) if causal else kts)
+        n_tiles = T.meta_var(tiles_of(qb))
         if i > 0 and omit != "q_empty_wait":  # the consumers stored the last block's O
             T.cuda.mbarrier_wait(b.bars.ptr_to([q_empty]), (i - 1) % 2)
         T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](b.bars.ptr_to([0]), q_bytes))
@@ -483,7 +486,7 @@ def attention_ws_kernel(
     def consume(b, i, qb, h, c, tid_wg, more):
         """Consumer c's 64 rows of block i (of this CTA): query rows qb of head h; ``more``:
         this CTA has a later block (the ping-pong goes on into it)."""
-        n_tiles = T.meta_var(T.min((qb * br + br - 1) // bn + 1, kts) if causal else kts)
+        n_tiles = T.meta_var(tiles_of(qb))
         q0 = T.meta_var(qb * br + c * BM)  # the consumer's first row in the head
         Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
         Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))

@@ -305,7 +305,7 @@ def _a_registers(a: Operand, m: int, k: int) -> tuple[tuple[tuple[int, ...], ...
                     slots[2 * r],
                     slots[2 * r + 1],
                     f"fragment elements {2 * r} and {2 * r + 1} of K step {kk}",
-                )  # fmt: skip
+                )
                 for r in range(A_STEP_ELEMENTS // 2)
             ]
             steps.append(tuple(words))
