@@ -13,10 +13,12 @@ shape: "ws", examples/attention.py's ``attention_ws_kernel`` (a TMA producer war
 two consumers (three at head dim 64) in ping-pong with the intra-warpgroup overlap,
 128-row key tiles, O out by TMA), and "sm80", examples/attention_sm80.py (FlashAttention-2's
 structure: cp.async, ldmatrix, mma.sync; issue 33 asks it to reach the flash backend);
-at ``ABLATIONS`` also the kernel with a piece taken away ("direct store": O from
-registers; "no overlap"; "n64": 64-row key tiles; "c2": two consumers at head dim 64) and
-"wg", ``attention_kernel`` (one warpgroup per 64 rows, no TMA). Ours also writes the row
-log-sum-exp; the torch calls (inference, no grad) do not.
+at ``ABLATIONS`` also the kernel with a piece taken away or changed ("direct store": O
+from registers; "two rings": a ring each for K and V, head dim 256's default, and "one
+ring", K and V on one ring, at head dim 256; "no overlap"; "n64": 64-row key tiles; "c2":
+two consumers at head dim 64; "per block": one CTA a query block) and "wg",
+``attention_kernel`` (one warpgroup per 64 rows, no TMA); at ``WIDE`` head dim 256. Ours
+also writes the row log-sum-exp; the torch calls (inference, no grad) do not.
 
 ``python3 bench/attention.py --seqs 4096 --dims 128`` runs a subset without run.py.
 """
@@ -51,16 +53,21 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "ws c2": ("attention", "attention_ws_kernel", {"consumers": 2}),
     # one CTA a query block (the default for non-causal kernels is a persistent grid)
     "ws per block": ("attention", "attention_ws_kernel", {"persistent": False}),
+    "ws one ring": ("attention", "attention_ws_kernel", {"split_kv": False}),
+    "ws two rings": ("attention", "attention_ws_kernel", {"split_kv": True}),
     "sm80": ("attention_sm80", "attention_sm80_kernel", {}),  # cp.async + mma.sync
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
-    (4096, 128, False, "float16"): ("ws", "ws per block", "ws direct store", "ws no overlap",
-                                    "ws n64 no overlap", "wg"),
+    (4096, 128, False, "float16"): ("ws", "ws per block", "ws direct store", "ws two rings",
+                                    "ws no overlap", "ws n64 no overlap", "wg"),
+    (4096, 256, False, "float16"): ("ws", "ws one ring"),
     (1024, 128, False, "float16"): ("ws", "ws per block"),
     (1024, 64, False, "float16"): ("ws", "ws per block"),
     (4096, 64, False, "float16"): ("ws", "ws c2"),
 }  # fmt: skip
+# head dim 256: float16, ws only (sm80 takes head dims 64 and 128)
+WIDE = {(seq, 256, causal, "float16"): ("ws",) for causal in CAUSAL for seq in SEQS}
 CHECK_HEADS = (0, HEADS - 1)
 CUDNN, FLASH = "torch sdpa cudnn", "torch sdpa flash"
 
@@ -165,11 +172,12 @@ def rows_of(seq, d, causal, dtype, ms, errors, notes, designs) -> list[dict]:
 
 
 def part_attention(gpu, args, seqs=SEQS, dims=DIMS, causals=CAUSAL, dtypes=DTYPES,
-                   designs=MAIN, ablations=ABLATIONS) -> list[dict]:  # fmt: skip
-    """Every shape with ``designs``, then each shape of ``ablations`` with its designs:
-    what each piece of the kernel buys."""
+                   designs=MAIN, ablations=ABLATIONS, wide=WIDE) -> list[dict]:  # fmt: skip
+    """Every shape with ``designs``, then each shape of ``wide`` (head dim 256) and of
+    ``ablations`` with its designs: what each piece of the kernel buys."""
     configs = [(seq, d, causal, dtype, designs) for dtype in dtypes for d in dims
                for causal in causals for seq in seqs]  # fmt: skip
+    configs += [(*shape, names) for shape, names in (wide or {}).items()]
     configs += [(*shape, names) for shape, names in (ablations or {}).items()]
     rows = []
     for seq, d, causal, dtype, names in configs:
@@ -202,6 +210,7 @@ def main() -> int:
         dtypes=args.dtypes.split(","),
         designs=args.designs.split(","),
         ablations=ABLATIONS if args.ablations else None,
+        wide=None,
     )  # fmt: skip
     print(run.markdown_table(rows))
     return 0

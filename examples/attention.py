@@ -4,7 +4,8 @@ warpgroup per 64 query rows (a first step toward issue 33's kernel: not warp-spe
 no TMA).
 
 Q and O are float16 or bfloat16 ``[B*H, S, D]``, K and V ``[B*H_kv, S, D]`` (D 64, 128 or
-256), LSE float32 ``[B*H, S]`` (natural log). Each CTA of one warpgroup takes 64 query rows of one head:
+256), LSE float32 ``[B*H, S]`` (natural log). Each CTA of one warpgroup takes 64 query
+rows of one head:
 
 - Q's 64 x D tile into 128-byte swizzled shared memory once (K-major: ``copy -> gmem_smem``);
 - per 64-row tile of K and V: both into shared memory (K K-major, V as N-major B), a
@@ -23,13 +24,14 @@ Q and O are float16 or bfloat16 ``[B*H, S, D]``, K and V ``[B*H_kv, S, D]`` (D 6
 
 :func:`attention_ws_kernel` is FlashAttention-3's structure, for any length: a producer
 warpgroup (``setmaxnreg.dec``) whose first thread loads Q and a ring of 128-row K/V tiles
-with TMA on full/empty mbarriers, and two consumer warpgroups (``setmaxnreg.inc``) of 64
-query rows each, taking turns to issue their wgmma at two named barriers (ping-pong), each
-running tile t's softmax while its P V of tile t-1 runs (the intra-warpgroup overlap), O
-out through shared memory by one TMA store (three consumers at head dim 64). Non-causal
-kernels up to 4,096 rows run on a persistent grid: each CTA takes one query block of
-several heads in turn, its producer loading the next head's Q and tiles while the
-consumers finish the last. The simulator schedules the warpgroups apart.
+with TMA on full/empty mbarriers (at head dim 256 a ring each for K and V, 64-row tiles),
+and two consumer warpgroups (``setmaxnreg.inc``) of 64 query rows each, taking turns to
+issue their wgmma at two named barriers (ping-pong), each running tile t's softmax while its
+P V of tile t-1 runs (the intra-warpgroup overlap), O out through shared memory by one TMA
+store (three consumers at head dim 64). Non-causal kernels up to 4,096 rows run on a
+persistent grid: each CTA takes one query block of several heads in turn, its producer
+loading the next head's Q and tiles while the consumers finish the last. The simulator
+schedules the warpgroups apart.
 
 ``python examples/attention.py`` prints the explain() report and checks small heads of
 both kernels in the CPU simulator against float64 numpy.
@@ -276,7 +278,7 @@ REGISTERS = {2: (40, 232), 3: (24, 160)}  # setmaxnreg by consumers: producer's,
 SHARED_BYTES = 227 * 1024  # the most dynamic shared memory a CTA may have (sm_90)
 WS_OMITS = (
     None, "full_wait", "empty_arrive", "rescale", "first_turn", "pv_wait", "store_fence",
-    "store_wait", "q_empty_wait",
+    "store_wait", "q_empty_wait", "v_wait",
 )  # fmt: skip
 # named barriers (0 is the CTA's): consumer c's turn to issue is 1 + c; its barrier
 # before the TMA store of O is 1 + consumers + c
@@ -292,25 +294,30 @@ def attention_ws_kernel(
     omit: str | None = None,
     dtype: str = "float16",
     pingpong: bool = True,
-    block_n: int = 128,
+    block_n: int | None = None,
     overlap: bool = True,
     registers: tuple[int, int] | None = None,
     tma_store: bool = True,
     consumers: int | None = None,
     persistent: bool | None = None,
     sms: int = 132,
+    split_kv: bool | None = None,
 ):
     """FlashAttention-3's structure: per CTA 64 ``consumers`` query rows of one head and
     ``1 + consumers`` warpgroups. Warpgroup 0, the producer, gives registers back
     (``setmaxnreg.dec``) and its first thread loads Q once (``copy_async -> tma_auto``
-    on the Q mbarrier) and every ``block_n``-row tile of K and V into a ring of
-    ``stages`` (their ``full`` mbarrier announces the bytes; a stage is refilled once
-    every consumer arrived on its ``empty`` barrier). The other warpgroups, the
-    consumers (``setmaxnreg.inc``), each own 64 query rows: per tile they wait for the
-    stage, run S = Q K^T (wgmma from shared memory), the online softmax on the
-    accumulator's rows, O += P V (wgmma with P in registers), and free the stage.
-    Arguments as :func:`attention_kernel`'s; ``seq`` any length: the TMA boxes past the
-    end read zeros (the last key tile's keys there masked to -inf) and the store of O
+    on the Q mbarrier) and every ``block_n``-row tile of K and V into a ring of ``stages``
+    (a stage's ``full`` mbarrier announces its bytes; it is refilled once every consumer
+    arrived on its ``empty`` barrier). The other warpgroups, the consumers
+    (``setmaxnreg.inc``), each own 64 query rows: per tile they wait for the stage, run S
+    = Q K^T (wgmma from shared memory), the online softmax on the accumulator's rows, O
+    += P V (wgmma with P in registers), and free the stage. ``split_kv`` (FA3's two
+    pipelines): a ring each for K and V, V loaded a tile behind K, K's stage freed as soon
+    as S is in and V's after P V (None: at head dim 256, whose two stages of 64 keys are
+    all shared memory holds: on an H200 at 4,096 x 256 0.97 of cuDNN against 0.62 with
+    one ring; at head dims 64 and 128 one ring measured 3-6% faster). Arguments as
+    :func:`attention_kernel`'s (head dim 64, 128 or 256); ``seq`` any length: the TMA
+    boxes past the end read zeros (the last key tile's keys there masked to -inf) and the store of O
     clips them; the LSE rows of the last block are stored up to the end. Causal kernels
     load the tiles up to the CTA's diagonal and mask only the tiles that cross a
     consumer's diagonal (``select`` under an ``if``). ``pingpong``: the consumers take
@@ -320,7 +327,7 @@ def attention_ws_kernel(
     does. ``overlap`` (FA3's intra-warpgroup overlap): a consumer issues tile t's Q K^T
     and tile t-1's P V together, runs tile t's softmax while the P V wgmma runs
     (``wait_group 1``), and rescales O and rounds P into the A fragment only after it
-    (``wait_group 0``, which also frees stage t-1); without it, each tile's P V is
+    (``wait_group 0``, which also frees tile t-1's stage of V); without it, each tile's P V is
     waited for before the next tile. ``consumers``: 2 or 3 consumer warpgroups (128 or
     192 query rows a CTA; :func:`default_consumers` where None). ``registers``: the
     producer's and the consumers' ``setmaxnreg`` counts (``REGISTERS`` by consumers
@@ -330,33 +337,36 @@ def attention_ws_kernel(
     consumer's named barrier, the store, ``cp.async.bulk.commit_group`` and
     ``wait_group.read``); else straight from the registers. Causal kernels take the
     query blocks heaviest first (CTA ``x`` of a head runs block ``blocks - 1 - x``), so
-    the last CTAs are short. ``stages``: 3 with the overlap (a stage is held from one
-    tile's Q K^T to the next tile's P V), else 2. ``omit`` breaks it: ``"full_wait"``,
-    ``"empty_arrive"``, ``"rescale"``, ``"first_turn"`` (nobody grants the first turn: a
+    the last CTAs are short. ``stages``: 3 with the overlap (V's stage is held from
+    one tile's Q K^T to the next tile's P V), else 2; 2 at head dim 256. ``block_n``: 64
+    or 128 keys a tile (None: 128, 64 at head dim 256). ``omit`` breaks it:
+    ``"full_wait"`` and ``"empty_arrive"`` (every ring), ``"v_wait"`` (V's ring of a
+    split kernel), ``"rescale"``, ``"first_turn"`` (nobody grants the first turn: a
     deadlock), ``"pv_wait"`` (the overlap's O and P touched before the P V wgmma is
     waited for), ``"store_fence"`` (O's rows stored by TMA with no proxy fence after
     they were written), ``"store_wait"`` (the CTA leaves while the store may still read
     them), ``"q_empty_wait"`` (persistent: the producer loads the next head's Q without
     waiting for the consumers to be done with the stage). ``persistent`` (non-causal
-    kernels; None: non-causal ones up to 4,096 rows are): a grid of at most ``sms`` CTAs (one an SM: 132 on
-    an H100 or H200), ``blocks x min(heads, sms // blocks)``, each CTA taking one query
-    block of every ``sms // blocks``-th head in turn: its producer loads the next head's Q
-    once every consumer has stored its O out of Q's stage (a ``Q empty`` mbarrier) and
-    the next K/V tiles into the ring while the consumers finish the last head, and the
-    ping-pong runs on across heads (on an H200 2-3% faster than one CTA a block at S 1024
-    and 4096; at 8192 1-4% slower, the last round part full; at 16384 x 64 a third slower:
-    86 blocks a head, so 86 CTAs); else one CTA a block."""
+    kernels; None: non-causal ones up to 4,096 rows are): a grid of at most ``sms`` CTAs
+    (one an SM: 132 on an H100 or H200), ``blocks x min(heads, sms // blocks)``, each CTA
+    taking one query block of every ``sms // blocks``-th head in turn: its producer loads
+    the next head's Q once every consumer has stored its O out of Q's stage (a ``Q empty``
+    mbarrier) and the next K/V tiles into the ring while the consumers finish the last head,
+    and the ping-pong runs on across heads (on an H200 2-3% faster than one CTA a block at S
+    1024 and 4096; at 8192 1-4% slower, the last round part full; at 16384 x 64 a third
+    slower: 86 blocks a head, so 86 CTAs); else one CTA a block."""
     kv_heads = heads if kv_heads is None else kv_heads
-    stages = (3 if overlap else 2) if stages is None else stages
+    block_n = (64 if d == 256 else 128) if block_n is None else block_n
+    stages = (3 if overlap and d < 256 else 2) if stages is None else stages
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
     consumers = default_consumers(d, seq, causal) if consumers is None else consumers
     br = BM * consumers  # query rows per CTA
-    if (d not in (64, 128) or seq < 1 or (seq % br and not tma_store) or heads % kv_heads
+    if (d not in (64, 128, 256) or seq < 1 or (seq % br and not tma_store) or heads % kv_heads
             or omit not in WS_OMITS or block_n not in (64, 128) or consumers not in REGISTERS):  # fmt: skip
         raise ValueError(
-            f"head dim {d} (64 or 128), seq {seq} (1 or more; a multiple of {br} without the "
-            f"TMA store), {heads} query heads over {kv_heads} key/value heads, block_n "
+            f"head dim {d} (64, 128 or 256), seq {seq} (1 or more; a multiple of {br} "
+            f"without the TMA store), {heads} query heads over {kv_heads} key/value heads, block_n "
             f"{block_n} (64 or 128), {consumers} consumers (2 or 3), omit {omit!r} (one of "
             f"{WS_OMITS})"
         )
@@ -383,8 +393,11 @@ def attention_ws_kernel(
     v_at = k_at + stages * bn * d
     lse_at = (v_at + stages * bn * d) // 2  # float32 index: after the tiles
     bars_at = (lse_at + consumers * BM) // 2  # uint64 index: after the LSE rows
-    q_empty = 1 + 2 * stages  # (persistent) every consumer stored O out of Q's stage
-    n_bars = 1 + 2 * stages + (1 if persistent else 0)
+    # mbarriers: Q's, then the K ring's and the V ring's full ones, their empty ones
+    split_kv = d == 256 if split_kv is None else split_kv
+    rings = 2 if split_kv else 1
+    q_empty = 1 + 2 * rings * stages  # (persistent) every consumer stored O out of Q's stage
+    n_bars = q_empty + (1 if persistent else 0)
     pool_elems = (bars_at + n_bars) * 4
     if pool_elems * 2 > SHARED_BYTES:
         raise ValueError(
@@ -393,7 +406,7 @@ def attention_ws_kernel(
             "stages, consumers or keys a tile"
         )
     # a box reaching past the tensor still delivers its whole size (zeros there)
-    q_bytes, stage_bytes = br * d * 2, 2 * bn * d * 2
+    q_bytes, tile_bytes = br * d * 2, bn * d * 2
     qbs, kts = -(-seq // br), -(-seq // bn)
     tail = seq - (qbs - 1) * br  # the rows of the last query block: 1 to br
     tails = tuple(min(BM, max(0, tail - c * BM)) for c in range(consumers))  # per consumer
@@ -437,16 +450,35 @@ def attention_ws_kernel(
                 Tx.wg.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
                              lambda i, j: t * bn + j < seq)  # fmt: skip
 
-    @T.macro
-    def wait_stage(bars, g):
-        if wait_full:
-            T.cuda.mbarrier_wait(bars.ptr_to([1 + g % stages]), (g // stages) % 2)
+    def full(ring, g):  # ring 0: K (and V, not split), 1: V; announces tile g's bytes
+        return 1 + ring % rings * stages + g % stages
+
+    def empty(ring, g):  # every consumer is done with tile g's stage of the ring
+        return 1 + (rings + ring % rings) * stages + g % stages
 
     @T.macro
-    def free_stage(bars, g, tid_wg):
-        if arrive_empty:
+    def wait_stage(bars, ring, g):  # (one ring: V came with K)
+        if wait_full and (ring == 0 or (split_kv and omit != "v_wait")):
+            T.cuda.mbarrier_wait(bars.ptr_to([full(ring, g)]), (g // stages) % 2)
+
+    @T.macro
+    def free_stage(bars, ring, g, tid_wg):  # (one ring: freed after P V)
+        if arrive_empty and (split_kv or ring == 1):
             if tid_wg == 0:  # this consumer is done with the stage
-                T.ptx["mbarrier.arrive.shared.b64"](bars.ptr_to([1 + stages + g % stages]))
+                T.ptx["mbarrier.arrive.shared.b64"](bars.ptr_to([empty(ring, g)]))
+
+    @T.macro
+    def load_tile(b, ring, g, kv, t):  # the producer: tile t of K or V (or both: one ring)
+        if g >= stages:  # the stage held tile g - stages: every consumer done?
+            T.cuda.mbarrier_wait(b.bars.ptr_to([empty(ring, g)]), (g // stages - 1) % 2)
+        T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
+            b.bars.ptr_to([full(ring, g)]), tile_bytes * (3 - rings)))  # fmt: skip
+        if ring == 0:
+            Tx.copy_async(b.K_s[g % stages, :, :], b.K[kv, t * bn : t * bn + bn, :],
+                          mbar=b.bars.ptr_to([full(ring, g)]))  # fmt: skip
+        if ring == 1 or not split_kv:
+            Tx.copy_async(b.V_s[g % stages, :, :], b.V[kv, t * bn : t * bn + bn, :],
+                          mbar=b.bars.ptr_to([full(ring, g)]))  # fmt: skip
 
     @T.macro
     def issue_qk(b, c, g):  # S = Q K^T of the CTA's tile g (wgmma from shared memory)
@@ -470,17 +502,12 @@ def attention_ws_kernel(
             T.cuda.mbarrier_wait(b.bars.ptr_to([q_empty]), (i - 1) % 2)
         T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](b.bars.ptr_to([0]), q_bytes))
         Tx.copy_async(b.Q_s[:, :], b.Q[h, qb * br : qb * br + br, :], mbar=b.bars.ptr_to([0]))
-        for t in T.serial(n_tiles):
-            g = T.meta_var(i * kts + t)
-            s = T.meta_var(g % stages)
-            if g >= stages:  # the stage held tile g - stages: every consumer done?
-                T.cuda.mbarrier_wait(b.bars.ptr_to([1 + stages + s]), (g // stages - 1) % 2)
-            T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
-                b.bars.ptr_to([1 + s]), stage_bytes))  # fmt: skip
-            Tx.copy_async(b.K_s[s, :, :], b.K[kv, t * bn : t * bn + bn, :],
-                          mbar=b.bars.ptr_to([1 + s]))  # fmt: skip
-            Tx.copy_async(b.V_s[s, :, :], b.V[kv, t * bn : t * bn + bn, :],
-                          mbar=b.bars.ptr_to([1 + s]))  # fmt: skip
+        for t in T.serial(n_tiles):  # V a tile behind K: P V of tile t - 1 goes with
+            load_tile(b, 0, i * kts + t, kv, t)  # Q K^T of tile t
+            if split_kv and t > 0:
+                load_tile(b, 1, i * kts + t - 1, kv, t - 1)
+        if split_kv:
+            load_tile(b, 1, i * kts + n_tiles - 1, kv, n_tiles - 1)
 
     @T.macro
     def consume(b, i, qb, h, c, tid_wg, more):
@@ -498,46 +525,52 @@ def attention_ws_kernel(
                     T.ptx.bar.arrive(1, 256)
         if overlap:
             # tile 0: S, its softmax and P; its P V goes with tile 1's Q K^T
-            wait_stage(b.bars, i * kts)
+            wait_stage(b.bars, 0, i * kts)
             turn(c)
             issue_qk(b, c, i * kts)
             pass_turn(c, 0, n_tiles, more)
             T.ptx["wgmma.wait_group.sync.aligned"](0)
+            free_stage(b.bars, 0, i * kts, tid_wg)
             mask(b.S_r, 0, q0)
             online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile,
                            scale, rescale)  # fmt: skip
             for t in T.serial(1, n_tiles):
                 g = T.meta_var(i * kts + t)
-                wait_stage(b.bars, g)
+                wait_stage(b.bars, 0, g)
+                wait_stage(b.bars, 1, g - 1)
                 turn(c)
                 issue_qk(b, c, g)
                 issue_pv(b, g - 1)
                 pass_turn(c, t, n_tiles, more)
                 T.ptx["wgmma.wait_group.sync.aligned"](1)  # S is in; P V still runs
+                free_stage(b.bars, 0, g, tid_wg)
                 mask(b.S_r, t, q0)
                 softmax_rows(b.S_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile, scale)
                 if omit != "pv_wait":
                     T.ptx["wgmma.wait_group.sync.aligned"](0)  # P V is in: O, P free
-                free_stage(b.bars, g - 1, tid_wg)
+                free_stage(b.bars, 1, g - 1, tid_wg)
                 rescale_and_round(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, rescale)
             g_last = T.meta_var(i * kts + n_tiles - 1)
+            wait_stage(b.bars, 1, g_last)
             issue_pv(b, g_last)
             T.ptx["wgmma.wait_group.sync.aligned"](0)
-            free_stage(b.bars, g_last, tid_wg)
+            free_stage(b.bars, 1, g_last, tid_wg)
         else:
             for t in T.serial(n_tiles):
                 g = T.meta_var(i * kts + t)
-                wait_stage(b.bars, g)
+                wait_stage(b.bars, 0, g)
                 turn(c)
                 issue_qk(b, c, g)
                 pass_turn(c, t, n_tiles, more)
                 T.ptx["wgmma.wait_group.sync.aligned"](0)
+                free_stage(b.bars, 0, g, tid_wg)
                 mask(b.S_r, t, q0)
                 online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum,
                                b.l_tile, scale, rescale)  # fmt: skip
+                wait_stage(b.bars, 1, g)
                 issue_pv(b, g)
                 T.ptx["wgmma.wait_group.sync.aligned"](0)
-                free_stage(b.bars, g, tid_wg)
+                free_stage(b.bars, 1, g, tid_wg)
         finish(b.O_r, b.O16, b.m_old, b.l_sum, b.l_tile, scale)
         if tma_store:  # through the consumer's rows of Q's stage (clipped at the end)
             Tx.wg.copy(b.Q_s[c * BM : c * BM + BM, :], b.O16[:, :])
@@ -595,7 +628,7 @@ def attention_ws_kernel(
         V_s = T.decl_buffer((stages, bn, d), dtype, pool.data, elem_offset=v_at,
                             scope="shared.dyn", layout=kv_l)
         bars = T.decl_buffer((n_bars,), "uint64", pool.data, elem_offset=bars_at,
-                             scope="shared.dyn")  # Q, full[stages], empty[stages], Q empty
+                             scope="shared.dyn")  # Q, full K/V[stages], empty K/V, Q empty
         lse_w = T.decl_buffer((consumers, BM, 1), "float32", pool.data, elem_offset=lse_at,
                               scope="shared.dyn")  # the consumers' LSE rows, written
         lse_s = T.decl_buffer((consumers, BM), "float32", pool.data, elem_offset=lse_at,
@@ -615,9 +648,9 @@ def attention_ws_kernel(
             m_old=m_old, m_new=m_new, alpha=alpha, l_sum=l_sum, l_tile=l_tile))
         if tid == 0:
             T.ptx.mbarrier.init.shared.b64(bars.ptr_to([0]), 1)
-            for s in range(stages):
+            for s in range(rings * stages):  # full (the producer's expect_tx), empty
                 T.ptx.mbarrier.init.shared.b64(bars.ptr_to([1 + s]), 1)
-                T.ptx.mbarrier.init.shared.b64(bars.ptr_to([1 + stages + s]), consumers)
+                T.ptx.mbarrier.init.shared.b64(bars.ptr_to([1 + rings * stages + s]), consumers)
             if persistent:
                 T.ptx.mbarrier.init.shared.b64(bars.ptr_to([q_empty]), consumers)
             T.ptx["fence.mbarrier_init.release.cluster"]()

@@ -37,14 +37,22 @@ def test_the_shapes_are_the_issues(bench):
     assert set(bench.SEQS) == {1024, 4096, 8192, 16384} and set(bench.DIMS) == {64, 128}
     assert 64 <= bench.HEADS <= 128 and set(bench.DTYPES) == {"float16", "bfloat16"}
     assert set(bench.MAIN) <= set(bench.DESIGNS)
-    for (seq, d, _, dtype), names in bench.ABLATIONS.items():
-        assert seq in bench.SEQS and d in bench.DIMS and dtype in bench.DTYPES
+    for (seq, d, _, dtype), names in {**bench.WIDE, **bench.ABLATIONS}.items():
+        assert seq in bench.SEQS and d in (*bench.DIMS, 256) and dtype in bench.DTYPES
         assert set(names) <= set(bench.DESIGNS)
+    assert {d for _, d, _, _ in bench.WIDE} == {256}  # issue 33's third head dim
 
 
 @pytest.mark.parametrize(
     "design, causal",
-    [("ws", True), ("ws", False), ("ws no overlap", True), ("wg", True), ("sm80", True)],
+    [
+        ("ws", True),
+        ("ws", False),
+        ("ws no overlap", True),
+        ("ws two rings", False),
+        ("wg", True),
+        ("sm80", True),
+    ],
 )
 def test_every_call_of_the_timed_kernels_is_ours(bench, design, causal):
     example, name, keywords = bench.DESIGNS[design]

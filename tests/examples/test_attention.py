@@ -84,6 +84,7 @@ WS_SHAPES = [  # (heads, kv heads, seq, head dim)
     (1, 1, 256, 128),
     (1, 1, 200, 64),  # ragged: the last query block's second consumer has 8 rows
     (2, 1, 100, 128),  # one block, one key tile, grouped heads
+    (1, 1, 200, 256),  # 64-row key tiles, two stages; ragged: 72 rows in the last block
 ]
 
 
@@ -94,6 +95,9 @@ def test_the_warp_specialized_kernel_is_all_ours_with_the_register_split():
     variants = [r.variant for r in report]
     # Q, K and V in, O out; tile 0's Q K^T, the loop's Q K^T and P V, the last P V
     assert variants.count("tma_auto") == 4 and variants.count("wgmma") == 4
+    # two rings (head dim 256's default): V a tile behind K, in the loop and after it
+    split = explain(attention.attention_ws_kernel(2, 256, 64, kv_heads=1, split_kv=True), "sm_90a")
+    assert [r.variant for r in split].count("tma_auto") == 5
     plain = [
         r.variant
         for r in explain(
@@ -152,6 +156,19 @@ def test_every_configuration_equals_numpy(block_n, overlap, consumers, causal):
     assert attention.close(o, lse, *args[:3], causal=causal) is None
 
 
+@pytest.mark.parametrize("overlap, causal", [(True, False), (False, True)])
+def test_a_ring_each_for_k_and_v_equals_numpy(overlap, causal):
+    """FA3's two pipelines (head dim 256's default) at head dim 64: K's stage freed once S
+    is in, V's after P V, V loaded a tile behind K; 384 rows, three key tiles through three
+    stages of each ring."""
+    args = attention.inputs(1, 384, 64, seed=10)
+    func = attention.attention_ws_kernel(1, 384, 64, causal=causal, overlap=overlap,
+                                         split_kv=True)  # fmt: skip
+    out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3], causal=causal) is None
+
+
 def test_causal_masks_only_the_tiles_that_cross_the_diagonal():
     """Every masking loop (a write of S_r that compares coordinates) sits right under an
     ``if`` on the CTA's block, the tile's one in the loop (``t``); the control: the full
@@ -174,6 +191,8 @@ def test_causal_masks_only_the_tiles_that_cross_the_diagonal():
     "omit, expect",
     [
         ("full_wait", r"race on pool byte .*wgmma reads it after a TMA copy"),
+        # V's ring starts at byte 73,728 (Q's 192 rows and three K stages before it)
+        ("v_wait", r"b\.V_s\[.*race on pool byte 73728: .*wgmma reads it after a TMA copy"),
         ("empty_arrive", r"deadlock: no warp can run.*3 of 3 arrivals still pending"),
         ("first_turn", r"deadlock: no warp can run.*wait at bar.sync 2, 256"),
         ("pv_wait", r"while wgmma\.mma_async\.m64n64k16\.f32\.f16\.f16 .*in flight"),
@@ -182,10 +201,12 @@ def test_causal_masks_only_the_tiles_that_cross_the_diagonal():
     ],
 )
 def test_a_missing_wait_or_arrival_is_named_by_the_simulator(omit, expect):
-    """512 rows: four key tiles through three stages, so the producer refills one."""
+    """512 rows: four key tiles through three stages, so the producer refills one (V's
+    wait dropped from the kernel with a ring each for K and V)."""
     args = attention.inputs(1, 512, 64, seed=5)
+    func = attention.attention_ws_kernel(1, 512, 64, omit=omit, split_kv=omit == "v_wait")
     with pytest.raises(sim.SimError, match=expect):
-        sim.run(attention.attention_ws_kernel(1, 512, 64, omit=omit), args, target="sm_90a")
+        sim.run(func, args, target="sm_90a")
 
 
 PERSISTENT = [  # (heads, kv heads, seq, head dim, SMs): CTAs that take two heads or one
