@@ -12,72 +12,21 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import tvm
 from tvm.tirx import Buffer
 
-from .irfacts import Location, as_int, location_of, memory_kind
+from .irfacts import Location, as_int, location_of
+from .layout.view import TileView
 from .participation import Participation, participation
 from .scopes import SCOPES
 from .signatures import NONE, Param, Signature, signature_or_positional
 
 
 @dataclass(frozen=True)
-class Operand:
-    """One tensor operand: a region of a buffer, named by its argument (``role``)."""
+class Operand(TileView):
+    """One tensor operand of a call: a :class:`.layout.view.TileView` (a region of a
+    buffer, named by its argument ``role``) with the access the op's signature gives it."""
 
-    role: str
-    buffer: Buffer
-    region: tuple[tuple[Any, Any], ...]  # (min, extent) per buffer dimension, IR values
     access: str = NONE  # read / write / read-write (:mod:`.signatures`)
-    # declared over another buffer's memory (a tile carved from a pool's allocation), and
-    # then the elements that memory holds from its start (None: not known)
-    carved: bool = False
-    room: int | None = None
-
-    @property
-    def name(self) -> str:
-        return str(self.buffer.name)
-
-    @property
-    def scope(self) -> str:
-        return str(self.buffer.scope())
-
-    @property
-    def memory(self) -> str:
-        return memory_kind(self.scope)
-
-    @property
-    def dtype(self) -> str:
-        return str(self.buffer.dtype)
-
-    @property
-    def elem_bits(self) -> int:
-        dt = tvm.runtime.DataType(self.dtype)
-        return int(dt.bits) * int(dt.lanes)
-
-    @property
-    def layout(self) -> Any:
-        return self.buffer.layout
-
-    @property
-    def shape(self) -> tuple[Any, ...]:
-        return tuple(self.buffer.shape)
-
-    @property
-    def extents(self) -> tuple[int | None, ...]:
-        return tuple(as_int(ext) for ext in (e for _, e in self.region))
-
-    @property
-    def describe(self) -> str:
-        """``A[0:32, bx*32:bx*32+32] (global float32)``: for reasons and reports."""
-        parts = []
-        for lo, ext in self.region:
-            lo_i, ext_i = as_int(lo), as_int(ext)
-            if lo_i is not None and ext_i is not None:
-                parts.append(f"{lo_i}:{lo_i + ext_i}")
-            else:
-                parts.append(f"{lo}:{lo}+{ext}")
-        return f"{self.name}[{', '.join(parts)}] ({self.scope} {self.dtype})"
 
 
 def tensor_region(arg: Any) -> tuple[Buffer, tuple[tuple[Any, Any], ...]] | None:
@@ -161,7 +110,7 @@ class TileCall:
             from .bounds import carved_room
 
             carved, room = carved_room(found[0], self.enclosing)
-        return Operand(param.name, found[0], found[1], access, carved, room)
+        return Operand(param.name, found[0], found[1], carved, room, access=access)
 
     @cached_property
     def operands(self) -> list[Operand]:

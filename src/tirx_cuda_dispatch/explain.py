@@ -177,7 +177,7 @@ def _operand_rows(call: Any) -> list[dict[str, Any]]:
         access = call.signature.access(param, call.args) if param else "-"
         found = tensor_region(arg)
         if found is not None:
-            o = Operand(role, found[0], found[1], access)
+            o = Operand(role, found[0], found[1], access=access)
             rows.append(
                 {
                     "role": role,

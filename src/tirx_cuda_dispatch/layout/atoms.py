@@ -18,10 +18,10 @@ import numpy as np
 from tvm import sym
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
-from ..call import Operand
 from ..errors import Decline
 from ..irfacts import as_int, prove_multiple
 from .swizzle import Swizzle
+from .view import TileView
 
 Atom = tuple[int, int]  # (extent, stride)
 
@@ -54,7 +54,7 @@ class MemoryView:
         return self.swizzle.apply(off) if self.swizzle else off
 
 
-def _region_bounds(opnd: Operand) -> list[tuple[Any, Any]]:
+def _region_bounds(opnd: TileView) -> list[tuple[Any, Any]]:
     """The region as (start, end) per dimension. A dimension of extent 1 starts at 0 in
     every in-bounds region (the bounds check refutes any other start), so its symbolic
     start (``K[h // group, ...]`` with one key/value head) adds nothing to the offset
@@ -65,7 +65,7 @@ def _region_bounds(opnd: Operand) -> list[tuple[Any, Any]]:
     ]
 
 
-def _check_span_fits_shape(opnd: Operand, layout: Any, size: int | None) -> None:
+def _check_span_fits_shape(opnd: TileView, layout: Any, size: int | None) -> None:
     """TVM 0.27 allocates a shared or local buffer by its shape, not by its layout's span:
     a padded layout on an ``(8, 8)`` shared buffer addresses past the 64 elements the kernel
     allocates (found by the simulator's fuzzing: both pipelines wrote out of bounds).
@@ -86,7 +86,7 @@ def _check_span_fits_shape(opnd: Operand, layout: Any, size: int | None) -> None
         )
 
 
-def memory_view(opnd: Operand) -> MemoryView:
+def memory_view(opnd: TileView) -> MemoryView:
     """The :class:`MemoryView` of an operand with a memory layout (global, shared, or
     local registers without thread axes); declines with the reason otherwise."""
     layout = opnd.layout

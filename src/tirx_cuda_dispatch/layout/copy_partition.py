@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..call import Operand
 from .atoms import memory_view
 from .partition import PiecewisePartition, ScopePartition, scope_partition
 from .vector import VECTOR_BITS
+from .view import TileView
 
 
 def copy_roles(src_memory: str, dst_memory: str) -> tuple[str, str]:
@@ -42,7 +42,7 @@ class CopyPartition:
 
 
 def copy_partition(
-    src: Operand, dst: Operand, threads: int, widths: Sequence[int] = VECTOR_BITS
+    src: TileView, dst: TileView, threads: int, widths: Sequence[int] = VECTOR_BITS
 ) -> CopyPartition:
     """The partition of a copy from ``src`` to ``dst`` over ``threads`` with accesses of
     ``widths`` bits: even, or masked where the threads do not divide the vectors (or where

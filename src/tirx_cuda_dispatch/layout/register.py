@@ -39,13 +39,13 @@ import numpy as np
 from tvm import sym, tirx
 from tvm.tirx.layout import ComposeLayout, TileLayout
 
-from ..call import Operand
 from ..errors import Decline
 from ..irfacts import as_int
 from ..scopes import SCOPES, THREAD_AXES
 from .atoms import MemoryView, mixed_radix_digits, refine_tagged
 from .partition import Dim, ScopePartition, _fuse
 from .vector import vector_misfit
+from .view import TileView
 
 MEMORY_AXIS = "m"
 
@@ -159,7 +159,7 @@ class RegisterView:
         return tuple(dict.fromkeys(seen))
 
 
-def register_view(opnd: Operand, loops: Any = None) -> RegisterView:
+def register_view(opnd: TileView, loops: Any = None) -> RegisterView:
     """The :class:`RegisterView` of a ``local`` operand; declines with the reason otherwise.
 
     ``loops`` maps loop variables to their ranges (the dispatch context's
@@ -255,7 +255,7 @@ def loop_offset(name: str, value: Any, loops: Any) -> tuple[int, LoopOffset | No
     return ints[-1], moving
 
 
-def _const_iter(opnd: Operand, it: Any) -> tuple[int, int, str]:
+def _const_iter(opnd: TileView, it: Any) -> tuple[int, int, str]:
     ext, stride = as_int(it.extent), as_int(it.stride)
     if ext is None or stride is None:
         raise Decline(f"register layout of {opnd.name} has a non-constant iterator {it}")
@@ -277,7 +277,7 @@ def thread_axes_misfit(view: RegisterView, scope: str) -> str | None:
     return None
 
 
-def register_layout_misfit(opnd: Operand, scope: str, loops: Any = None) -> str | None:
+def register_layout_misfit(opnd: TileView, scope: str, loops: Any = None) -> str | None:
     """Why ``opnd``'s register layout cannot induce a partition at ``scope``, or None
     (``loops``: as for :func:`register_view`)."""
     try:

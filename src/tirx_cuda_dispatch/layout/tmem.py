@@ -28,10 +28,10 @@ from tvm.tirx.layout import laneid as axis_laneid
 from tvm.tirx.layout import tid_in_wg as axis_tid_in_wg
 from tvm.tirx.layout import wid_in_wg as axis_wid_in_wg
 
-from ..call import Operand
 from ..errors import Decline, check
 from ..irfacts import as_int
 from ..isa.tcgen05 import DATAPATHS, SHAPES, Datapath
+from .view import TileView
 
 
 def _text(layout: Any) -> str:
@@ -42,7 +42,7 @@ def _same(a: Any, b: Any) -> bool:
     return bool(tvm_ffi.structural_equal(a.canonicalize(), b))
 
 
-def operand_window(o: Operand) -> tuple[Any, dict[str, Any]]:
+def operand_window(o: TileView) -> tuple[Any, dict[str, Any]]:
     """The operand's layout over its region, canonical and without its offset, and the
     offset per axis (``m`` for registers, ``TLane``/``TCol`` for tensor memory)."""
     region = [(lo, lo + ext) for lo, ext in o.region]
@@ -119,7 +119,7 @@ def _slab_stride(layout: TileLayout, rows: int, cols: int) -> int | None:
     return as_int(at.get("m"))
 
 
-def match_fragment(reg: Operand, layout: Any, path: Datapath, rows: int, cols: int):
+def match_fragment(reg: TileView, layout: Any, path: Datapath, rows: int, cols: int):
     """(shape, slab stride in elements or None) of the register tile on datapath ``path``:
     the first of the datapath's fragments, widest first, whose register tile it is."""
     tried = []
@@ -137,7 +137,7 @@ def match_fragment(reg: Operand, layout: Any, path: Datapath, rows: int, cols: i
     raise Decline(_no_fragment(reg, layout, path, rows, cols, tried))
 
 
-def _no_fragment(reg: Operand, layout: Any, path: Datapath, rows: int, cols: int, tried) -> str:
+def _no_fragment(reg: TileView, layout: Any, path: Datapath, rows: int, cols: int, tried) -> str:
     """Why no fragment of ``path`` is the register tile, and which one would be."""
     seen = f"{reg.role} {reg.name}: register layout {_text(layout)} over {rows}x{cols}"
     if path.name == "B":
@@ -158,7 +158,7 @@ def _no_fragment(reg: Operand, layout: Any, path: Datapath, rows: int, cols: int
     )
 
 
-def register_offset(reg: Operand, offset: dict, loops: Any) -> Any:
+def register_offset(reg: TileView, offset: dict, loops: Any) -> Any:
     """The 32-bit register of the window's first value: a constant, or an expression of
     enclosing loops of constant range (a column window chosen in a loop), which is a
     constant again once the compiler unrolls the loop. Any other variable would make the
@@ -199,7 +199,7 @@ def _tmem_layout(datapath: str, cols: int, col_stride: int) -> TileLayout | None
     return TileLayout(S[(4, 16, cols) : (32 @ TLane, 1 @ TLane, col_stride @ TCol)])
 
 
-def _classify(tmem: Operand, layout: Any, rows: int, cols: int) -> tuple[Datapath, bool] | None:
+def _classify(tmem: TileView, layout: Any, rows: int, cols: int) -> tuple[Datapath, bool] | None:
     """(datapath, pack) of a TMEM window, or None."""
     strides = (1, 2) if tmem.elem_bits == 16 else (1,)
     for path in DATAPATHS.values():
@@ -212,7 +212,7 @@ def _classify(tmem: Operand, layout: Any, rows: int, cols: int) -> tuple[Datapat
     return None
 
 
-def _column_window_of_b(tmem: Operand, seen: str, strides: tuple[int, ...]) -> str | None:
+def _column_window_of_b(tmem: TileView, seen: str, strides: tuple[int, ...]) -> str | None:
     """Why a window of a whole (64, N) datapath B tile is none: its columns sit on half
     the lanes."""
     n = as_int(tmem.shape[1])
@@ -247,7 +247,7 @@ def _rows_of_d(layout: Any, offset: dict, seen: str, cols: int, strides) -> str 
     )
 
 
-def _not_a_datapath(tmem: Operand, layout: Any, offset: dict, rows: int, cols: int) -> str:
+def _not_a_datapath(tmem: TileView, layout: Any, offset: dict, rows: int, cols: int) -> str:
     """Why a TMEM window is no data-path layout, with the ISA rule it breaks."""
     seen = f"{tmem.role} {tmem.name}: TMEM layout {_text(layout)} over {tmem.describe}"
     strides = (1, 2) if tmem.elem_bits == 16 else (1,)
@@ -266,7 +266,7 @@ def _not_a_datapath(tmem: Operand, layout: Any, offset: dict, rows: int, cols: i
     )
 
 
-def match_datapath(tmem: Operand, layout: Any, offset: dict, rows: int, cols: int):
+def match_datapath(tmem: TileView, layout: Any, offset: dict, rows: int, cols: int):
     """(datapath, pack, lane offset, 32-bit column offset) of the TMEM tile, or a decline."""
     found = _classify(tmem, layout, rows, cols)
     if found is None:
