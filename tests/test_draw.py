@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import struct
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
@@ -314,3 +316,82 @@ def test_a_cp_async_into_a_ring_stage_at_a_loop_offset_is_drawn():
     [prefetch, *_] = [r for r in reports if r.variant == "ldgsts" and "(t + 1)" in str(r.operands)]
     pic = draw.picture(prefetch.call_object, prefetch.plan_object, prefetch.variant)
     assert "K_s's region starts at" in pic.view and pic.worst_conflict == 1
+
+
+# -- reductions of a shared tile ------------------------------------------------------------
+def _read_once(pic) -> list[tuple[int, int]]:
+    """The cells not read by exactly one thread (a reduction reads each element once)."""
+    return [(r, c) for r, row in enumerate(pic.cells) for c, cell in enumerate(row)
+            if len(cell.owners) != 1]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "op, src, axes, dst",
+    [("sum", (64, 64), (-1,), (64,)), ("max", (16, 128), (-1,), (16,)),
+     ("sum", (8, 32), (0,), (32,)), ("min", (7, 13), (-1,), (7,))],
+)  # fmt: skip
+def test_a_shared_reduction_picture_shows_who_reads_each_element(op, src, axes, dst):
+    """Each element of src read once, by one of the CTA's 128 threads, a load's ``vec``
+    elements contiguous and in one round; odd extents (7 x 13) read only inside."""
+    func = demos.shared_reduction(op, src, axes, dst)
+    [report] = [r for r in tcd.explain(func) if r.variant == "shared"]
+    plan = report.plan_object
+    pic = draw.picture(report.call_object, plan, "shared", max_width=None)
+    assert pic.shape == src and _read_once(pic) == []
+    assert {o.thread for row in pic.cells for c in row for o in c.owners} <= set(range(128))
+    for a in plan.memory_accesses().items:
+        assert a.elements == plan.schedule.vec
+    # the control: a plan whose every element a second thread also read is caught
+    acc = plan.memory_accesses()
+    other = tuple(dataclasses.replace(a, thread=(a.thread + 1) % 128) for a in acc.items)
+    twice = SimpleNamespace(
+        memory_accesses=lambda: dataclasses.replace(acc, items=acc.items + other)
+    )
+    again = draw.picture(report.call_object, twice, "shared", max_width=None)
+    assert len(_read_once(again)) == src[0] * src[1]
+
+
+def test_a_shared_reductions_bank_conflicts_are_the_ones_its_cost_rule_counted():
+    """A column sum of 8 x 32 float32 over 128 threads: a warp's 32-bit loads take columns
+    0-7 of four rows, banks 0-7 four times: the picture's 4-way conflict is the plan's 4
+    wavefronts a load (its cost rule chose it over fewer threads)."""
+    func = demos.shared_reduction("sum", (8, 32), (0,), (32,))
+    [report] = [r for r in tcd.explain(func) if r.variant == "shared"]
+    pic = draw.picture(report.call_object, report.plan_object, "shared")
+    assert report.plan_object.schedule.vec == 1
+    assert pic.worst_conflict == report.plan["wavefronts_per_load"] == 4
+    row = demos.shared_reduction("sum", (64, 64), (-1,), (64,))  # the control: 16-byte rows
+    [report] = [r for r in tcd.explain(row) if r.variant == "shared"]
+    assert draw.picture(report.call_object, report.plan_object, "shared").worst_conflict == 1
+
+
+# -- reductions of registers ----------------------------------------------------------------
+def _rows_are_butterflies(pic, masks) -> bool:
+    """Whether every row's holders are exactly the lanes the ``shfl.xor`` rounds of
+    ``masks`` join: a butterfly from any holder reaches every holder and no other lane."""
+    for row in pic.cells:
+        held = {c.thread for c in row}
+        joined = {min(held)}
+        for m in masks:
+            joined |= {t ^ m for t in joined}
+        if joined != held:
+            return False
+    return True
+
+
+def test_a_register_reduction_pictures_the_rows_quad_of_lanes():
+    """The attention kernel's row max over the wgmma accumulator: each element held once,
+    a row in a quad of lanes (two of each thread's registers per 8 columns), the quad the
+    plan's shfl.xor 1/2 join; the controls: one round (mask 1 alone), or masks 1/4."""
+    from modules import load_file
+
+    attention = load_file("example_attention_draw", ROOT / "examples" / "attention.py")
+    [report] = [r for r in tcd.explain(attention.attention_kernel(2, 128, 64)) if r.op == "max"]
+    pic = draw.picture(report.call_object, report.plan_object, "local", max_width=None)
+    assert pic.shape == (64, 64) and pic.memory == "local" and "shfl.xor 1/2" in pic.subtitle
+    assert {len(c.owners) for row in pic.cells for c in row} == {1}
+    assert [(c.thread, c.register) for c in pic.cells[0][:4]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(len({c.thread for c in row}) == 4 for row in pic.cells)
+    masks = report.plan_object.schedule.lane_masks
+    assert masks == (1, 2) and _rows_are_butterflies(pic, masks)
+    assert not _rows_are_butterflies(pic, (1,)) and not _rows_are_butterflies(pic, (1, 4))

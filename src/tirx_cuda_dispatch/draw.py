@@ -14,7 +14,9 @@ about :data:`MAX_WIDTH` pixels, and the picture says what it left out.
 
 It knows nothing about variants: a plan that can be drawn has a ``memory_accesses()``
 method returning a :class:`..layout.partition.MemoryAccesses` (the pictured operand's
-role and every access). SVG is written here without any dependency; PNG needs
+role and every access), or names a register operand (``pictured_registers``: a register
+reduction's src), drawn as its layout places it, the plan's line saying how its holders
+combine (the serial fold, the ``shfl.xor`` rounds, the warps' workspace). SVG is written here without any dependency; PNG needs
 matplotlib (``pip install "tirx_cuda_dispatch[plot]"``, or ``pip install ".[plot]"``
 from a checkout).
 """
@@ -39,6 +41,7 @@ from .irfacts import prove_multiple
 from .layout.atoms import element_offsets, memory_view
 from .layout.banks import WAVEFRONT_BYTES, bank, conflict_ways
 from .layout.partition import MemoryAccesses
+from .layout.register import register_table, register_view
 
 MAX_WIDTH = 2000  # px: wider pictures show the columns that fit, unless columns are asked for
 CELL_W, CELL_H = 46, 36
@@ -132,6 +135,60 @@ def _symbolic_base(opnd: Any, view: Any) -> int:
     return 0
 
 
+def _memory_cells(call: TileCall, acc: MemoryAccesses) -> tuple:
+    """The pictured memory operand, every owner of each of its elements (with the conflict
+    degree of the access that moves it: a replicated layout moves one element in several
+    threads, and each is an owner), each element's bank, the worst conflict per round,
+    and a note where the region's start is symbolic."""
+    opnd = call.operand(acc.role)
+    try:
+        view = memory_view(opnd)
+    except Decline as why:
+        raise DrawError(str(why)) from None
+    base, moved = view.base, ""
+    if not isinstance(base, int):  # a warp's rows, a ring's stage: drawn from its start
+        base, moved = _symbolic_base(opnd, view), f"{opnd.name}'s region starts at {base}"
+    logical = element_offsets(view) + base
+    if view.swizzle is not None:
+        logical = np.vectorize(view.swizzle.apply)(logical)
+    where = {int(off): i for i, off in enumerate(logical)}
+    elem_bytes = opnd.elem_bits // 8
+    shared = opnd.memory == "shared"
+    owners: list[dict[Owner, int]] = [{} for _ in range(len(logical))]
+    banks = [-1] * len(logical)
+    degree = conflict_ways(acc.items, elem_bytes) if shared else [1] * len(acc.items)
+    by_round: dict[int, int] = defaultdict(lambda: 1)
+    for a, ways in zip(acc.items, degree, strict=True):
+        by_round[a.round] = max(by_round[a.round], ways)
+        for k in range(a.elements):
+            index = where.get(a.offset + k)
+            if index is None:
+                raise DrawError(f"access at offset {a.offset + k} falls outside {opnd.name}")
+            thread, register = a.owners[k] if a.owners else (a.thread, -1)
+            owner = Owner(thread, register, a.round)
+            owners[index][owner] = max(owners[index].get(owner, 1), ways)
+            if shared:
+                banks[index] = bank(a.offset + k, elem_bytes)
+    return opnd, owners, banks, by_round, moved
+
+
+def _register_cells(call: TileCall, role: str) -> tuple:
+    """The register operand ``role`` (a register reduction's src): each element's holders,
+    thread and register, as its layout places them (round 0: no memory access moves
+    them; the plan's line says how the holders combine)."""
+    opnd = call.operand(role)
+    try:
+        table = register_table(register_view(opnd), call.scope, call.thread_count or 1)
+    except Decline as why:
+        raise DrawError(str(why)) from None
+    owners: list[dict[Owner, int]] = [{} for _ in range(math.prod(int(e) for e in opnd.extents))]
+    for t, row in enumerate(table.elements):
+        for register, e in zip(table.registers, row, strict=True):
+            if e >= 0:
+                owners[int(e)][Owner(t, int(register), 0)] = 1
+    return opnd, owners, [-1] * len(owners), {0: 1}, ""
+
+
 def picture(
     call: TileCall,
     plan: Any,
@@ -150,47 +207,19 @@ def picture(
     ``max_width`` pixels are cut (None: never). Bad windows raise :class:`ViewError`.
     """
     accesses_of = getattr(plan, "memory_accesses", None)
-    if accesses_of is None:
+    registers = getattr(plan, "pictured_registers", None)
+    if accesses_of is not None:
+        opnd, owners, banks, by_round, moved = _memory_cells(call, accesses_of())
+    elif registers is not None:
+        opnd, owners, banks, by_round, moved = _register_cells(call, registers)
+    else:
         raise DrawError(
             f"variant {variant} moves no data through shared or global memory in a way the "
-            "picture can show (it has no memory_accesses())"
+            "picture can show (it has no memory_accesses()) and pictures no registers"
         )
-    acc: MemoryAccesses = accesses_of()
-    opnd = call.operand(acc.role)
-    try:
-        view = memory_view(opnd)
-    except Decline as why:
-        raise DrawError(str(why)) from None
-    base, moved = view.base, ""
-    if not isinstance(base, int):  # a warp's rows, a ring's stage: drawn from its start
-        base, moved = _symbolic_base(opnd, view), f"{opnd.name}'s region starts at {base}"
-    logical = element_offsets(view) + base
-    if view.swizzle is not None:
-        logical = np.vectorize(view.swizzle.apply)(logical)
-    where = {int(off): i for i, off in enumerate(logical)}
     extents = [int(e) for e in opnd.extents]
     n_cols = extents[-1] if extents else 1
     n_rows = max(1, math.prod(extents) // n_cols)
-    elem_bytes = opnd.elem_bits // 8
-    shared = opnd.memory == "shared"
-
-    # Every owner of every element, with the conflict degree of the access that moves it:
-    # a replicated layout moves one element in several threads, and each is an owner.
-    owners: list[dict[Owner, int]] = [{} for _ in range(n_rows * n_cols)]
-    banks = [-1] * (n_rows * n_cols)
-    degree = conflict_ways(acc.items, elem_bytes) if shared else [1] * len(acc.items)
-    by_round: dict[int, int] = defaultdict(lambda: 1)
-    for a, ways in zip(acc.items, degree, strict=True):
-        by_round[a.round] = max(by_round[a.round], ways)
-        for k in range(a.elements):
-            index = where.get(a.offset + k)
-            if index is None:
-                raise DrawError(f"access at offset {a.offset + k} falls outside {opnd.name}")
-            thread, register = a.owners[k] if a.owners else (a.thread, -1)
-            owner = Owner(thread, register, a.round)
-            owners[index][owner] = max(owners[index].get(owner, 1), ways)
-            if shared:
-                banks[index] = bank(a.offset + k, elem_bytes)
 
     threads = call.thread_count or 1 + max((o.thread for c in owners for o in c), default=0)
     warps = max(1, -(-threads // WARP))

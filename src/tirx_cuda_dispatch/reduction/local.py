@@ -93,6 +93,8 @@ class LocalReducePlan(Reduction):
     """Facts of one register reduction: the schedule the layouts imply, and what its warps
     need to meet (:class:`.combine.Reduction`)."""
 
+    pictured_registers = "src"  # ``draw``: src's holders, the plan's line their combining
+
     @property
     def est_clocks(self) -> float:
         """Per warp: adds issue four per clock per SM, a shuffle takes the shared-memory

@@ -195,6 +195,26 @@ def _radix(value: Any, extent: int, wrap: bool) -> Any:
     return value % extent if wrap else value
 
 
+def src_coordinates(schedule: Schedule) -> tuple[list[np.ndarray], np.ndarray]:
+    """Where each thread's elements come from: per src dimension, the coordinate that
+    (thread, slot, serial index) folds (arrays ``[threads, slots, per_thread]``), and
+    whether it lies inside src (odd extents: the guarded reads skip the others)."""
+    t = np.arange(schedule.threads)[:, None, None]
+    slots = np.arange(max(schedule.slot_count, 1))[None, :, None]
+    serial = np.arange(max(schedule.per_thread, 1))[None, None, :]
+    shape = (schedule.threads, max(schedule.slot_count, 1), max(schedule.per_thread, 1))
+    coords = [np.zeros(shape, dtype=np.int64) for _ in schedule.src_extents]
+    for d in schedule.digits:
+        if d.kind in ("idle", "unnamed"):
+            continue
+        v = np.broadcast_to(digit_value(d, t, slots, serial, schedule), shape)
+        coords[d.dim] = coords[d.dim] + v * d.index_stride
+    valid = np.ones(shape, dtype=bool)
+    for c, e in zip(coords, schedule.src_extents, strict=True):
+        valid &= c < e
+    return coords, valid
+
+
 # -- the numpy emulation ------------------------------------------------------------------
 def emulate(schedule: Schedule, src: np.ndarray, dst_old: np.ndarray | None = None) -> np.ndarray:
     """dst as the schedule computes it from the src region's values (``src``, in src's
@@ -206,18 +226,13 @@ def emulate(schedule: Schedule, src: np.ndarray, dst_old: np.ndarray | None = No
     slots = np.arange(max(schedule.slot_count, 1))[None, :, None]
     serial = np.arange(max(schedule.per_thread, 1))[None, None, :]
     shape = (schedule.threads, max(schedule.slot_count, 1), max(schedule.per_thread, 1))
-    coords = [np.zeros(shape, dtype=np.int64) for _ in schedule.src_extents]
+    coords, valid = src_coordinates(schedule)
     dst_coords = [np.zeros(shape[:2], dtype=np.int64) for _ in schedule.dst_extents]
     for d in schedule.digits:
-        if d.kind in ("idle", "unnamed"):
-            continue
-        v = np.broadcast_to(digit_value(d, t, slots, serial, schedule), shape)
-        coords[d.dim] = coords[d.dim] + v * d.index_stride
-        if d.dst_dim is not None and not (d.reduced and d.kind == "serial"):
-            dst_coords[d.dst_dim] = dst_coords[d.dst_dim] + v[:, :, 0] * d.dst_index_stride
-    valid = np.ones(shape, dtype=bool)
-    for c, e in zip(coords, schedule.src_extents, strict=True):
-        valid &= c < e
+        if d.dst_dim is not None and d.kind not in ("idle", "unnamed"):
+            if not (d.reduced and d.kind == "serial"):
+                v = np.broadcast_to(digit_value(d, t, slots, serial, schedule), shape)
+                dst_coords[d.dst_dim] = dst_coords[d.dst_dim] + v[:, :, 0] * d.dst_index_stride
     safe = tuple(np.where(valid, c, 0) for c in coords)
     values = _widen(src[safe], schedule.src_dtype, acc_t)
     ident = red.identity_value(schedule.acc_dtype)

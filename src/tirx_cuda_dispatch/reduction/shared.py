@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,8 +30,10 @@ import numpy as np
 from ..call import Operand, TileCall
 from ..codegen import participant_index
 from ..errors import Decline
-from ..layout.atoms import MemoryView, memory_view
+from ..irfacts import as_int
+from ..layout.atoms import MemoryView, element_offsets, memory_view
 from ..layout.banks import wavefront_costs
+from ..layout.partition import Access, MemoryAccesses
 from ..layout.register import (
     MEMORY_AXIS,
     atoms_by_dim,
@@ -46,7 +48,7 @@ from ..scopes import WARP_SIZE
 from . import combine
 from .combine import Reduction
 from .ops import COMMON_PREDICATES, ReduceShape, accum_flag, accumulate_dtype, shape_of
-from .schedule import Digit, Schedule
+from .schedule import Digit, Schedule, src_coordinates
 
 BARRIER_CLOCKS = 20  # a bar.sync's cost in the cost rule (it waits for the slowest warp)
 
@@ -104,6 +106,37 @@ class SharedReducePlan(Reduction):
     est_clocks: float = 0.0
     wavefronts: int = 0  # of one warp's first load: 1 per 128 bytes when conflict-free
     placement: str = ""  # which thread placement won
+    src_view: MemoryView | None = field(default=None, compare=False)  # for the picture
+
+    def memory_accesses(self) -> MemoryAccesses:
+        """Every load of src one call makes, as ``draw`` pictures them: per thread, its
+        loads in the order it issues them (round = the load's index: the slots' loads one
+        after another, each over the thread's serial elements, ``vec`` elements a load),
+        at src's physical offsets (swizzle applied; a base that is not a constant counts
+        as 0, as in the bank model). Reads past an odd extent are not made."""
+        s, view = self.schedule, self.src_view
+        base = as_int(view.base)
+        offsets = element_offsets(view) + (0 if base is None else base)
+        if view.swizzle is not None:
+            offsets = np.vectorize(view.swizzle.apply)(offsets)
+        coords, valid = src_coordinates(s)
+        index = np.ravel_multi_index(
+            tuple(np.where(valid, c, 0) for c in coords), s.src_extents
+        )  # fmt: skip
+        by_slot = s.vec if s.vec_on == "slot" else 1  # a load covers vec slots
+        by_serial = s.vec if s.vec_on == "serial" else 1  # or vec serial elements
+        threads, slots, serial = index.shape
+        items = []
+        for t in range(threads):
+            for g, j in itertools.product(range(slots // by_slot), range(serial // by_serial)):
+                at = np.s_[
+                    t, g * by_slot : g * by_slot + by_slot, j * by_serial : (j + 1) * by_serial
+                ]
+                if not valid[at].all():
+                    continue  # a guarded read past an odd extent: not made
+                round_ = g * (serial // by_serial) + j
+                items.append(Access(round_, t, int(offsets[index[at].min()]), by_slot * by_serial))
+        return MemoryAccesses("src", tuple(items))
 
     def facts(self) -> dict:
         facts = self.common_facts()
@@ -370,7 +403,7 @@ def plan(call: TileCall) -> SharedReducePlan:
     group = f"{call.scope} {parts}"
     return SharedReducePlan(
         s, dst.memory, sync, lane_mask, fill, None, group, axes_note=shape.axes_note,
-        est_clocks=clocks, wavefronts=waves, placement=placement,
+        est_clocks=clocks, wavefronts=waves, placement=placement, src_view=view,
     )  # fmt: skip
 
 
