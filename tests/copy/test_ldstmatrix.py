@@ -10,7 +10,6 @@ from tvm.tirx.layout import Axis, ComposeLayout, S, TileLayout
 import tirx_cuda_dispatch as tcd
 from executors import WHERE, execute
 from tirx_cuda_dispatch import demos, runtime, toolchain
-from tirx_cuda_dispatch.copy.ldstmatrix import Digit, _digits
 
 lane = Axis.laneid
 WARP_AXIS = {"warp": None, "warpgroup": Axis.wid_in_wg, "cta": Axis.warpid}
@@ -290,22 +289,6 @@ def _offset_region(layout, shared, regs):
         Tx.warp.copy(A[:, :], R[:, :])
     # fmt: on
     return offset_region
-
-
-# -- the row-address decomposition --------------------------------------------------------
-def test_digits_merge_bits_into_a_mixed_radix():
-    t = np.arange(32)
-    # The A fragment's x4 rows: row (t % 8) + 8 (bit 3) of a 16-wide tile, column 8 (bit 4).
-    assert _digits((t % 8) * 16 + ((t >> 3) & 1) * 128 + ((t >> 4) & 1) * 8) == (
-        Digit(0, 4, 16),  # bits 0-3 are one digit: rows 0..15
-        Digit(4, 1, 8),
-    )
-    assert _digits((t % 8) * 16 + ((t >> 3) & 1) * 8) == (
-        Digit(0, 3, 16),
-        Digit(3, 1, 8),
-    )
-    assert _digits(t * 8) == (Digit(0, 5, 8),)
-    assert _digits(np.array([0, 3, 5, 9])) is None  # thread 3 would supply 3 + 5 = 8
 
 
 # -- emitted code -------------------------------------------------------------------------

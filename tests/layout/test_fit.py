@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tirx_cuda_dispatch.errors import Decline
-from tirx_cuda_dispatch.isa.mma_fragments import mma_instructions
-from tirx_cuda_dispatch.layout.fit import Holders, word
+from tirx_cuda_dispatch.isa.mma_fragments import M8N8, mma_instructions
+from tirx_cuda_dispatch.layout.fit import Digit, Holders, matrix_rows, mixed_radix, word
 from tirx_cuda_dispatch.layout.register import RegisterTable
 
 M16N8K16 = next(i for i in mma_instructions("float16", "float32") if i.shape == "m16n8k16")
@@ -81,3 +81,40 @@ def test_a_16_bit_pair_is_one_b32_register_only_at_2w_and_2w_plus_1(low, high, o
     else:
         with pytest.raises(Decline, match=rf"A a: pair 0 are its registers {low} and {high}"):
             word("A a", low, high, "pair 0")
+
+
+# -- matrix loads: row addresses ------------------------------------------------------------
+def test_mixed_radix_merges_bits_into_digits():
+    t = np.arange(32)
+    # The A fragment's x4 rows: row (t % 8) + 8 (bit 3) of a 16-wide tile, column 8 (bit 4).
+    assert mixed_radix((t % 8) * 16 + ((t >> 3) & 1) * 128 + ((t >> 4) & 1) * 8) == (
+        Digit(0, 4, 16),  # bits 0-3 are one digit: rows 0..15
+        Digit(4, 1, 8),
+    )
+    assert mixed_radix((t % 8) * 16 + ((t >> 3) & 1) * 8) == (Digit(0, 3, 16), Digit(3, 1, 8))
+    assert mixed_radix(t * 8) == (Digit(0, 5, 8),)
+    assert mixed_radix(np.array([0, 3, 5, 9])) is None  # thread 3 would supply 3 + 5 = 8
+
+
+def _m8n8_offsets(row_stride: int, trans: bool) -> np.ndarray:
+    """[1 warp, 32 lanes, 1 word, 2]: the shared offsets of an 8x8 matrix whose rows are
+    ``row_stride`` apart, where the m8n8 fragment (plain or .trans) puts them."""
+    lane, half = np.arange(32)[:, None], np.arange(2)[None, :]
+    row, col = M8N8.element(lane, half, trans)
+    return (row * row_stride + col).reshape(1, 32, 1, 2)
+
+
+def test_matrix_rows_fit_the_m8n8_fragment_and_name_the_first_misfit():
+    """A row-major 8x8 matrix (rows 16 elements apart) fits the plain fragment: row r
+    starts at 16 r. Read as .trans it does not, and the reason names lane 0's pair and
+    where the fragment puts it (the control)."""
+    plain = lambda lane, half: M8N8.element(lane, half, False)  # noqa: E731
+    trans = lambda lane, half: M8N8.element(lane, half, True)  # noqa: E731
+    rows, why = matrix_rows(_m8n8_offsets(16, False), plain, 8)
+    assert why is None and rows[0, 0].tolist() == [16 * r for r in range(8)]
+    rows, why = matrix_rows(_m8n8_offsets(16, False), trans, 8)
+    assert rows is None
+    assert why.startswith("lane 0 (warp 0) holds shared offsets 0, 1 in register word 0")
+    assert "rows 0 and 1 of column 0" in why
+    rows, why = matrix_rows(_m8n8_offsets(16, True), trans, 8)  # stored transposed: fits
+    assert why is None and rows[0, 0].tolist() == [16 * r for r in range(8)]

@@ -20,12 +20,13 @@ These facts are the records of ``isa/mma_fragments.py``, which mma fragments sha
 Rather than pattern-matching the layouts' iterators, the plan reads the whole partition
 the register layout induces (:func:`..layout.register.register_table`: thread, register
 -> element) against the shared offsets of those elements, and *derives* each register
-word's matrix and each row's address from it; it checks every lane of every warp. Row
-addresses must then be a sum of per-bit terms of the thread index (a mixed radix: lane
-bits 0-2 pick the row, 3-4 the matrix, the rest the warp), which covers the seed's
-``[T/32, 8, 4, M/(2 num), num, 2]`` grouping and fragments whose matrices are not evenly
-spaced (the m16n8k16 A fragment: matrices at rows 0/8 x columns 0/8). The emitter unrolls
-one instruction per group of ``num`` register words (m_outer groups).
+word's matrix and each row's address from it (:func:`..layout.fit.matrix_rows`); it
+checks every lane of every warp. Row addresses must then be a sum of per-bit terms of the
+thread index (:func:`..layout.fit.mixed_radix`: lane bits 0-2 pick the row, 3-4 the
+matrix, the rest the warp), which covers the seed's ``[T/32, 8, 4, M/(2 num), num, 2]``
+grouping and fragments whose matrices are not evenly spaced (the m16n8k16 A fragment:
+matrices at rows 0/8 x columns 0/8). The emitter unrolls one instruction per group of
+``num`` register words (m_outer groups).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from ..isa.mma_fragments import (
 )
 from ..layout.atoms import element_offsets, memory_view
 from ..layout.banks import conflict_ways, total_wavefronts
+from ..layout.fit import Digit, matrix_rows, mixed_radix
 from ..layout.partition import Access, MemoryAccesses
 from ..layout.register import register_table, register_view
 from ..layout.swizzle import Swizzle
@@ -105,18 +107,6 @@ def requires_matrix_arch(call: TileCall) -> tuple[bool, str | None]:
     """ldmatrix needs sm_75 or newer, stmatrix sm_90 or newer."""
     forms = [t for t in MATRIX_TRANSFERS if t.direction == _direction(call)]
     return sm_at_least(call, min(t.min_sm for t in forms), forms[0].op)
-
-
-@dataclass(frozen=True)
-class Digit:
-    """``((t >> shift) & (2**width - 1)) * stride``: one mixed-radix term of thread ``t``."""
-
-    shift: int
-    width: int
-    stride: int
-
-    def of(self, t: Any) -> Any:
-        return ((t >> self.shift) & ((1 << self.width) - 1)) * self.stride
 
 
 @dataclass(frozen=True)
@@ -226,65 +216,10 @@ class LdStMatrixPlan:
         return f"{self.m_outer} x {self.ptx} ({self.dtype}, {self.threads} threads)"
 
 
-def _stored(trans: bool) -> tuple[np.ndarray, np.ndarray]:
-    """[lanes, 2] each: the row and column of the matrix as stored that each half of each
-    lane's register holds."""
-    lane, half = np.arange(LANES)[:, None], np.arange(2)[None, :]
-    row, col = M8N8.element(lane, half, trans)
-    return np.broadcast_to(row, (LANES, 2)), np.broadcast_to(col, (LANES, 2))
-
-
-def _row_starts(offsets: np.ndarray, trans: bool) -> tuple[np.ndarray | None, str | None]:
-    """Row start addresses [warps, words, 8] that make ``offsets`` [warps, 32, words, 2]
-    an m8n8 fragment (``.trans`` or not), or None and why not."""
-    stored_row, stored_col = _stored(trans)
-    row = stored_row[None, :, None, :]
-    col = stored_col[None, :, None, :]
-    start = offsets - col  # every element says where its stored row starts
-    warps, _, words, _ = offsets.shape
-    rows = np.zeros((warps, words, ROW_ELEMS), dtype=np.int64)
-    w_idx = np.arange(warps)[:, None, None, None]
-    k_idx = np.arange(words)[None, None, :, None]
-    rows[w_idx, k_idx, np.broadcast_to(row, offsets.shape)] = start
-    bad = np.argwhere(rows[w_idx, k_idx, np.broadcast_to(row, offsets.shape)] != start)
-    if len(bad) == 0:
-        return rows, None
-    w, lane, k, h = (int(x) for x in bad[0])
-    r, c = int(stored_row[lane, h]), int(stored_col[lane, h])
-    pair = offsets[w, lane, k]
-    if trans:
-        want = f"rows {2 * (lane % 4)} and {2 * (lane % 4) + 1} of column {lane // 4}"
-    else:
-        want = f"columns {2 * (lane % 4)} and {2 * (lane % 4) + 1} of row {lane // 4}"
-    return None, (
-        f"lane {lane} (warp {w}) holds shared offsets {int(pair[0])}, {int(pair[1])} in "
-        f"register word {k}, where the fragment puts {want} (element ({r}, {c}) of a "
-        f"matrix whose rows are 8 contiguous elements)"
-    )
-
-
-def _digits(values: np.ndarray) -> tuple[Digit, ...] | None:
-    """``values[t] - values[0]`` as a sum of per-bit terms of ``t`` merged into mixed-radix
-    digits, or None when it is not one."""
-    n = len(values)
-    rel = values - values[0]
-    bits = max(n - 1, 0).bit_length()
-    per_bit = [int(rel[1 << b]) for b in range(bits)]
-    t = np.arange(n)
-    predicted = sum(((t >> b) & 1) * per_bit[b] for b in range(bits)) if bits else 0
-    if not np.array_equal(rel, np.broadcast_to(predicted, rel.shape)):
-        return None
-    digits, b = [], 0
-    while b < bits:
-        if per_bit[b] == 0:
-            b += 1
-            continue
-        width = 1
-        while b + width < bits and per_bit[b + width] == per_bit[b] << width:
-            width += 1
-        digits.append(Digit(b, width, per_bit[b]))
-        b += width
-    return tuple(digits)
+def _element(trans: bool):
+    """The m8n8 fragment's element function, plain or ``.trans``: (lane, half of its
+    register word) -> (row, column) of the matrix as stored."""
+    return lambda lane, half: M8N8.element(lane, half, trans)
 
 
 def _group(rows: np.ndarray, words: list[int], num: int) -> list[MatrixInstruction] | None:
@@ -297,7 +232,7 @@ def _group(rows: np.ndarray, words: list[int], num: int) -> list[MatrixInstructi
     for g in range(len(words) // num):
         chosen = np.arange(g * num, (g + 1) * num)
         supplied = rows[:, chosen[matrix], lane % ROW_ELEMS].reshape(warps * LANES)
-        digits = _digits(supplied)
+        digits = mixed_radix(supplied)
         if digits is None:
             return None
         out.append(MatrixInstruction(tuple(words[i] for i in chosen), int(supplied[0]), digits))
@@ -327,7 +262,7 @@ def plan(call: TileCall) -> LdStMatrixPlan:
 
     found, why = {}, {}
     for trans in (False, True):
-        found[trans], why[trans] = _row_starts(offsets, trans)
+        found[trans], why[trans] = matrix_rows(offsets, _element(trans), ROW_ELEMS)
     trans = found[False] is None
     rows = found[trans]
     if rows is None:

@@ -9,7 +9,10 @@ thread holds its element itself, in the same register as every other thread (one
 instruction names one register for all of them), and a 16-bit pair the instruction takes
 as one ``.b32`` register sits in registers ``2w`` and ``2w + 1``. This module answers that
 for every such instruction (mma.sync's A, B, C and D; wgmma's accumulator and register A)
-and names the first misplaced element where the answer is no.
+and names the first misplaced element where the answer is no. For the matrix loads
+(ldmatrix, stmatrix), whose lanes supply row addresses, it fits the m8n8 fragment onto
+the shared offsets the register layout induces (:func:`matrix_rows`) and writes each
+instruction's row addresses as a mixed radix of the thread index (:func:`mixed_radix`).
 
 It reads tables, not the call model: the variants build the table from their operand.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -104,3 +108,80 @@ def word(name: str, low: int, high: int, pair: str) -> int:
             "both: keep each pair adjacent, the first at an even register"
         )
     return low // 2
+
+
+# -- matrix loads (ldmatrix / stmatrix): a fragment fitted onto shared offsets ------------
+@dataclass(frozen=True)
+class Digit:
+    """``((t >> shift) & (2**width - 1)) * stride``: one mixed-radix term of thread ``t``."""
+
+    shift: int
+    width: int
+    stride: int
+
+    def of(self, t: Any) -> Any:
+        return ((t >> self.shift) & ((1 << self.width) - 1)) * self.stride
+
+
+def mixed_radix(values: np.ndarray) -> tuple[Digit, ...] | None:
+    """``values[t] - values[0]`` as a sum of per-bit terms of ``t`` merged into mixed-radix
+    digits (what one instruction's threads supply, as an address the emitter computes
+    from the thread index), or None when it is not one."""
+    n = len(values)
+    rel = values - values[0]
+    bits = max(n - 1, 0).bit_length()
+    per_bit = [int(rel[1 << b]) for b in range(bits)]
+    t = np.arange(n)
+    predicted = sum(((t >> b) & 1) * per_bit[b] for b in range(bits)) if bits else 0
+    if not np.array_equal(rel, np.broadcast_to(predicted, rel.shape)):
+        return None
+    digits, b = [], 0
+    while b < bits:
+        if per_bit[b] == 0:
+            b += 1
+            continue
+        width = 1
+        while b + width < bits and per_bit[b + width] == per_bit[b] << width:
+            width += 1
+        digits.append(Digit(b, width, per_bit[b]))
+        b += width
+    return tuple(digits)
+
+
+def matrix_rows(
+    offsets: np.ndarray, element: Callable[[Any, Any], tuple[Any, Any]], row_elems: int
+) -> tuple[np.ndarray | None, str | None]:
+    """Fit a matrix-load fragment onto shared offsets. ``offsets`` ``[warps, lanes, words,
+    2]``: the shared offset of each half of each lane's register word (from the register
+    layout); ``element(lane, half)``: the (row, column) of the matrix, as stored, that the
+    instruction puts there (:meth:`..isa.mma_fragments.M8N8Fragment.element`, plain or
+    ``.trans``). The fragment fits where every element's row, less its column, starts at
+    one address per (warp, word, row): those starts ``[warps, words, row_elems]`` (what
+    each row's lane supplies), or None and the first element that disagrees."""
+    warps, lanes, words, _ = offsets.shape
+    lane, half = np.arange(lanes)[:, None], np.arange(2)[None, :]
+    stored_row, stored_col = (np.broadcast_to(x, (lanes, 2)) for x in element(lane, half))
+    row = np.broadcast_to(stored_row[None, :, None, :], offsets.shape)
+    start = offsets - stored_col[None, :, None, :]  # each element: where its row starts
+    rows = np.zeros((warps, words, row_elems), dtype=np.int64)
+    w_idx = np.arange(warps)[:, None, None, None]
+    k_idx = np.arange(words)[None, None, :, None]
+    rows[w_idx, k_idx, row] = start
+    bad = np.argwhere(rows[w_idx, k_idx, row] != start)
+    if len(bad) == 0:
+        return rows, None
+    w, ln, k, h = (int(x) for x in bad[0])
+    r, c = int(stored_row[ln, h]), int(stored_col[ln, h])
+    (r0, c0), (r1, c1) = ((int(stored_row[ln, j]), int(stored_col[ln, j])) for j in (0, 1))
+    if r0 == r1:
+        want = f"columns {c0} and {c1} of row {r0}"
+    elif c0 == c1:
+        want = f"rows {r0} and {r1} of column {c0}"
+    else:
+        want = f"elements ({r0}, {c0}) and ({r1}, {c1})"
+    pair = offsets[w, ln, k]
+    return None, (
+        f"lane {ln} (warp {w}) holds shared offsets {int(pair[0])}, {int(pair[1])} in "
+        f"register word {k}, where the fragment puts {want} (element ({r}, {c}) of a "
+        f"matrix whose rows are {row_elems} contiguous elements)"
+    )
