@@ -2,10 +2,12 @@
 for Ampere and Ada (sm_80 and newer: cp.async and mma.sync, no TMA or wgmma): O =
 softmax(Q K^T scale) V and the row log-sum-exp, causal or not, any sequence length,
 grouped-query heads. The arguments are examples/attention.py's: Q and O ``[B*H, S, D]``,
-K and V ``[B*H_kv, S, D]`` (float16 or bfloat16, D 64 or 128), LSE float32 ``[B*H, S]``.
+K and V ``[B*H_kv, S, D]`` (float16 or bfloat16, D 64, 128 or 256), LSE float32
+``[B*H, S]``.
 
 Each CTA of four warps takes 128 query rows of one head, 32 rows a warp (two m16 tiles,
-so every K and V fragment read from shared memory feeds two mma; ``block_m`` 64: 16):
+so every K and V fragment read from shared memory feeds two mma; ``block_m`` 64: 16, the
+default at head dim 256):
 
 - Q's 128 x D tile and the first 64-row tile of K and V into 128-byte swizzled shared
   memory with cp.async (``copy_async -> ldgsts``); at head dim 64 each warp's 32 rows of
@@ -94,8 +96,10 @@ def default_blocks(d: int) -> tuple[int, int]:
     64 x 64 by 9-14% (37-43% causal at head dim 128, S 4096 and 16384; 6% slower causal
     at 1024 x 64) and 128 x 128 by 7% at head dim 64 (FlashAttention-2 takes 128 x 128
     there); at head dim 128 Q is read from shared memory (in registers beside O and S it
-    cost 24%)."""
-    return 128, 64
+    cost 24%). At head dim 256, 64 x 64, FlashAttention-2's blocks there: O's 16 x 256
+    rows a warp are 128 registers a thread, and Q, two stages of K and V take 160 KiB of
+    shared memory (an A100 has 163 KiB a CTA)."""
+    return (64, 64) if d == 256 else (128, 64)
 
 
 def attention_sm80_kernel(
@@ -125,10 +129,10 @@ def attention_sm80_kernel(
         raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
     BM, BN = default_blocks(d)
     BM, BN = block_m or BM, block_n or BN
-    if (d not in (64, 128) or seq < 1 or heads % kv_heads or omit not in OMITS
+    if (d not in (64, 128, 256) or seq < 1 or heads % kv_heads or omit not in OMITS
             or BM not in (64, 128) or BN not in (64, 128) or BN > BM):  # fmt: skip
         raise ValueError(
-            f"head dim {d} (64 or 128), seq {seq} (1 or more), {heads} query heads in "
+            f"head dim {d} (64, 128 or 256), seq {seq} (1 or more), {heads} query heads in "
             f"groups over {kv_heads} key/value heads, omit {omit!r} (one of {OMITS}), "
             f"block_m {BM} (64 or 128), block_n {BN} (64 or 128, at most block_m)"
         )

@@ -34,6 +34,7 @@ SHAPES = [  # (query heads, key/value heads, sequence, head dim)
     (2, 1, 150, 64),  # grouped-query heads, a partial last block and key tile
     (2, 1, 100, 128),  # one key tile, partial
     (1, 1, 192, 128),
+    (1, 1, 100, 256),  # 64 x 64 blocks; a partial last block and key tile
 ]
 
 
