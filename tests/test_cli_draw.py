@@ -145,3 +145,19 @@ def test_png_of_a_window(programs, tmp_path, capsys):
     assert "showing rows 0:2 of 64, columns 0:40 of 128" in capsys.readouterr().out
     width = int.from_bytes(out.read_bytes()[16:20], "big")
     assert 1000 < width <= 2000
+
+
+def test_a_register_reduction_is_drawn_and_the_line_says_registers(tmp_path, capsys):
+    """examples/softmax.py's row max (call 2): src's registers as its layout places them,
+    the plan's line naming the shuffle rounds and the warps' workspace; no banks claimed
+    (the control: a shared-memory picture's line names its bank conflicts, above)."""
+    from modules import ROOT
+
+    out = tmp_path / "max.svg"
+    code = main(["draw", str(ROOT / "examples" / "softmax.py"), "--call", "2", "-o", str(out)])
+    line = capsys.readouterr().out
+    assert code == EXIT_OK and "call 2, local, registers, as the layout places them" in line
+    assert "bank conflict" not in line
+    svg = out.read_text()
+    assert "shfl.xor 1/2/4/8/16" in svg and "warps through shared workspace" in svg
+    assert "bank conflicts (whole call)" not in svg

@@ -308,10 +308,11 @@ def _draw(
     except draw.DrawError as why:
         raise CliError(f"cannot draw call {call_index}: {why}", EXIT_UNAVAILABLE) from None
     view = f"; {pic.view}" if pic.view else ""
-    print(
-        f"{path}: call {call_index}, {report.variant}, "
-        f"worst bank conflict {pic.worst_conflict}-way{view}"
-    )
+    if pic.memory == "shared":
+        what = f"worst bank conflict {pic.worst_conflict}-way"
+    else:  # global memory has no banks; a register picture moves nothing through memory
+        what = "registers, as the layout places them" if pic.memory == "local" else pic.memory
+    print(f"{path}: call {call_index}, {report.variant}, {what}{view}")
     return EXIT_OK
 
 
