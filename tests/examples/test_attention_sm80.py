@@ -109,8 +109,8 @@ def test_a_dropped_rescale_is_caught_by_the_comparison():
 
 
 def test_shapes_it_does_not_take_are_an_error():
-    with pytest.raises(ValueError, match="head dim 256"):
-        attention.attention_sm80_kernel(1, 128, 256)
+    with pytest.raises(ValueError, match=r"head dim 96 \(64, 128 or 256\)"):
+        attention.attention_sm80_kernel(1, 128, 96)
     with pytest.raises(ValueError, match="3 query heads in groups over 2"):
         attention.attention_sm80_kernel(3, 128, 64, kv_heads=2)
     with pytest.raises(ValueError, match="block_n 128 .* at most block_m"):
