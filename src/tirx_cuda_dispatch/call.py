@@ -105,12 +105,13 @@ class TileCall:
             return None
         param = self.params[i] if i < len(self.params) else Param(f"arg{i}", "tensor")
         access = self.signature.access(param, self.args)
-        carved, room = False, None
+        carved, room, lets = False, None, ()
         if self.enclosing is not None:
             from .bounds import carved_room
 
             carved, room = carved_room(found[0], self.enclosing)
-        return Operand(param.name, found[0], found[1], carved, room, access=access)
+            lets = tuple(self.enclosing.lets)
+        return Operand(param.name, found[0], found[1], carved, room, lets, access=access)
 
     @cached_property
     def operands(self) -> list[Operand]:

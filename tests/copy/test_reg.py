@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
-from tvm.tirx.layout import Axis, R, S, TileLayout
+from tvm.tirx.layout import Axis, ComposeLayout, R, S, TileLayout
 
 import tirx_cuda_dispatch as tcd
 from executors import WHERE, execute
 from tirx_cuda_dispatch import demos, runtime, toolchain
+from tirx_cuda_dispatch.layout.swizzle import Swizzle
 
 lane, tx, tid_wg, wid_wg, warpid = Axis.laneid, Axis.tx, Axis.tid_in_wg, Axis.wid_in_wg, Axis.warpid
 
@@ -623,3 +624,65 @@ def test_hinted_register_copy_roundtrip_in_the_simulator(rng):
     func = _hinted_reg_copy(cache="nc", prefetch_size="L2::256B")
     out = sim.run(func, [a, runtime.poison_like(a)], pipeline=tcd.STRICT_PIPELINE)
     np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+
+
+# -- a region written with lets over a swizzled tile ----------------------------------------
+_SWIZZLED = ComposeLayout(2, 3, 3, TileLayout(S[(64, 8, 32) : (32, 2048, 1)]))  # 16-byte units
+
+
+def _let_region_kernel(dispatch):
+    """Each of 128 threads copies its 4 values of A into row ``(5 t) % 64``, columns
+    ``8 + 4 (t // 64)`` of a swizzled shared tile, the region written with lets; the CTA
+    then copies the whole tile (a constant region) to G."""
+    kw = {"dispatch": dispatch} if dispatch else {}
+
+    # fmt: off
+    @T.prim_func
+    def let_region(A_ptr: T.handle, G_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (128, 4), "float32")
+        G = T.match_buffer(G_ptr, (64, 256), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([128])
+        tile = T.alloc_buffer((64, 256), "float32", scope="shared", layout=_SWIZZLED)
+        vals = T.alloc_local((4,), "float32")
+        Tx.cta.fill(tile[:, :], T.float32(0))
+        T.cuda.cta_sync()
+        Tx.copy(vals[:], A[tid, :])
+        row: T.let = (tid * 5) % 64
+        col: T.let = (tid // 64) * 4 + 8
+        Tx.copy(tile[row, col : col + 4], vals[:], **kw)
+        T.cuda.cta_sync()
+        Tx.cta.copy(G[:, :], tile[:, :])
+    # fmt: on
+    return let_region
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("dispatch", [None, "vec_128b"], ids=["chosen", "vec_128b"])
+def test_a_region_written_with_lets_lands_where_the_swizzle_puts_it(dispatch, where, gpu):
+    """TVM's layout algebra cannot slice the swizzled tile at ``row``/``col`` (lets): the
+    operand carries their values, so copy -> reg takes it with one 16-byte store a thread
+    (TVM's vec_128b name included), and the whole tile read back through a constant
+    region holds every thread's values where numpy puts them (zeros elsewhere)."""
+    func = _let_region_kernel(dispatch)
+    [store] = [r for r in tcd.explain(func, "sm_90a") if r.index == 2]
+    assert store.variant == "reg" and store.plan["vec"] == 4 and "Swizzle" in store.plan["swizzle"]
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((128, 4)).astype(np.float32)
+    out = execute(func, [a, np.full((64, 256), np.nan, np.float32)], where, gpu,
+                  pipeline="tirx_cuda_dispatch.strict")  # fmt: skip
+    want = np.zeros((64, 256), np.float32)
+    for t in range(128):
+        want[(t * 5) % 64, (t // 64) * 4 + 8 : (t // 64) * 4 + 12] = a[t]
+    assert np.array_equal(out[1], want)
+    # the control: a store that left the swizzle out (tile offsets as addresses) would
+    # put the values elsewhere in the tile as read back, so the comparison catches it
+    swizzle = Swizzle.of(_SWIZZLED, "tile")
+    ignored = np.zeros((64, 256), np.float32)
+    for t in range(128):
+        for i in range(4):
+            r, c = (t * 5) % 64, (t // 64) * 4 + 8 + i
+            p = swizzle.apply(r * 32 + c // 32 * 2048 + c % 32)  # read back through it
+            ignored[p % 2048 // 32, p // 2048 * 32 + p % 32] = a[t, i]
+    assert not np.array_equal(ignored, want)

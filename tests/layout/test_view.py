@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from tvm import tirx
+from tvm import sym, tirx
 from tvm.tirx.layout import S, TileLayout
 
 import tirx_cuda_dispatch.layout as layout_pkg
@@ -68,3 +68,26 @@ def test_a_register_view_built_by_hand():
     table = register_table(register_view(TileView("C", acc, ((0, 64), (0, 64)))), "warpgroup", 128)
     assert table.elements.shape == (128, 32)
     assert sorted(table.elements.ravel().tolist()) == list(range(64 * 64))
+
+
+def test_a_region_written_with_lets_is_sliced_through_their_values():
+    """TVM's algebra cannot slice a swizzled tile at ``row : row + 1, col : col + 4`` with
+    ``row``, ``col`` opaque lets; with their values (``bindings``) the view is a 4-element
+    run at ``row * 32 + col`` (under the swizzle). The control: without them it declines."""
+    from tvm.tirx.layout import ComposeLayout
+
+    from tirx_cuda_dispatch.errors import Decline
+
+    tid, row, col = (tirx.Var(n, "int32") for n in ("tid", "row", "col"))
+    layout = ComposeLayout(2, 3, 3, TileLayout(S[(64, 8, 32) : (32, 2048, 1)]))
+    buf = tirx.decl_buffer((64, 256), "float32", name="T", scope="shared", layout=layout)
+    region = ((row, 1), (col, 4))
+    with pytest.raises(Decline, match="cannot be sliced"):
+        memory_view(TileView("dst", buf, region))
+    lets = ((row, tid % 64), (col, tid // 64 * 4))
+    view = memory_view(TileView("dst", buf, region, bindings=lets))
+    assert view.atoms == ((4, 1),) and view.swizzle is not None
+    for t in (0, 5, 63, 64, 127):  # row * 32 + col, the tile's offset of the run
+        ana = sym.Analyzer()
+        ana.bind(tid, t)
+        assert int(ana.simplify(view.base)) == t % 64 * 32 + t // 64 * 4

@@ -9,6 +9,7 @@ shared partition algorithm works on those.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -104,6 +105,9 @@ def memory_view(opnd: TileView) -> MemoryView:
     _check_span_fits_shape(opnd, layout, size)
     try:
         sliced = layout.slice(list(opnd.shape), _region_bounds(opnd))
+        if sliced is None and opnd.bindings:  # TVM's algebra cannot see through a let:
+            bound = dataclasses.replace(opnd, region=opnd.bound_region())  # its value
+            sliced = layout.slice(list(opnd.shape), _region_bounds(bound))
     except Exception as exc:  # noqa: BLE001  (TVM's layout algebra refuses: say why, decline)
         why = (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
         raise Decline(

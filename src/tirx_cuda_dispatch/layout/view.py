@@ -9,10 +9,11 @@ and another TIRx host builds views of its own (``TileView("src", buffer, region)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import tvm
+from tvm import sym
 
 from ..irfacts import as_int, memory_kind
 
@@ -28,6 +29,18 @@ class TileView:
     # then the elements that memory holds from its start (None: not known)
     carved: bool = False
     room: int | None = None
+    # the integer lets in scope (``row: T.let = tid % 64``), as (var, value): what a region
+    # written with them stands for, where a layout's algebra needs the value
+    bindings: tuple[tuple[Any, Any], ...] = field(default=(), compare=False)
+
+    def bound_region(self) -> tuple[tuple[Any, Any], ...]:
+        """The region with the let-bound variables replaced by their values."""
+        if not self.bindings:
+            return self.region
+        ana = sym.Analyzer()
+        for var, value in self.bindings:
+            ana.bind(var, value)
+        return tuple((ana.simplify(lo), ana.simplify(ext)) for lo, ext in self.region)
 
     @property
     def name(self) -> str:
