@@ -42,7 +42,6 @@ from ..errors import Decline
 from ..irfacts import as_flag, buffer_var
 from ..isa.mma_fragments import WARP_LANES, MmaInstruction, mma_instructions
 from ..layout.fit import Holders, word
-from ..layout.register import register_table, register_view
 from ..predicates import (
     requires_all_threads_active,
     requires_cuda,
@@ -190,10 +189,8 @@ class Fragment:
 
     @classmethod
     def of(cls, opnd: Operand, rows: int, cols: int, transposed: bool = False) -> Fragment:
-        table = register_table(register_view(opnd), "warp", WARP_LANES)
-        size = int(np.prod(opnd.extents))
         return cls(opnd, rows, cols, transposed,
-                   Holders.of(table, size, f"{opnd.role} {opnd.name}", "lane"))  # fmt: skip
+                   Holders.of_view(opnd, "warp", WARP_LANES, "lane"))  # fmt: skip
 
     def index(self, row: np.ndarray, col: np.ndarray) -> np.ndarray:
         return col * self.rows + row if self.transposed else row * self.cols + col

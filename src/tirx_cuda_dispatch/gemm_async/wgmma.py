@@ -55,7 +55,6 @@ from ..isa.wgmma import (
 from ..layout.atoms import memory_view
 from ..layout.descriptor import PERIOD, OperandDescriptors, match
 from ..layout.fit import Holders, word
-from ..layout.register import register_table, register_view
 from ..predicates import (
     aligned_allocation,
     requires_all_threads_active,
@@ -240,9 +239,7 @@ def _fragment_registers(
     ``at(t, j)`` is the (row, column) slot ``j`` of thread ``t`` holds, ``what(t, j)`` the
     slot in words. Decline naming the first element ``o``'s layout puts elsewhere, or a
     slot in different registers of different threads."""
-    table = register_table(register_view(o), "warpgroup", WARPGROUP_THREADS)
-    size = int(np.prod([int(e) for e in o.extents]))
-    holders = Holders.of(table, size, f"{o.role} {o.name}", "thread", unique=False)
+    holders = Holders.of_view(o, "warpgroup", WARPGROUP_THREADS, "thread", unique=False)
     regs = []
     for j in range(slots):
         row, col = (

@@ -14,7 +14,8 @@ and names the first misplaced element where the answer is no. For the matrix loa
 the shared offsets the register layout induces (:func:`matrix_rows`) and writes each
 instruction's row addresses as a mixed radix of the thread index (:func:`mixed_radix`).
 
-It reads tables, not the call model: the variants build the table from their operand.
+It reads tables and views, not the call model (:meth:`Holders.of_view` builds the table
+from a register tile's view).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import Decline
-from .register import RegisterTable
+from .register import RegisterTable, register_table, register_view
+from .view import TileView
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,16 @@ class Holders:
         thread[element] = t  # (np.nonzero walks threads in order: the last holder stays)
         reg[element] = np.asarray(table.registers)[i]
         return cls(name, unit, thread, reg)
+
+    @classmethod
+    def of_view(
+        cls, view: TileView, scope: str, threads: int, unit: str, unique: bool = True
+    ) -> Holders:
+        """From a register tile's view, at ``scope`` (``threads`` threads), named by its
+        argument and buffer (``"A P16"``): :meth:`of` over its register table."""
+        table = register_table(register_view(view), scope, threads)
+        size = int(np.prod([int(e) for e in view.extents]))
+        return cls.of(table, size, f"{view.role} {view.name}", unit, unique)
 
     def slot(
         self,
