@@ -338,8 +338,10 @@ def attention_ws_kernel(
     ``wait_group.read``); else straight from the registers. Causal kernels take the
     query blocks heaviest first (CTA ``x`` of a head runs block ``blocks - 1 - x``), so
     the last CTAs are short. ``stages``: 3 with the overlap (V's stage is held from
-    one tile's Q K^T to the next tile's P V), else 2; 2 at head dim 256. ``block_n``: 64
-    or 128 keys a tile (None: 128, 64 at head dim 256). ``omit`` breaks it:
+    one tile's Q K^T to the next tile's P V), else 2; 2 at head dim 256. ``block_n``: 64,
+    80 or 128 keys a tile (None: 128, 64 at head dim 256; 80 is FA3's tile at head dim
+    256, two stages of it 160 KiB: proved in the simulator, not yet timed). ``omit``
+    breaks it:
     ``"full_wait"`` and ``"empty_arrive"`` (every ring), ``"v_wait"`` (V's ring of a
     split kernel), ``"rescale"``, ``"first_turn"`` (nobody grants the first turn: a
     deadlock), ``"pv_wait"`` (the overlap's O and P touched before the P V wgmma is
@@ -363,11 +365,12 @@ def attention_ws_kernel(
     consumers = default_consumers(d, seq, causal) if consumers is None else consumers
     br = BM * consumers  # query rows per CTA
     if (d not in (64, 128, 256) or seq < 1 or (seq % br and not tma_store) or heads % kv_heads
-            or omit not in WS_OMITS or block_n not in (64, 128) or consumers not in REGISTERS):  # fmt: skip
+            or omit not in WS_OMITS or block_n not in (64, 80, 128)
+            or consumers not in REGISTERS):  # fmt: skip
         raise ValueError(
             f"head dim {d} (64, 128 or 256), seq {seq} (1 or more; a multiple of {br} "
             f"without the TMA store), {heads} query heads over {kv_heads} key/value heads, block_n "
-            f"{block_n} (64 or 128), {consumers} consumers (2 or 3), omit {omit!r} (one of "
+            f"{block_n} (64, 80 or 128), {consumers} consumers (2 or 3), omit {omit!r} (one of "
             f"{WS_OMITS})"
         )
     if persistent is None:  # where it measured faster (an H200: S 1024-4096, not 8192+)

@@ -139,6 +139,7 @@ CONFIGS = [  # the ablations bench/attention.py times: (block_n, overlap, consum
     pytest.param(64, True, 2, id="n64-overlap"),
     pytest.param(128, True, 3, id="three-consumers"),
     pytest.param(128, True, 2, id="two-consumers"),
+    pytest.param(80, True, 3, id="n80"),  # FA3's head-dim-256 tile: 5 tiles, the last 64
 ]
 
 
@@ -167,6 +168,19 @@ def test_a_ring_each_for_k_and_v_equals_numpy(overlap, causal):
     out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert attention.close(o, lse, *args[:3], causal=causal) is None
+
+
+def test_fa3s_head_dim_256_tile_fits_and_equals_numpy():
+    """80-key tiles at head dim 256 (FA3's): Q's 64 KiB and two stages of K and V, 160
+    KiB, fit the CTA's 227 KiB; 200 causal rows (tiles of 80, 80 and 40 keys) equal numpy.
+    The control: three stages do not fit, and the error says how many bytes."""
+    args = attention.inputs(1, 200, 256, seed=11)
+    func = attention.attention_ws_kernel(1, 200, 256, causal=True, block_n=80)
+    out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3], causal=True) is None
+    with pytest.raises(ValueError, match=r"3 stages of 80 keys: \d+ bytes of shared memory"):
+        attention.attention_ws_kernel(1, 200, 256, causal=True, block_n=80, stages=3)
 
 
 def test_causal_masks_only_the_tiles_that_cross_the_diagonal():
