@@ -475,7 +475,7 @@ def attention_ws_kernel(
         if g >= stages:  # the stage held tile g - stages: every consumer done?
             T.cuda.mbarrier_wait(b.bars.ptr_to([empty(ring, g)]), (g // stages - 1) % 2)
         T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
-            b.bars.ptr_to([full(ring, g)]), tile_bytes * (3 - rings)))  # fmt: skip
+            b.bars.ptr_to([full(ring, g)]), tile_bytes * (1 if split_kv else 2)))  # fmt: skip
         if ring == 0:
             Tx.copy_async(b.K_s[g % stages, :, :], b.K[kv, t * bn : t * bn + bn, :],
                           mbar=b.bars.ptr_to([full(ring, g)]))  # fmt: skip

@@ -16,9 +16,9 @@ It knows nothing about variants: a plan that can be drawn has a ``memory_accesse
 method returning a :class:`..layout.partition.MemoryAccesses` (the pictured operand's
 role and every access), or names a register operand (``pictured_registers``: a register
 reduction's src), drawn as its layout places it, the plan's line saying how its holders
-combine (the serial fold, the ``shfl.xor`` rounds, the warps' workspace). SVG is written here without any dependency; PNG needs
-matplotlib (``pip install "tirx_cuda_dispatch[plot]"``, or ``pip install ".[plot]"``
-from a checkout).
+combine (the serial fold, the ``shfl.xor`` rounds, the warps' workspace). SVG is written
+here without any dependency; PNG needs matplotlib (``pip install
+"tirx_cuda_dispatch[plot]"``, or ``pip install ".[plot]"`` from a checkout).
 """
 
 from __future__ import annotations

@@ -222,17 +222,16 @@ def emulate(schedule: Schedule, src: np.ndarray, dst_old: np.ndarray | None = No
     summation order of the module docstring, bit for bit."""
     red = REDUCERS[schedule.op]
     acc_t = np.dtype(_np_dtype(schedule.acc_dtype))
-    t = np.arange(schedule.threads)[:, None, None]
-    slots = np.arange(max(schedule.slot_count, 1))[None, :, None]
-    serial = np.arange(max(schedule.per_thread, 1))[None, None, :]
-    shape = (schedule.threads, max(schedule.slot_count, 1), max(schedule.per_thread, 1))
     coords, valid = src_coordinates(schedule)
+    shape = valid.shape  # (threads, slots, per_thread)
+    t = np.arange(shape[0])[:, None, None]
+    slots, serial = np.arange(shape[1])[None, :, None], np.arange(shape[2])[None, None, :]
     dst_coords = [np.zeros(shape[:2], dtype=np.int64) for _ in schedule.dst_extents]
-    for d in schedule.digits:
-        if d.dst_dim is not None and d.kind not in ("idle", "unnamed"):
-            if not (d.reduced and d.kind == "serial"):
-                v = np.broadcast_to(digit_value(d, t, slots, serial, schedule), shape)
-                dst_coords[d.dst_dim] = dst_coords[d.dst_dim] + v[:, :, 0] * d.dst_index_stride
+    for d in schedule.digits:  # the digits dst keeps (a reduced serial one folds away)
+        if d.dst_dim is None or d.kind in ("idle", "unnamed") or (d.reduced and d.kind == "serial"):
+            continue
+        v = np.broadcast_to(digit_value(d, t, slots, serial, schedule), shape)
+        dst_coords[d.dst_dim] = dst_coords[d.dst_dim] + v[:, :, 0] * d.dst_index_stride
     safe = tuple(np.where(valid, c, 0) for c in coords)
     values = _widen(src[safe], schedule.src_dtype, acc_t)
     ident = red.identity_value(schedule.acc_dtype)
