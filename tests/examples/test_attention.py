@@ -84,7 +84,7 @@ WS_SHAPES = [  # (heads, kv heads, seq, head dim)
     (1, 1, 256, 128),
     (1, 1, 200, 64),  # ragged: the last query block's second consumer has 8 rows
     (2, 1, 100, 128),  # one block, one key tile, grouped heads
-    (1, 1, 200, 256),  # 64-row key tiles, two stages; ragged: 72 rows in the last block
+    (1, 1, 200, 256),  # 80-key tiles (80, 80, 40), two stages; ragged: 72 rows in the last block
 ]
 
 
@@ -170,12 +170,13 @@ def test_a_ring_each_for_k_and_v_equals_numpy(overlap, causal):
     assert attention.close(o, lse, *args[:3], causal=causal) is None
 
 
-def test_fa3s_head_dim_256_tile_fits_and_equals_numpy():
-    """80-key tiles at head dim 256 (FA3's): Q's 64 KiB and two stages of K and V, 160
-    KiB, fit the CTA's 227 KiB; 200 causal rows (tiles of 80, 80 and 40 keys) equal numpy.
-    The control: three stages do not fit, and the error says how many bytes."""
+def test_head_dim_256_with_64_key_tiles_equals_numpy_and_three_stages_do_not_fit():
+    """64-key tiles at head dim 256 (the ablation against the default, FA3's 80): 200
+    causal rows (tiles of 64, 64, 64 and 8 keys) equal numpy. The control: three stages
+    of the default 80-key tiles (Q's 64 KiB and 240 KiB of K and V) do not fit the CTA's
+    227 KiB, and the error says how many bytes."""
     args = attention.inputs(1, 200, 256, seed=11)
-    func = attention.attention_ws_kernel(1, 200, 256, causal=True, block_n=80)
+    func = attention.attention_ws_kernel(1, 200, 256, causal=True, block_n=64)
     out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert attention.close(o, lse, *args[:3], causal=True) is None
