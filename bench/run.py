@@ -42,6 +42,9 @@ Parts:
 9. ``cp_async_stream`` (``gemm.py``): global -> shared -> global through
    ``copy_async(dispatch="ldgsts")``, ours vs the built-in vs our synchronous copy, vs a
    device copy, on even and odd tiles.
+10. ``cost`` (``cost_model.py``): the cost model of ``explain --cost`` against the GPU:
+   predicted over measured time for the copies, RMSNorm, softmax and both GEMMs, and for
+   an RMSNorm and a softmax written the plain way (rows staged in shared memory).
 
 The table is printed last and written into docs/performance.md between the
 ``bench/run.py`` markers, with the date, GPU, driver and clocks (with ``--only``, only the
@@ -64,6 +67,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import attention  # noqa: E402
+import cost_model  # noqa: E402
 import gemm_bounds  # noqa: E402
 import gemm_designs  # noqa: E402
 import gemm_hand  # noqa: E402
@@ -714,18 +718,20 @@ TITLES = {
     "gemm_hand": "8e. examples/gemm.py (128x256x64 s3, plain, 4096^3, strict) against the same design written by hand in CUDA (cp.async ring, swizzle, ldmatrix, mma.sync), in two orders of its main loop",
     "gemm_designs": "8f. Which design reaches 0.85 of the mma.sync limit: examples/gemm.py (cp.async + mma.sync) against hand-written CUDA kernels of its tiles and shared layouts with the loads (cp.async or TMA) and the math (mma.sync or wgmma) changed, and torch (4096^3, float16, plain)",
     "gemm_ws": "8g. The warp-specialized persistent GEMM (examples/gemm_hopper_ws.py: a TMA producer warpgroup, two wgmma consumer warpgroups, setmaxnreg, chunked TMA-store epilogue; strict) at issue 32's shapes, float16 and bfloat16, C = A B and C = relu(A B + bias), against torch (cuBLAS) and examples/gemm_hopper.py (speeds: above 1, ours is faster)",
-    "attention": "8h. FlashAttention forward (examples/attention.py, strict: ws = a TMA producer warpgroup and two wgmma consumer warpgroups (three at head dim 64) in ping-pong with the intra-warpgroup overlap, 128-row key tiles, O out by TMA, non-causal kernels on a persistent grid; at 4096 x 128 also with one piece taken away, and wg = one warpgroup per 64 rows; at 4096 x 64 also with two consumers; at 1024 non-causal also with one CTA a block; head dim 256 float16: ws with 64-row key tiles, two stages, a ring each for K and V, and sm80 with 64 x 64 blocks) and sm80 = examples/attention_sm80.py (cp.async + mma.sync, FlashAttention-2's structure), against torch's scaled_dot_product_attention with the cuDNN and flash (FlashAttention-2) backends, B*H 64, TFLOP/s = 4 B H S^2 D (halved for causal; speeds: above 1, ours is faster)",
+    "attention": "8h. FlashAttention forward (examples/attention.py, strict: ws = a TMA producer warpgroup and two wgmma consumer warpgroups (three at head dim 64) in ping-pong with the intra-warpgroup overlap, 128-row key tiles, O out by TMA, non-causal kernels on a persistent grid; at 4096 x 128 also with one piece taken away, and wg = one warpgroup per 64 rows; at 4096 x 64 also with two consumers; at 1024 non-causal also with one CTA a block; head dim 256 float16: ws with 80-row key tiles, two stages, a ring each for K and V (also with 64-row tiles and with one ring), and sm80 with 64 x 64 blocks) and sm80 = examples/attention_sm80.py (cp.async + mma.sync, FlashAttention-2's structure), against torch's scaled_dot_product_attention with the cuDNN and flash (FlashAttention-2) backends, B*H 64, TFLOP/s = 4 B H S^2 D (halved for causal; speeds: above 1, ours is faster)",
     "cp_async_stream": '9. cp.async streaming copy global -> shared -> global, one tile per CTA per step: copy_async(dispatch="ldgsts") ours vs built-in, and our synchronous copy, vs a device copy (GB/s: bytes read + written)',
+    "cost": "10. The cost model (explain --cost) against the GPU: predicted over measured time for part 1's copies, part 6's RMSNorm and softmax, part 8b's GEMMs (4096^3, plain) and the same RMSNorm and softmax written the plain way (a row staged in shared memory, CTA-scope ops one after another, a barrier between); the model is right within 0.75-1.33",
 }
 DEFAULT_PARTS = (
     "stream,masked,paths,reg,reg_hand,ldst,eltwise,sass,compile,"
     "rmsnorm,softmax,cta_sum,warp_sum,warp_sum_sass,mma_limit,gemm,gemm_bounds,gemm_sustained,"
-    "gemm_hand,gemm_designs,gemm_ws,attention,cp_async_stream"
+    "gemm_hand,gemm_designs,gemm_ws,attention,cp_async_stream,cost"
 )
 GPU_PARTS = {
     "stream", "masked", "paths", "reg", "reg_hand", "ldst", "eltwise", "smem_eltwise",
     "rmsnorm", "softmax", "cta_sum", "warp_sum", "mma_limit", "gemm", "gemm_bounds",
     "gemm_sustained", "gemm_hand", "gemm_designs", "gemm_ws", "attention", "cp_async_stream",
+    "cost",
 }  # fmt: skip
 
 
@@ -819,6 +825,7 @@ def main() -> int:
         "gemm_ws": lambda: gemm_ws.part_gemm_ws(gpu, args),
         "attention": lambda: attention.part_attention(gpu, args),
         "cp_async_stream": lambda: gemm.part_cp_async_stream(gpu, args),
+        "cost": lambda: cost_model.part_cost(gpu, args),
     }
     unknown = [p for p in parts if p not in runners]
     if unknown:

@@ -213,3 +213,21 @@ def test_target_accepts_every_form_explain_takes(capsys):
     captured = capsys.readouterr()
     assert "target is llvm, needs cuda" in captured.out
     assert "2 call(s) cannot be lowered: [0] at " in captured.err
+
+
+def test_explain_cost_prints_the_kernel_view_and_an_unknown_machine_is_a_usage_error(capsys):
+    """--cost: the overview, then the kernel's predicted time, what bounds it, its
+    occupancy and each call's demand; --json carries the same figures; a machine the
+    model has no facts for exits 2 naming the known ones."""
+    rmsnorm = str(EXAMPLES / "rmsnorm.py")
+    assert main(["explain", rmsnorm, "--cost"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "tile-primitive calls," in out  # the overview
+    assert "kernel cost on H200 (132 SMs" in out and ", bound by " in out
+    assert "CTAs per SM (limited by" in out and "phases (a CTA runs them" in out
+    assert main(["explain", rmsnorm, "--cost", "--machine", "H100", "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cost"]["machine"] == "H100" and doc["cost"]["predicted_us"] > 0
+    assert doc["cost"]["bound"] in doc["cost"]["bounds_us"]
+    assert main(["explain", rmsnorm, "--cost", "--machine", "B300"]) == EXIT_USAGE
+    assert "no machine facts for 'B300'; known: H200, H100" in capsys.readouterr().err

@@ -206,20 +206,36 @@ def load_program(spec: str) -> tuple[str, Any]:
 
 
 def _explain(
-    spec: str, arch: str, as_json: bool, ptxas: bool = False, overview: bool = False
+    spec: str,
+    arch: str,
+    as_json: bool,
+    ptxas: bool = False,
+    overview: bool = False,
+    cost: bool = False,
+    machine: str | None = None,
 ) -> int:
     from . import explain
+    from .explain import kernel_cost
+    from .machines import UnknownMachine
 
     name, program = load_program(spec)
     report = explain(program, arch, ptxas=ptxas)
+    try:
+        view = kernel_cost(report, program, machine, target=arch) if cost else None
+    except UnknownMachine as err:
+        raise CliError(str(err), EXIT_USAGE) from None
     if as_json:
         doc = {"program": name, "arch": arch, "calls": report.as_dicts()}
         if ptxas:
             doc["ptxas"] = report.kernel_notes
+        if view is not None:
+            doc["cost"] = view.as_dict()
         print(json.dumps(doc, indent=2))
     else:
         print(f"{name} ({arch}):")
-        print(report.overview() if overview else report)
+        print(report.overview() if overview or cost else report)
+        if view is not None:
+            print(view)
     failing = [r for r in report if r.error is not None]
     if failing:  # a script can tell: lowering this program would fail
         where = ", ".join(f"[{r.index}] at {r.location}" for r in failing)
@@ -536,6 +552,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the kernel in one screen per loop: variants, resources once, a line per call",
     )
+    p_explain.add_argument(
+        "--cost",
+        action="store_true",
+        help="the kernel view: each call's modelled cost, the kernel's bound at its occupancy",
+    )
+    p_explain.add_argument(
+        "--machine", default=None, help="the GPU the cost is modelled on (H200, H100)"
+    )
     p_lower = sub.add_parser("lower", help="the lowered TIR, CUDA, PTX or SASS")
     p_lower.add_argument("program", help="FILE.py[:FUNC]")
     p_lower.add_argument("--emit", choices=("tir", "cuda", "ptx", "sass"), default="cuda")
@@ -591,7 +615,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "variants":
             return variants()
         if args.command == "explain":
-            return _explain(args.program, args.arch, args.json, args.ptxas, args.overview)
+            return _explain(
+                args.program, args.arch, args.json, args.ptxas, args.overview, args.cost,
+                args.machine,
+            )  # fmt: skip
         if args.command == "lower":
             return _lower(args.program, args.emit, args.arch, args.strict)
         if args.command == "sim":

@@ -18,9 +18,16 @@ from tvm import sym
 
 from .call import Operand, tensor_region
 from .dispatch import Candidate, Outcome, plan_facts
-from .irfacts import as_int, evaluated_calls, location_of
+from .irfacts import as_int, evaluated_calls, location_of, statements
 from .lowering import run_lower
-from .resources import COMPLETIONS, Completion, TensorMap, resources_of
+from .resources import (
+    COMPLETIONS,
+    Completion,
+    NamedBarrier,
+    TensorMap,
+    Workspace,
+    resources_of,
+)
 from .signatures import AXES, FLAG, OP, PREDICATE, SCALAR, TENSOR, TENSOR_OR_SCALAR
 from .targets import as_target
 
@@ -492,3 +499,150 @@ def _attach_ptxas(report: Explanation, func_or_mod: Any, target: Any) -> None:
             r.ptxas.append(str(note))
         if not calls:
             report.kernel_notes.append(str(note))
+
+
+# -- the kernel view (explain --cost) ----------------------------------------------------
+# Statements after which a CTA's warps no longer overlap the work before with the work
+# after: barriers and the waits for asynchronous copies and wgmma.
+_PHASE_ENDS = {
+    "tirx.cuda.cta_sync", "tirx.tvm_storage_sync", "tirx.ptx.bar_sync", "tirx.ptx.bar_sync_count",
+    "tirx.cuda.warpgroup_sync", "tirx.cuda.mbarrier_wait", "tirx.ptx.cp_async_wait_group",
+    "tirx.ptx.wgmma_wait_group", "tirx.ptx.cp_async_bulk_wait_group",
+}  # fmt: skip
+
+
+def kernel_cost(
+    report: Explanation,
+    mod: Any,
+    machine: Any = None,
+    registers: int | None = None,
+    target: Any = "sm_90a",
+) -> Any:
+    """The kernel view of an explained program (:mod:`.cost`): each call's demand from its
+    operands and plan, how often a CTA runs it (the constant loops around it), the phases
+    the kernel's barriers cut its CTAs into, the grid and the shared memory per CTA, on
+    ``machine`` (a :class:`.machines.Machine` or its name; default: the target's).
+    ``registers`` per thread: None compiles the kernel (NVRTC) and reads ptxas's count."""
+    from . import cost, machines
+    from .participation import instances
+    from .targets import describe
+
+    tgt = as_target(target)
+    arch = describe(tgt)
+    m = machines.machine(machine) if isinstance(machine, str) else machine
+    if m is None:
+        m = machines.machine_for(arch)
+    if m is None:
+        raise machines.UnknownMachine(
+            f"the cost model has no machine facts for {arch}; name one with machine= "
+            f"(--machine): {', '.join(machines.MACHINES)}"
+        )
+    mod = as_module(mod)
+    register_note = None
+    if registers is None:
+        registers, register_note = _ptxas_registers(mod, tgt)
+    after_barrier, shared_bytes = _program_order(mod)
+    calls, notes = [], []
+    phase, prev_loops, prev_barrier = 0, None, False
+    for r in report:
+        out_call = r.call_object
+        ended = after_barrier.get(r.index, False) or prev_barrier
+        if prev_loops is not None and (ended or r.loops != prev_loops):
+            phase += 1
+        prev_loops = r.loops
+        opnds = out_call.operands if out_call is not None else []
+        res = resources_of(r.plan_object) if r.plan_object is not None else ()
+        asynchronous = any(isinstance(x, Completion) for x in res)
+        barrier = any(isinstance(x, Workspace | NamedBarrier) for x in res)
+        prev_barrier = barrier
+        demand = cost.demand_of(opnds, r.plan_object, not asynchronous, barrier)
+        if out_call is not None:
+            demand = cost.scaled(demand, instances(out_call))
+        trips, why = _trips(r)
+        if why:
+            notes.append(f"[{r.index}]: {why}")
+        shared = tuple(sorted({o.name for o in opnds if o.memory == "shared"}))
+        label = f"[{r.index}] {r.scope}.{r.op} -> {r.variant or 'not ours'}"
+        calls.append(cost.CallCost(r.index, label, demand, trips, phase, shared, r.scope))
+        shared_bytes += sum(
+            x.nbytes for x in res if isinstance(x, Workspace) and x.scope.startswith("shared")
+        )
+    launch = report[0].call_object.launch_extents if report and report[0].call_object else {}
+    ctas = 1
+    for tag, ext in launch.items():
+        if tag.startswith("blockIdx"):
+            ctas *= ext or 1
+    threads = 1
+    for tag, ext in launch.items():
+        if tag.startswith("threadIdx"):
+            threads *= ext or 1
+    if register_note:
+        notes.append(register_note)
+    shape = cost.KernelShape(
+        ctas, threads, shared_bytes, registers, _global_sizes(report), tuple(notes)
+    )
+    return cost.kernel_cost(calls, shape, m)
+
+
+def _ptxas_registers(mod: Any, target: Any) -> tuple[int | None, str | None]:
+    """The most registers ptxas gives a kernel of ``mod`` (NVRTC), or why not known."""
+    from .targets import describe
+    from .toolchain import cuda_source, ptxas_usage
+
+    try:
+        usage = ptxas_usage(cuda_source(mod, target), describe(target))
+    except Exception as exc:  # noqa: BLE001  # no NVRTC here, or the kernel does not build
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None, (
+            f"registers per thread unknown ({first}): occupancy from threads and shared memory only"
+        )
+    if not usage:
+        return None, "ptxas reported no register count: occupancy from threads and shared memory"
+    return max(usage.values()), None
+
+
+def _program_order(mod: Any) -> tuple[dict[int, bool], int]:
+    """For each tile call (by report index), whether a phase-ending statement (a barrier,
+    a wait) stands between the call before it and it; and the shared bytes the kernel
+    allocates itself."""
+    after_barrier, shared, index, seen = {}, 0, 0, False
+    for func in mod.functions.values():
+        for node in statements(getattr(func, "body", None)):
+            kind = type(node).__name__
+            if kind == "TilePrimitiveCall":
+                after_barrier[index], index, seen = seen, index + 1, False
+            elif kind == "Evaluate" and type(node.value).__name__ == "Call":
+                seen = seen or str(getattr(node.value.op, "name", "")) in _PHASE_ENDS
+            elif kind == "AllocBuffer" and str(node.buffer.scope()).startswith("shared"):
+                shared += _bytes(node.buffer)
+    return after_barrier, shared
+
+
+def _bytes(buffer: Any) -> int:
+    n = 1
+    for d in buffer.shape:
+        n *= as_int(d) or 0
+    return n * buffer.dtype.bits * buffer.dtype.lanes // 8
+
+
+def _trips(r: CallReport) -> tuple[int, str | None]:
+    """How many times a CTA runs the call: the product of the constant loop extents
+    around it (a loop of symbolic extent or a while loop: counted once, and said)."""
+    enclosing = getattr(r.call_object, "enclosing", None)
+    trips, why = 1, None
+    for loop in getattr(enclosing, "loops", None) or []:
+        ext = as_int(getattr(loop, "extent", None))
+        if ext is None:
+            why = "a loop around it has no constant trip count: counted once"
+            continue
+        trips *= ext
+    return trips, why
+
+
+def _global_sizes(report: Explanation) -> tuple[tuple[str, int], ...]:
+    sizes = {}
+    for r in report:
+        for o in r.call_object.operands if r.call_object is not None else []:
+            if o.memory == "global":
+                sizes[o.name] = _bytes(o.buffer)
+    return tuple(sizes.items())

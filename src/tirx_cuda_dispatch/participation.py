@@ -369,3 +369,43 @@ def _thread(point: dict[Var, int], coords: _Coordinates, by_var) -> str:
 def _truth(ana: sym.Analyzer, cond: Any) -> bool | None:
     value = ana.simplify(cond)
     return bool(value.value) if isinstance(value, IntImm) else None
+
+
+def instances(call: Any) -> int:
+    """How many instances of the call's scope in one CTA execute it: the warps of the CTA
+    for a warp-scope call, its warpgroups, one CTA, or its threads, less those the
+    enclosing conditions provably leave out (``if wg_id == 1``, ``if tid == 0``). Each
+    warp is tried at its lane 0 (for thread scope, lanes 0 and 31 too: a condition on the
+    lane that holds for one thread of a warp counts that one). What the conditions do not
+    decide (a loop variable, a value in memory) counts the instance in."""
+    threads = call.launch_extents.get("threadIdx.x") or 32
+    warps = max(threads // 32, 1)
+    enclosing = call.enclosing
+    conditions = list(getattr(enclosing, "conditions", None) or [])
+    size = {"thread": 1, "warp": 32, "warpgroup": 128}.get(call.scope, threads)
+    if not conditions:
+        return max(threads // size, 1)
+    lane_var, warp_var = Var("lane", "int32"), Var("warp", "int32")
+    subst = _substitution(enclosing, lane_var, warp_var)
+    seen = set()
+    lanes = (0, 16, 31) if call.scope == "thread" else (0,)
+    for w in range(warps):
+        for lane in lanes:
+            fixed = {lane_var: IntImm("int32", lane), warp_var: IntImm("int32", w)}
+            if all(not _false(c, fixed, subst, enclosing) for c in conditions):
+                seen.add((w * 32 + lane) // size)
+    if call.scope == "thread" and len(seen) == warps * len(lanes):
+        return threads  # nothing restricts the lanes: every thread
+    return max(len(seen), 1)
+
+
+def _false(cond: Any, fixed: dict, subst: dict, enclosing: Any) -> bool:
+    """Whether ``cond`` is provably false at the thread ``fixed`` names."""
+    ana = sym.Analyzer()
+    for var, value in fixed.items():
+        ana.bind(var, value)
+    for var, value in subst.items():
+        ana.bind(var, ana.simplify(value))
+    for var, value in getattr(enclosing, "lets", None) or []:
+        ana.bind(var, value)
+    return as_int(ana.simplify(cond)) == 0

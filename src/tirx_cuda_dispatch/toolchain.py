@@ -133,6 +133,21 @@ def ptxas_notes(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> l
     return notes
 
 
+def ptxas_usage(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> dict[str, int]:
+    """Per kernel of ``source``: the registers per thread ptxas gave it (NVRTC, ``-v``).
+    Kernels are named by the ``Compiling entry function`` line before their usage line."""
+    log = _nvrtc(source, arch, name, "log", extra=[b"--ptxas-options=-v"])
+    usage, kernel = {}, ""
+    for line in log.decode(errors="replace").splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            kernel = m.group(1)
+        m = re.search(r"Used (\d+) registers", line)
+        if m and kernel:
+            usage[kernel] = int(m.group(1))
+    return usage
+
+
 def _nvrtc(
     source: str, arch: str, name: str, output: str, extra: list[bytes] | None = None
 ) -> bytes:
