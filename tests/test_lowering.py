@@ -86,9 +86,11 @@ def test_forced_variant_that_accepts_is_used():
     assert "tirx_cuda_dispatch_ld_global_cg_128" in _lower(forced).script()
 
 
-def _forced_tma(align: int):
+def _forced_tma(promotion: str | None = None):
     """A thread-scope TMA load forced to ``tma_auto`` (a name TVM's built-in variants have
-    too) into a 128-byte swizzled tile of an allocation aligned to ``align``."""
+    too) into a 128-byte swizzled tile; ``promotion``: the tensor map's L2 promotion
+    (``tensormap_l2_promotion``, a config TVM's variant takes and ours does not)."""
+    config = {} if promotion is None else {"tensormap_l2_promotion": promotion}
     from tvm.script import tirx as T
     from tvm.script.tirx import tile as Tx
 
@@ -102,14 +104,14 @@ def _forced_tma(align: int):
         T.device_entry()
         T.cta_id([1])
         tid = T.thread_id([128])
-        pool = T.alloc_buffer((64 * 64 + 4,), "float16", scope="shared.dyn", align=align)
+        pool = T.alloc_buffer((64 * 64 + 4,), "float16", scope="shared.dyn", align=1024)
         A_s = T.decl_buffer((64, 64), "float16", pool.data, scope="shared.dyn", layout=layout)
         bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=1024, scope="shared.dyn")
         if tid == 0:
             T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
         T.cuda.cta_sync()
         if tid == 0:
-            Tx.copy_async(A_s[:, :], A[:, :], mbar=bar.ptr_to([0]), dispatch="tma_auto")
+            Tx.copy_async(A_s[:, :], A[:, :], mbar=bar.ptr_to([0]), dispatch="tma_auto", **config)
             T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), 8192)
         T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
         Tx.cta.copy(B[:, :], A_s[:, :])
@@ -121,18 +123,19 @@ def test_a_forced_name_tvm_also_has_falls_to_tvms_variant_of_it_by_default():
     """dispatch='tma_auto' that ours declines goes to TVM's tma_auto under the default
     pipeline (a program TVM compiles keeps compiling), and explain() says so; strict
     mode is an error naming ours' reason and TVM's answer."""
-    func = _forced_tma(align=64)
+    func = _forced_tma("L2::128B")
     report = tcd.explain(func)[0]
-    assert report.variant is None and "aligned to 64 bytes" in report.candidates[0].reason
+    why = report.candidates[0].reason
+    assert report.variant is None and "config tensormap_l2_promotion=L2::128B is not a key" in why
     assert report.fallback == "falls back to TVM's built-in variant 'tma_auto'"
     assert "cp.async.bulk.tensor" in toolchain.cuda_source(func)
     with pytest.raises(tcd.DispatchError) as err:
         toolchain.cuda_source(func, pipeline=tcd.STRICT_PIPELINE)
     text = str(err.value)
-    assert "dispatch='tma_auto' was forced and declined" in text and "align=1024" in text
+    assert "dispatch='tma_auto' was forced and declined" in text and "L2::128B" in text
     assert "without strict mode: falls back to TVM's built-in variant 'tma_auto'" in text
-    # the control: aligned, ours takes it
-    assert tcd.explain(_forced_tma(align=1024))[0].variant == "tma_auto"
+    # the control: without the config, ours takes it
+    assert tcd.explain(_forced_tma())[0].variant == "tma_auto"
 
 
 @pytest.fixture

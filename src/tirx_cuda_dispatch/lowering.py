@@ -44,7 +44,14 @@ from .isa.bulk import reduce_takes
 from .participation import DivergentScopeError
 from .predicates import tma_coordinates
 from .registry import alias_for, names_for
-from .resources import BarrierPool, TensorMap, barrier_ids_in, completions_of, resources_of
+from .resources import (
+    Alignment,
+    BarrierPool,
+    TensorMap,
+    barrier_ids_in,
+    completions_of,
+    resources_of,
+)
 from .signatures import SIGNATURES
 
 BRIDGE_NAME = "tirx_cuda_dispatch"
@@ -64,6 +71,8 @@ class Session:
     errors: list[Exception] = field(default_factory=list)
     bounds: list[bounds.CallBounds] = field(default_factory=list)  # every call's verdicts
     pools: dict[int, BarrierPool] = field(default_factory=dict)  # per kernel (id of func)
+    # allocations whose alignment the bridge raises: (the allocated buffer, bytes)
+    alignments: list[tuple[Any, int]] = field(default_factory=list)
 
     # -- the resource provider (dispatch.Provider): each kind's steps (resources.Kind) ----
     def check(self, plan: Any, call: TileCall) -> str | None:
@@ -129,6 +138,80 @@ class Session:
             buffer = call.operand(r.operand).buffer
             call.ctx.add_init_stmt(encode_tensor_map(var, buffer, r), host=True)
             call.ctx.cache_set(key, var)
+
+    @staticmethod
+    def alignment_blocker(r: Alignment, call: TileCall) -> str | None:
+        env = call.enclosing
+        opnd = call.operand(r.operand)
+        if env is None or opnd is None or env.storage_of(opnd.buffer) is None:
+            return f"{r.operand}'s allocation is not one the bridge can find in the kernel"
+        return None
+
+    def raise_alignment(self, r: Alignment, call: TileCall) -> None:
+        env = call.enclosing
+        var = env.storage_of(call.operand(r.operand).buffer)
+        allocated = next(b for v, b in env.buffers if v.same_as(var))  # allocated first
+        self.alignments.append((allocated, max(r.align, self._raised(allocated))))
+
+    def _raised(self, buffer: Any) -> int:
+        return max((a for b, a in self.alignments if b.same_as(buffer)), default=0)
+
+
+def raise_alignments(mod: tvm.IRModule, raised: list[tuple[Any, int]]) -> tvm.IRModule:
+    """``mod`` with each allocation in ``raised`` (its allocated buffer, bytes) declared
+    aligned to at least those bytes: the allocated buffer is rebuilt with the new
+    alignment and put wherever the old one was (``tvm_ffi.structural_map``). Allocations
+    are found by name, scope, dtype and shape (an IRModule's functions are not the same
+    objects from one access to the next); two that match alike are an error asking for
+    the ``align=``."""
+    if not raised:
+        return mod
+    out = tvm.IRModule()
+    for gvar, func in mod.functions.items():
+        new: list[tuple[Any, Any]] = []  # (the allocated buffer, it realigned)
+        allocs = [n.buffer for n in statements(getattr(func, "body", None))
+                  if type(n).__name__ == "AllocBuffer"]  # fmt: skip
+        for wanted, align in raised:
+            found = [b for b in allocs if _same_allocation(b, wanted)]
+            if len(found) > 1:
+                raise VariantError(
+                    f"tirx_cuda_dispatch cannot tell which of {len(found)} allocations named "
+                    f"{wanted.name} to align to {align} bytes; declare T.alloc_buffer(..., "
+                    f"align={align})"
+                )
+            for b in found:
+                if b.data_alignment < align:
+                    new = [(o, n) for o, n in new if not o.same_as(b)]
+                    new.append((b, _realigned(b, align)))
+
+        def swap(buffer: Any, new: list = new) -> Any:
+            return next((n for o, n in new if o.same_as(buffer)), buffer)
+
+        out[gvar] = tvm_ffi.structural_map(func, (tvm.tirx.Buffer, swap)) if new else func
+    return out
+
+
+def _same_allocation(a: Any, b: Any) -> bool:
+    return (str(a.name), str(a.scope()), str(a.dtype), [str(x) for x in a.shape]) == (
+        str(b.name), str(b.scope()), str(b.dtype), [str(x) for x in b.shape]
+    )  # fmt: skip
+
+
+def _realigned(b: Any, align: int) -> Any:
+    """``b`` rebuilt with ``data_alignment = align``; an error (ours) where the rebuild
+    would lose one of its fields."""
+    fields = dict(
+        data=b.data, strides=b.strides, elem_offset=b.elem_offset, scope=b.scope(),
+        offset_factor=b.offset_factor, layout=b.layout,
+    )  # fmt: skip
+    same = tvm.tirx.decl_buffer(b.shape, b.dtype, b.name, data_alignment=b.data_alignment, **fields)
+    if not tvm_ffi.structural_equal(same, b, map_free_vars=True):
+        raise VariantError(
+            f"tirx_cuda_dispatch cannot rebuild buffer {b.name} to raise its alignment to "
+            f"{align} bytes (a field the rebuild loses); declare T.alloc_buffer(..., "
+            f"align={align})"
+        )
+    return tvm.tirx.decl_buffer(b.shape, b.dtype, b.name, data_alignment=align, **fields)
 
 
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
@@ -376,8 +459,12 @@ def install_bridge() -> None:
             _INSTALLED.add((op, name))
 
 
-def run_lower(mod: tvm.IRModule, fallback: str = "builtin", mode: str = "lower") -> tuple:
-    """Run TVM's LowerTIRx with our bridge active; returns (module, session)."""
+def run_lower(
+    mod: tvm.IRModule, fallback: str = "builtin", mode: str = "lower", realigned: bool = False
+) -> tuple:
+    """Run TVM's LowerTIRx with our bridge active; returns (module, session). Where plans
+    asked the bridge to raise allocations' alignments, the program is lowered once more
+    with them raised (``realigned``: this is that second run)."""
     install_bridge()
     with session(fallback=fallback, mode=mode) as s:
         s.bounds = bounds.scan(mod)
@@ -395,6 +482,19 @@ def run_lower(mod: tvm.IRModule, fallback: str = "builtin", mode: str = "lower")
             raise
     if s.errors:
         raise s.errors[0]
+    if mode == "lower" and s.alignments and not realigned:
+        # plans that asked for an allocation's alignment raised: lower the program again
+        # with those allocations so declared (its variables are the ones the plans named)
+        with warnings.catch_warnings():  # the first run said what the second would
+            warnings.simplefilter("ignore", bounds.BoundsNotProvedWarning)
+            lowered, again = run_lower(raise_alignments(mod, s.alignments), fallback, mode, True)
+        if again.alignments:  # the raise did not reach the allocation
+            raise VariantError(
+                "tirx_cuda_dispatch raised allocations' alignments and the plans still ask "
+                f"for more: {again.alignments}"
+            )
+        s.outcomes, s.errors = again.outcomes, again.errors
+        return lowered, s
     if mode == "lower" and _has_assume(lowered):
         # T.assume states facts our bounds proof read; TVM's codegen cannot lower one.
         # Only where present: the pass also runs RemoveNoOp, which drops the dynamic

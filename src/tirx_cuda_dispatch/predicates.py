@@ -4,15 +4,18 @@ was seen and what was needed, naming the operand where there is one."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from tvm.tirx import EQ, floormod
 
 from .bounds import proves
 from .call import Operand, TileCall
+from .errors import Decline
 from .irfacts import as_int, prove_multiple
 from .isa.bulk import COORD_ALIGN, STORE_MIN_COORD
 from .participation import narrowing
 from .registry import Predicate, predicate
+from .resources import Alignment
 
 Result = tuple[bool, "str | None"]
 
@@ -115,18 +118,35 @@ def requires_memory_pair(pairs: Sequence[tuple[str, str]]) -> Predicate:
     return predicate(memory_pair, "memory_pair")
 
 
-def aligned_allocation(call: TileCall, opnd: Operand, align: int, needs: str) -> Result:
-    """The allocation ``opnd`` lies in is declared aligned to ``align`` bytes or more
-    (``T.alloc_buffer(..., align=N)``): what hardware that reads the shared address's bits
-    (``needs``: TMA's and wgmma's swizzles) relies on."""
-    declared = call.enclosing.alignment_of(opnd.buffer) if call.enclosing else None
+def allocation_alignment(call: TileCall, opnd: Operand, align: int, needs: str) -> Alignment | None:
+    """What hardware that reads a shared address's bits (``needs``: TMA's and wgmma's
+    swizzles) asks of the allocation ``opnd`` lies in: nothing where it is declared
+    aligned to ``align`` bytes or more (``T.alloc_buffer(..., align=N)``); an
+    :class:`..resources.Alignment` the bridge provides where the allocation is in the
+    kernel (it raises the allocation's alignment); otherwise :class:`..errors.Decline`
+    saying what to declare. The caller still proves the region's offset in the
+    allocation a multiple of ``align``."""
+    env = call.enclosing
+    declared = env.alignment_of(opnd.buffer) if env is not None else None
     if declared is not None and declared >= align:
-        return True, None
-    return False, (
-        f"{opnd.role} {opnd.name} lies in an allocation aligned to "
-        f"{declared or 'an unknown number of'} bytes; {needs}: declare the allocation "
-        f"T.alloc_buffer(..., align={align})"
-    )
+        return None
+    allocation = _allocation(env, opnd) if env is not None else None
+    if allocation is None or declared is None:
+        raise Decline(
+            f"{opnd.role} {opnd.name} lies in an allocation aligned to "
+            f"{declared or 'an unknown number of'} bytes that is not allocated in this "
+            f"kernel, so its alignment cannot be raised; {needs}: declare the allocation "
+            f"T.alloc_buffer(..., align={align})"
+        )
+    return Alignment(opnd.role, allocation, declared, align, needs)
+
+
+def _allocation(env: Any, opnd: Operand) -> str | None:
+    """The name of the buffer allocated in the kernel that ``opnd``'s memory lies in."""
+    var = env.storage_of(opnd.buffer)
+    if var is None or not any(v.same_as(var) for v, _ in env.allocated):
+        return None
+    return next((str(b.name) for v, b in env.buffers if v.same_as(var)), None)  # allocated first
 
 
 def tma_coordinates(call: TileCall, glob: Operand, store: bool) -> Result:

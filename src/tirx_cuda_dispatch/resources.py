@@ -61,6 +61,12 @@ class Bridge(Protocol):
     def encode_tensor_map(self, var: Any, r: TensorMap, call: Any) -> None:
         """Have the host encode ``r`` into ``var`` before the launch (once per kernel)."""
 
+    def alignment_blocker(self, r: Alignment, call: Any) -> str | None:
+        """Why ``call``'s allocation cannot be raised to ``r.align`` (None: it can)."""
+
+    def raise_alignment(self, r: Alignment, call: Any) -> None:
+        """Raise the alignment of the allocation ``r`` names in ``call``'s kernel."""
+
 
 class Kind:
     """A resource kind's steps; a kind that needs none of them keeps these."""
@@ -216,6 +222,37 @@ class TensorMap(Kind):
             f"tensor map {self.name}: {self.dtype} over {self.operand} (dims {dims}, byte "
             f"strides [{strides}], box {box}, {swz}; encoded by the host before the launch; "
             f"{self.why})"
+        )
+
+
+@dataclass(frozen=True)
+class Alignment(Kind):
+    """An allocation's alignment the bridge raises rather than decline the call: the
+    shared allocation operand ``operand``'s memory lies in (``allocation``, its buffer's
+    name) is declared aligned to ``declared`` bytes and the plan needs ``align`` (a TMA
+    box or a wgmma descriptor under a swizzle reads the address's bits). The bridge
+    raises the allocation's ``align=`` in the lowered kernel (CUDA's ``alignas``, or the
+    dynamic shared pool's base); the author's program is not changed. A plan asks for it
+    only where the allocation is in the kernel and the region's offset in it is a
+    multiple of ``align`` (:func:`..predicates.allocation_alignment`)."""
+
+    operand: str
+    allocation: str
+    declared: int
+    align: int
+    why: str
+
+    def check(self, bridge: Bridge, call: Any) -> str | None:
+        return bridge.alignment_blocker(self, call)
+
+    def commit(self, bridge: Bridge, call: Any, given: Any) -> None:
+        if bridge.lowering:
+            bridge.raise_alignment(self, call)
+
+    def __str__(self) -> str:
+        return (
+            f"alignment: {self.operand}'s allocation {self.allocation} raised from "
+            f"{self.declared} to {self.align} bytes ({self.why})"
         )
 
 

@@ -14,7 +14,7 @@ import tirx_cuda_dispatch as tcd
 from executors import execute
 from tirx_cuda_dispatch import demos, runtime, sim, toolchain
 from tirx_cuda_dispatch.copy_async.tma import TmaPlan
-from tirx_cuda_dispatch.resources import Completion, TensorMap
+from tirx_cuda_dispatch.resources import Alignment, Completion, TensorMap
 from tirx_cuda_dispatch.sim import SimError
 
 WHERE = ["sim", pytest.param("gpu", marks=pytest.mark.gpu)]
@@ -115,9 +115,74 @@ def test_declines_before_hopper():
     assert "needs sm_90 or newer; target is sm_80" in _reason(roundtrip(), "sm_80")
 
 
-def test_an_allocation_not_aligned_to_the_swizzle_declines_with_the_fix():
-    why = _reason(roundtrip(align=64))
-    assert "aligned to 64 bytes" in why and "align=1024" in why
+def tvm_style_load(align: int | None = None):
+    """TVM's test programs' form: a static shared tile under a 128-byte swizzle, allocated
+    with no ``align=`` (64 bytes), an mbarrier beside it, a TMA load, the tile back out."""
+    layout = demos.tma_shared_layout("float16", (64, 64), 128)
+    kwargs = {} if align is None else {"align": align}
+
+    # fmt: off
+    @T.prim_func
+    def tvm_style(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64, 64), "float16")
+        B = T.match_buffer(B_ptr, (64, 64), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([128])
+        bar = T.alloc_shared([1], "uint64")
+        A_smem = T.alloc_buffer((64, 64), "float16", scope="shared", layout=layout, **kwargs)
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+        T.cuda.cta_sync()
+        if tid == 0:
+            Tx.copy_async(A_smem[:, :], A[:, :], mbar=bar.ptr_to([0]))
+            T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), 8192)
+        T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+        Tx.cta.copy(B[:, :], A_smem[:, :])
+    # fmt: on
+    return tvm_style
+
+
+def test_an_allocation_not_aligned_to_the_swizzle_is_raised_by_the_bridge():
+    """TVM's own tests allocate swizzled TMA tiles with no align=: the plan asks the
+    bridge to raise the allocation to the swizzle's 1,024 bytes (a resource explain()
+    lists), and the kernel's CUDA declares it so; the control: declared aligned, no
+    resource and the same declaration."""
+    plan = _plan(tvm_style_load())
+    [raised] = [r for r in plan.resources() if isinstance(r, Alignment)]
+    assert (raised.allocation, raised.declared, raised.align) == ("A_smem", 64, 1024)
+    assert "alignment: dst's allocation A_smem raised from 64 to 1024 bytes" in str(raised)
+    src = toolchain.cuda_source(tvm_style_load(), "sm_90a", tcd.STRICT_PIPELINE)
+    assert "__shared__ alignas(1024) half A_smem_ptr[4096];" in src
+    declared = _plan(tvm_style_load(align=1024))
+    assert not [r for r in declared.resources() if isinstance(r, Alignment)]
+    src = toolchain.cuda_source(tvm_style_load(align=1024), "sm_90a", tcd.STRICT_PIPELINE)
+    assert "__shared__ alignas(1024) half A_smem_ptr[4096];" in src
+    # a pool carved by decl_buffer: its allocation is the one raised
+    pooled = _plan(roundtrip(align=64))
+    assert [r.allocation for r in pooled.resources() if isinstance(r, Alignment)] == ["pool"]
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_the_raised_allocation_round_trips(where, gpu, rng):
+    """On the GPU a box under a 128-byte swizzle at an address not 1,024-byte aligned
+    lands permuted; the raised allocation brings the tile back bit for bit."""
+    a = rng.standard_normal((64, 64)).astype(np.float16)
+    out = execute(tvm_style_load(), [a, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE)
+    assert np.array_equal(out[1], a)
+
+
+def test_an_allocation_the_bridge_cannot_find_declines_with_the_fix():
+    """allocation_alignment without the code around the call (no enclosing facts): the
+    decline says what to declare."""
+    from types import SimpleNamespace
+
+    from tirx_cuda_dispatch.errors import Decline
+    from tirx_cuda_dispatch.predicates import allocation_alignment
+
+    opnd = SimpleNamespace(role="dst", name="A_smem", buffer=None)
+    with pytest.raises(Decline, match=r"cannot be raised; .*align=1024\)"):
+        allocation_alignment(SimpleNamespace(enclosing=None), opnd, 1024, "TMA needs it")
 
 
 def test_a_swizzle_tma_cannot_apply_declines():

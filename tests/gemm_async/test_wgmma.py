@@ -15,7 +15,7 @@ import tirx_cuda_dispatch as tcd
 from executors import execute
 from tirx_cuda_dispatch import demos, runtime, sim, toolchain
 from tirx_cuda_dispatch.gemm_async.wgmma import WgmmaPlan
-from tirx_cuda_dispatch.resources import Completion
+from tirx_cuda_dispatch.resources import Alignment, Completion
 
 WHERE = ["sim", pytest.param("gpu", marks=pytest.mark.gpu)]
 
@@ -71,9 +71,19 @@ def test_declines_off_sm_90a():
     assert "needs sm_90a; target is sm_100a" in _reason(demos.wgmma_gemm(), "sm_100a")
 
 
-def test_an_allocation_not_aligned_to_the_swizzle_declines_with_the_fix():
-    why = _reason(demos.wgmma_gemm(align=64))
-    assert "aligned to 64 bytes" in why and "align=1024" in why
+def test_an_allocation_not_aligned_to_the_swizzle_is_raised_by_the_bridge():
+    """A and B in a pool declared with align=64: the plan asks the bridge to raise the
+    pool to the swizzle's period (both operands name it), and the lowered kernel's pool
+    is declared so; the control: declared aligned, no such resource."""
+    raised = [r for r in _plan(demos.wgmma_gemm(align=64)).resources() if isinstance(r, Alignment)]
+    assert {(r.operand, r.allocation, r.align) for r in raised} == {
+        ("A", "pool", 1024),
+        ("B", "pool", 1024),
+    }
+    src = toolchain.cuda_source(demos.wgmma_gemm(align=64), "sm_90a", tcd.STRICT_PIPELINE)
+    assert "extern __shared__ __align__(1024) half pool_ptr[];" in src
+    plain = _plan(demos.wgmma_gemm()).resources()
+    assert not [r for r in plain if isinstance(r, Alignment)]
 
 
 def test_a_layout_no_descriptor_names_declines():

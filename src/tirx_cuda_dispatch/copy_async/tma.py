@@ -70,7 +70,7 @@ from ..isa.bulk import COORD_ALIGN, REDUCE_TYPES
 from ..layout.atoms import memory_view, refine_tagged
 from ..layout.swizzle import Swizzle, byte_swizzle
 from ..predicates import (
-    aligned_allocation,
+    allocation_alignment,
     requires_cuda,
     requires_known_participants,
     requires_memory_pair,
@@ -80,7 +80,7 @@ from ..predicates import (
     tma_coordinates,
 )
 from ..registry import variant
-from ..resources import Completion, TensorMap
+from ..resources import Alignment, Completion, TensorMap
 
 TMA_MIN_SM = 90
 MAX_RANK = 5  # tensor-map dimensions (cuTensorMapEncodeTiled: tensorRank 1..5)
@@ -186,6 +186,7 @@ class TmaPlan:
     issuer: str
     direction: str = "load"  # "load": global -> shared; "store": shared -> global
     reduce: str | None = None  # a store's cp.reduce operation
+    alignment: Alignment | None = None  # the shared allocation's alignment, raised by the bridge
 
     @property
     def rank(self) -> int:
@@ -267,8 +268,9 @@ class TmaPlan:
         """The operand whose region may reach past its buffer, and what happens there."""
         return {self.global_role: self.edge()}
 
-    def resources(self) -> tuple[TensorMap | Completion, ...]:
-        return (self.tensor_map(), self.completion())
+    def resources(self) -> tuple[TensorMap | Completion | Alignment, ...]:
+        raised = () if self.alignment is None else (self.alignment,)
+        return (self.tensor_map(), self.completion(), *raised)
 
     def facts(self) -> dict:
         if self.direction == "load":
@@ -454,11 +456,11 @@ def plan(call: TileCall) -> TmaPlan:
         "(keep each global row's elements contiguous and rows dense)",
     )
     align = max(SHARED_ALIGN, swizzle * 8)  # a swizzle repeats every 8 rows of its span
-    _check_shared_alignment(call, shared, view.base, issues, align, elem_bytes)
+    raised = _check_shared_alignment(call, shared, view.base, issues, align, elem_bytes)
     reduce = call.config.get("use_tma_reduce") if direction == "store" else None
     return TmaPlan(
         glob.dtype, glob.elem_bits, tuple(dims), tuple(issues), swizzle, align, _issuer(call),
-        direction, None if reduce is None else str(reduce),
+        direction, None if reduce is None else str(reduce), raised,
     )  # fmt: skip
 
 
@@ -478,13 +480,12 @@ def _check_coordinates(
 
 def _check_shared_alignment(
     call: TileCall, shared: Operand, base: Any, issues: list[IssueAxis], align: int, size: int
-) -> None:
+) -> Alignment | None:
     """Every issue's shared address is a multiple of ``align`` bytes: the allocation is
-    declared so aligned, the region starts at a multiple and the issues step by one."""
-    check(
-        *aligned_allocation(
-            call, shared, align, f"a TMA box lies at a {align}-byte aligned address"
-        )
+    so aligned (declared, or raised by the bridge: the :class:`Alignment` returned), the
+    region starts at a multiple and the issues step by one."""
+    raised = allocation_alignment(
+        call, shared, align, f"a TMA box lies at a {align}-byte aligned address"
     )
     check(
         prove_multiple(base, align // size),
@@ -498,6 +499,7 @@ def _check_shared_alignment(
             f"the boxes of {shared.role} {shared.name} are {a.shared_stride * size} bytes "
             f"apart, not a multiple of the {align} bytes TMA needs",
         )
+    return raised
 
 
 # -- emission --------------------------------------------------------------------------------

@@ -56,13 +56,13 @@ from ..layout.atoms import memory_view
 from ..layout.descriptor import PERIOD, OperandDescriptors, match
 from ..layout.fit import Holders, word
 from ..predicates import (
-    aligned_allocation,
+    allocation_alignment,
     requires_all_threads_active,
     requires_cuda,
     requires_scope,
 )
 from ..registry import variant
-from ..resources import Completion
+from ..resources import Alignment, Completion
 
 MULTIPLICANDS = {"float16": "f16", "bfloat16": "bf16"}
 FLOAT8 = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}  # any pairing of the two
@@ -142,6 +142,8 @@ class WgmmaPlan:
     # A in registers (the register form): [m tile][K step] -> its four .b32 registers, as
     # word indices of A's storage; None: A in shared memory
     a_registers: tuple[tuple[tuple[int, ...], ...], ...] | None = None
+    # the shared allocations' alignments the bridge raises (a swizzle's period)
+    alignments: tuple[Alignment, ...] = ()
 
     @property
     def a_in_registers(self) -> bool:
@@ -171,7 +173,7 @@ class WgmmaPlan:
     def count(self) -> int:
         return (self.m // M) * (self.k // self.k_step)
 
-    def resources(self) -> tuple[Completion, ...]:
+    def resources(self) -> tuple[Completion | Alignment, ...]:
         return (
             Completion(
                 "wgmma group",
@@ -179,6 +181,7 @@ class WgmmaPlan:
                 "(T.ptx.wgmma.wait_group.sync.aligned(N)) before reading C or writing A's or "
                 "B's shared memory",
             ),
+            *self.alignments,
         )
 
     def facts(self) -> dict:
@@ -221,14 +224,13 @@ def _dims(o: Operand, trans: bool, what: str) -> tuple[int, int]:
 
 def _descriptors(
     call: TileCall, o: Operand, trans: bool, tile: tuple[int, int]
-) -> OperandDescriptors:
+) -> tuple[OperandDescriptors, Alignment | None]:
     view = memory_view(o)
     ext = [e for e in o.extents if e != 1]
     found = match(view, (ext[0], ext[1]), 0 if trans else 1, tile, o.elem_bits)
     align = PERIOD[found.swizzle]
     needs = f"its {found.swizzle} swizzle repeats every {align} bytes of the address wgmma reads"
-    check(*aligned_allocation(call, o, align, needs))
-    return found
+    return found, allocation_alignment(call, o, align, needs)
 
 
 def _fragment_registers(
@@ -338,8 +340,9 @@ def plan(call: TileCall) -> WgmmaPlan:
             f"A {a.name} is in registers with transA=True; the register form reads A as "
             "M x K (the fragment has no transpose): pass A as M x K",
         )
-    descs_a = None if in_registers else _descriptors(call, a, ta, (M, step))
-    descs_b = _descriptors(call, b, tb, (n, step))
+    descs_a, raise_a = (None, None) if in_registers else _descriptors(call, a, ta, (M, step))
+    descs_b, raise_b = _descriptors(call, b, tb, (n, step))
+    raised = tuple(r for r in (raise_a, raise_b) if r is not None)
     if float8:
         for o, d in ((a, descs_a), (b, descs_b)):
             check(
@@ -352,7 +355,7 @@ def plan(call: TileCall) -> WgmmaPlan:
     regs = _c_registers(c, m, n)
     a_regs = _a_registers(a, m, k) if in_registers else None
     ab = f"{FLOAT8[a.dtype]}.{FLOAT8[b.dtype]}" if float8 else MULTIPLICANDS[a.dtype]
-    return WgmmaPlan(ab, m, n, k, descs_a, descs_b, regs, bool(accum), a_regs)
+    return WgmmaPlan(ab, m, n, k, descs_a, descs_b, regs, bool(accum), a_regs, raised)
 
 
 # -- emission --------------------------------------------------------------------------------
