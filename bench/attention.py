@@ -87,6 +87,30 @@ def build(design: str, seq: int, d: int, causal: bool, dtype: str):
     return runtime.build(func, runtime.gpu_arch(), STRICT)[runtime.entry_name(func)]
 
 
+def cost_contender(torch, seq: int, d: int, causal: bool, dtype: str = "float16"):
+    """(name, the kernel, its launch) of the ``ws`` design for bench part 10 (the cost
+    model), run once into a poisoned O and checked against a float32 reference."""
+    import tvm
+
+    example, name, keywords = DESIGNS["ws"]
+    func = getattr(norms.example(example), name)(HEADS, seq, d, causal=causal, dtype=dtype,
+                                                 **keywords)  # fmt: skip
+    fn = runtime.build(func, runtime.gpu_arch(), STRICT)[runtime.entry_name(func)]
+    kind = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    gen = torch.Generator(device="cuda").manual_seed(29 + seq + d)
+    q, k, v = (torch.randn(HEADS, seq, d, device="cuda", generator=gen).to(kind) for _ in range(3))
+    o = torch.full((HEADS, seq, d), float("nan"), dtype=kind, device="cuda")
+    lse = torch.full((HEADS, seq), float("nan"), dtype=torch.float32, device="cuda")
+    tensors = [tvm.runtime.from_dlpack(t) for t in (q, k, v, o, lse)]
+    fn(*tensors)
+    torch.cuda.synchronize()
+    err = o_error(torch, o, q, k, v, causal)
+    if not err <= 1:
+        raise RuntimeError(f"attention {seq} x {d}: max err / bound {err:.3g}")
+    mask = "causal" if causal else "full"
+    return f"attention ws {HEADS}x{seq}x{d} {mask}", func, lambda: fn(*tensors)
+
+
 def o_error(torch, o, q, k, v, causal: bool) -> float:
     """max |O - ref| / (4 u max |V|) over ``CHECK_HEADS`` (a float32 reference): at most 1
     is within examples/attention.py's bound; NaN where O has a NaN."""

@@ -3,7 +3,8 @@
 ``explain --cost`` predicts a kernel's time from its plans (:mod:`tirx_cuda_dispatch.cost`)
 on the machine's facts (:mod:`tirx_cuda_dispatch.machines`). This part times bench/run.py's
 kernels (two streaming copies of part 1, examples/rmsnorm.py and examples/softmax.py as
-part 6 runs them, examples/gemm.py and examples/gemm_hopper.py at 4096^3) and the same
+part 6 runs them, examples/gemm.py, examples/gemm_hopper.py and the warp-specialized
+examples/gemm_hopper_ws.py at 4096^3, examples/attention.py at 64 x 4096 x 128 and x 64) and the same
 RMSNorm and softmax written the plain way (:func:`staged_rmsnorm_kernel`,
 :func:`staged_softmax_kernel`: a row staged in shared memory, CTA-scope tile ops one after
 another over the whole row with a CTA barrier between), each result checked first, and
@@ -181,7 +182,29 @@ def _contenders(torch):
         if not err <= gemm.GEMM_TOL:
             raise RuntimeError(f"gemm {config}: relative error {err:.3g}")
         out.append((f"gemm {config} {m}^3", func, launch))
+    import gemm_ws
+
+    ws = norms.example("gemm_hopper_ws").gemm_kernel(
+        m, n, k, epilogue="plain", grid=torch.cuda.get_device_properties(0).multi_processor_count,
+        **gemm_ws.WS_CONFIG,
+    )  # fmt: skip
+    fn = runtime.build(ws, runtime.gpu_arch(), norms.STRICT)[runtime.entry_name(ws)]
+    launch, c = gemm._gemm_run(torch, fn, a, b, bias)
+    err = gemm.rel_error(torch, c, want)
+    if not err <= gemm.GEMM_TOL:
+        raise RuntimeError(f"gemm_hopper_ws: relative error {err:.3g}")
+    out.append((f"gemm ws {m}^3", ws, launch))
+    for d, causal in ((128, False), (64, False), (128, True)):
+        out.append(_attention(torch, d, causal))
     return out
+
+
+def _attention(torch, d: int, causal: bool):
+    """examples/attention.py's warp-specialized kernel at B*H 64 x 4096, checked against
+    torch's SDPA in float32 first."""
+    import attention as bench_attention
+
+    return bench_attention.cost_contender(torch, 4096, d, causal)
 
 
 def part_cost(gpu, args) -> list[dict]:
@@ -206,7 +229,7 @@ def part_cost(gpu, args) -> list[dict]:
                 "bound": view.bound,
                 "CTAs/SM": f"{view.occupancy.ctas} ({view.occupancy.limiter})",
                 "regs": view.shape.registers,
-                "bounds us (dram, l2, shared, tensor, issue, latency)": ", ".join(
+                "bounds us (dram, l2, shared, tensor, sfu, issue, latency)": ", ".join(
                     f"{v:.1f}" for v in [*view.resource_us.values(), view.latency_us]
                 ),
             }

@@ -147,3 +147,49 @@ def test_ptxas_gives_the_register_count():
     func = rmsnorm(8)
     usage = toolchain.ptxas_usage(toolchain.cuda_source(func, "sm_90a"), "sm_90a")
     assert list(usage) == ["rmsnorm_kernel"] and 16 <= usage["rmsnorm_kernel"] <= 255
+
+
+def test_exponentials_count_on_the_special_function_unit(cost_model):
+    """The staged softmax's exp2 over a 4096-element row is 4096 MUFU results a CTA (16 a
+    clock per SM: 256 clocks); the control, the subtraction before it, none."""
+    staged = cost_model.staged_softmax_kernel(8192)
+    view = kernel_cost(explain(staged, "sm_90a"), staged, registers=32)
+    by_op = {c.label.split("] ")[1].split(" ->")[0]: c for c in view.calls}
+    assert by_op["cta.exp2"].demand.sfu == 4096
+    assert by_op["cta.exp2"].demand.clocks(H200)["sfu"] == 256
+    assert by_op["cta.sub"].demand.sfu == 0
+    assert view.resource_us["sfu"] > 0
+
+
+def _triangle(ctas: int):
+    """CTA ``bx`` copies a 32 x 32 float32 tile ``bx + 1`` times (a causal kernel's shape:
+    the work grows with the block index)."""
+    from tvm.script import tirx as T
+    from tvm.script.tirx import tile as Tx
+
+    # fmt: off
+    @T.prim_func
+    def triangle(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (ctas * 32, 32), "float32")
+        B = T.match_buffer(B_ptr, (ctas * 32, 32), "float32")
+        T.device_entry()
+        bx = T.cta_id([ctas])
+        T.thread_id([128])
+        s = T.alloc_buffer((32, 32), "float32", scope="shared")
+        for _t in T.serial(bx + 1):
+            Tx.cta.copy(s[:, :], A[bx * 32 : bx * 32 + 32, :])
+            T.cuda.cta_sync()
+            Tx.cta.copy(B[bx * 32 : bx * 32 + 32, :], s[:, :])
+            T.cuda.cta_sync()
+    # fmt: on
+    return triangle
+
+
+def test_a_loop_whose_extent_depends_on_the_cta_counts_its_mean_over_the_grid():
+    """``for t in T.serial(bx + 1)`` over 4 CTAs runs 1, 2, 3 and 4 times: 2.5 a CTA on
+    average; the control, a grid of 1 CTA, once."""
+    func = _triangle(4)
+    view = kernel_cost(explain(func, "sm_90a"), func, registers=32)
+    assert [c.trips for c in view.calls] == [2.5, 2.5] and not view.shape.notes
+    one = _triangle(1)
+    assert [c.trips for c in kernel_cost(explain(one, "sm_90a"), one, registers=32).calls] == [1, 1]

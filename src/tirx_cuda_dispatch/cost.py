@@ -4,15 +4,16 @@ Each call's :class:`Demand` comes from its operands and its plan: bytes read and
 global memory (by buffer, so that bytes every CTA re-reads count once against DRAM and
 every time against L2), shared-memory wavefronts (the plan's own accesses where it lists
 them, bank conflicts included; else one wavefront per 128 bytes, or per warp access where
-a lane moves less than 4 bytes), tensor-core FLOP by path (mma.sync, wgmma), warp
-instructions, and whether the call waits for global loads before it returns.
+a lane moves less than 4 bytes), tensor-core FLOP by path (mma.sync, wgmma),
+special-function results (exp2, reciprocal, ...: the MUFU pipe), warp instructions, and
+whether the call waits for global loads before it returns.
 
 The model (:func:`kernel_cost`) has two bounds and takes the larger:
 
 - **throughput**: each resource's total demand over the kernel at its attainable rate
   (:mod:`.machines`): DRAM (unique bytes over the chip's bandwidth), L2 (every global byte
-  over the SMs' fill rate), shared memory, the tensor pipe, instruction issue. Within a
-  phase, and between the CTAs an SM holds, these overlap.
+  over the SMs' fill rate), shared memory, the tensor pipe, the special-function unit,
+  instruction issue. Within a phase, and between the CTAs an SM holds, these overlap.
 - **latency**: a CTA runs its *phases* one after another. A phase is a run of calls with
   no barrier between them (a CTA barrier, an mbarrier or group wait, a call that
   synchronizes its warps); it costs its longest resource time at the SM's rates plus the
@@ -32,12 +33,16 @@ from dataclasses import dataclass, field, replace
 
 from .machines import Machine
 
-RESOURCES = ("dram", "l2", "shared", "tensor", "issue")
+RESOURCES = ("dram", "l2", "shared", "tensor", "sfu", "issue")
+# elementwise ops that run on the special-function unit (MUFU), one result an element
+SFU_OPS = frozenset({"exp2", "exp", "log2", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
+                     "tanh", "sigmoid"})  # fmt: skip
 _RESOURCE_TEXT = {
     "dram": "global memory bandwidth (DRAM)",
     "l2": "the L2 -> SM fill rate",
     "shared": "shared-memory bandwidth",
     "tensor": "the tensor pipe",
+    "sfu": "the special-function unit (MUFU: exponentials, reciprocals)",
     "issue": "instruction issue",
     "latency": "latency: the CTA's phases run one after another",
 }
@@ -54,6 +59,7 @@ class Demand:
     tensor_path: str = ""  # "mma.sync", "wgmma"
     tensor_dtype: str = ""
     issue: float = 0.0  # warp instructions
+    sfu: float = 0.0  # special-function results (MUFU)
     waits_for_global: bool = False  # its global loads must arrive before it returns
     barrier: bool = False  # it synchronizes the CTA's warps itself (ends its phase)
     asynchronous: bool = False  # it completes later (cp.async, TMA, wgmma): a phase only issues it
@@ -75,6 +81,7 @@ class Demand:
             "l2": self.global_bytes / m.l2_bytes_per_clk,
             "shared": self.shared_wavefronts,  # one wavefront a clock
             "tensor": self.tensor_flop / rate if rate else 0.0,
+            "sfu": self.sfu / m.sfu_per_clk,
             "issue": self.issue / m.issue_per_clk,
         }
 
@@ -86,7 +93,7 @@ class CallCost:
     index: int
     label: str  # "[3] cta.mul -> smem"
     demand: Demand
-    trips: int = 1  # executions per CTA (the constant loops around it)
+    trips: float = 1  # executions per CTA (the loops around it; a mean over the CTAs)
     phase: int = 0  # calls of one phase have no barrier between them
     shared_buffers: tuple[str, ...] = ()  # the shared buffers it touches
     scope: str = ""
@@ -128,7 +135,7 @@ def occupancy(shape: KernelShape, m: Machine) -> Occupancy:
 class Phase:
     index: int
     calls: tuple[int, ...]
-    trips: int
+    trips: float
     clocks: float  # one execution: latency + the longest resource
     latency: float
     resource: str  # the longest resource of the phase
@@ -206,7 +213,7 @@ class KernelCost:
             clk = c.demand.clocks(m)
             top = max(clk, key=clk.get)
             parts = [f"{k} {v:.0f}" for k, v in clk.items() if v >= 0.5]
-            trips = f" x{c.trips}" if c.trips != 1 else ""
+            trips = f" x{c.trips:g}" if c.trips != 1 else ""
             lines.append(
                 f"    {c.label}{trips}: "
                 + (", ".join(parts) or "nothing measurable")
@@ -215,7 +222,7 @@ class KernelCost:
             lines += [f"      assumed: {n}" for n in c.demand.notes]
         lines.append("  phases (a CTA runs them one after another):")
         for p in self.phases:
-            trips = f" x{p.trips}" if p.trips != 1 else ""
+            trips = f" x{p.trips:g}" if p.trips != 1 else ""
             calls = ", ".join(f"[{i}]" for i in p.calls)
             lines.append(
                 f"    {calls}{trips}: {p.clocks:.0f} clk ({p.resource}, waits {p.latency:.0f})"
@@ -320,7 +327,9 @@ def _calls(calls: list[CallCost]) -> str:
 
 
 # -- a call's demand, from its operands and its plan -------------------------------------
-def demand_of(operands: list, plan: object | None, waits: bool, barrier: bool) -> Demand:
+def demand_of(
+    operands: list, plan: object | None, waits: bool, barrier: bool, op: str = ""
+) -> Demand:
     """One CTA's execution of a call: ``operands`` are its regions (views with ``role``,
     ``memory``, ``name``, ``extents``, ``elem_bits``, ``access``), ``plan`` the chosen plan
     (None: no variant of ours), ``waits``: its global loads complete before it returns
@@ -333,12 +342,13 @@ def demand_of(operands: list, plan: object | None, waits: bool, barrier: bool) -
     the warp accesses times the wavefronts one takes (a lane's bytes times 32 over 128:
     a broadcast read is one), else one per 128 bytes. One instruction per vector of the
     first written operand stands for the arithmetic; a GEMM plan adds its instructions,
-    FLOP and (wgmma) the shared bytes the tensor core reads."""
+    FLOP and (wgmma) the shared bytes the tensor core reads; an ``op`` of
+    :data:`SFU_OPS` one special-function result per element of its first written operand."""
     reads, writes, shared, notes = [], [], [], []
     facts = plan.facts() if plan is not None and hasattr(plan, "facts") else {}
     listed = _plan_accesses(plan)
     tensor = _tensor(plan)
-    issue, computed = 0.0, False
+    issue, computed, sfu = 0.0, False, 0.0
     for index, o in enumerate(operands):
         elems = _elements(o)
         if elems is None:
@@ -349,6 +359,7 @@ def demand_of(operands: list, plan: object | None, waits: bool, barrier: bool) -
         accesses = warp[0] if warp else max(nbytes / 512, elems / 128)
         if o.access in ("write", "read-write") and not computed:
             issue, computed = issue + accesses, True
+            sfu = float(elems) if op in SFU_OPS else 0.0
         if o.memory == "global":
             if o.access in ("read", "read-write"):
                 reads.append((o.name, nbytes))
@@ -375,7 +386,7 @@ def demand_of(operands: list, plan: object | None, waits: bool, barrier: bool) -
     elif plan is None:
         notes.append("no plan of ours: its operands' bytes only")
     return Demand(
-        tuple(reads), tuple(writes), tuple(shared), flop, path, dtype, issue,
+        tuple(reads), tuple(writes), tuple(shared), flop, path, dtype, issue, sfu,
         waits and bool(reads), barrier, not waits, tuple(notes),
     )  # fmt: skip
 
@@ -392,6 +403,7 @@ def scaled(d: Demand, instances: int) -> Demand:
         global_write=tuple((b, n * k) for b, n in d.global_write),
         shared=tuple((b, n * k) for b, n in d.shared),
         tensor_flop=d.tensor_flop * k,
+        sfu=d.sfu * k,
         issue=d.issue * k,
     )
 

@@ -519,8 +519,8 @@ def kernel_cost(
     target: Any = "sm_90a",
 ) -> Any:
     """The kernel view of an explained program (:mod:`.cost`): each call's demand from its
-    operands and plan, how often a CTA runs it (the constant loops around it), the phases
-    the kernel's barriers cut its CTAs into, the grid and the shared memory per CTA, on
+    operands and plan, how often a CTA runs it (the loops around it, :func:`_trips`), the
+    phases the kernel's barriers cut its CTAs into, the grid and the shared memory per CTA, on
     ``machine`` (a :class:`.machines.Machine` or its name; default: the target's).
     ``registers`` per thread: None compiles the kernel (NVRTC) and reads ptxas's count."""
     from . import cost, machines
@@ -555,7 +555,7 @@ def kernel_cost(
         asynchronous = any(isinstance(x, Completion) for x in res)
         barrier = any(isinstance(x, Workspace | NamedBarrier) for x in res)
         prev_barrier = barrier
-        demand = cost.demand_of(opnds, r.plan_object, not asynchronous, barrier)
+        demand = cost.demand_of(opnds, r.plan_object, not asynchronous, barrier, r.op)
         if out_call is not None:
             demand = cost.scaled(demand, instances(out_call))
         trips, why = _trips(r)
@@ -625,18 +625,61 @@ def _bytes(buffer: Any) -> int:
     return n * buffer.dtype.bits * buffer.dtype.lanes // 8
 
 
-def _trips(r: CallReport) -> tuple[int, str | None]:
-    """How many times a CTA runs the call: the product of the constant loop extents
-    around it (a loop of symbolic extent or a while loop: counted once, and said)."""
+def _trips(r: CallReport) -> tuple[float, str | None]:
+    """How many times a CTA runs the call: the product of the loop extents around it. An
+    extent that depends on the CTA's index or an outer loop (a causal kernel's tiles up
+    to its diagonal) is averaged over every value of those (:func:`_mean_extent`); one
+    the model cannot enumerate, and a while loop, counts once, and is said."""
     enclosing = getattr(r.call_object, "enclosing", None)
-    trips, why = 1, None
+    trips, why = 1.0, None
     for loop in getattr(enclosing, "loops", None) or []:
-        ext = as_int(getattr(loop, "extent", None))
+        extent = getattr(loop, "extent", None)
+        ext = as_int(extent)
+        if ext is None and extent is not None:
+            ext = _mean_extent(extent, enclosing)
         if ext is None:
-            why = "a loop around it has no constant trip count: counted once"
+            why = "a loop around it has no trip count the model can average: counted once"
             continue
         trips *= ext
     return trips, why
+
+
+_ENUMERATED = 4096  # values of a symbolic extent's variables the model tries at most
+
+
+def _mean_extent(extent: Any, enclosing: Any) -> float | None:
+    """The mean of ``extent`` over every value of the variables it depends on (the CTA's
+    index, thread ids, outer loops: their ranges where the call stands, lets substituted);
+    None where one has no range or there are more than ``_ENUMERATED`` values."""
+    import itertools
+
+    ana = sym.Analyzer()
+    for var, value in getattr(enclosing, "lets", None) or []:
+        ana.bind(var, value)
+    expr = ana.simplify(extent)
+    free = list(tvm.tirx.analysis.undefined_vars(expr))
+    ranges = []
+    for var in free:
+        found = next((r for r in enclosing.ranges if r[0].same_as(var)), None)
+        if found is None:
+            return None
+        _, lo, hi, step = found
+        ranges.append(range(int(lo), int(hi), int(step) or 1))
+    count = 1
+    for rng in ranges:
+        count *= len(rng)
+    if count == 0 or count > _ENUMERATED:
+        return None
+    total = 0
+    for values in itertools.product(*ranges):
+        inner = sym.Analyzer()
+        for var, value in zip(free, values, strict=True):
+            inner.bind(var, tvm.tirx.IntImm(str(var.ty), value))  # ids and loop vars: ints
+        got = as_int(inner.simplify(expr))
+        if got is None:
+            return None
+        total += max(got, 0)
+    return total / count
 
 
 def _global_sizes(report: Explanation) -> tuple[tuple[str, int], ...]:

@@ -32,6 +32,7 @@ class Machine:
     l2_bytes_per_clk: float  # attainable L2 -> SM fill rate, per SM
     shared_bytes_per_clk: int  # one 128-byte wavefront a clock
     issue_per_clk: int  # warp instructions a clock (one per scheduler)
+    sfu_per_clk: int  # special-function results a clock (MUFU: ex2, lg2, rcp, rsq, sin, cos)
     # attainable FLOP per clock per SM of each tensor-core path, by input type
     tensor_flop_per_clk: dict[str, dict[str, float]]
     # latencies in SM clocks
@@ -82,6 +83,7 @@ H200 = Machine(
     l2_bytes_per_clk=35.0,
     shared_bytes_per_clk=128,
     issue_per_clk=4,
+    sfu_per_clk=16,
     tensor_flop_per_clk=_HOPPER_TENSOR,
     dram_latency_clk=1000,
     shared_latency_clk=30,
@@ -95,6 +97,8 @@ H200 = Machine(
         "buffer, 34.2-35.9 B/clk/SM",
         "shared_bytes_per_clk": "one 128-byte wavefront per clock (32 banks x 4 bytes)",
         "issue_per_clk": "four warp schedulers, one instruction each a clock",
+        "sfu_per_clk": "the CUDA C++ Programming Guide's throughput table, compute capability "
+        "9.0: 16 results a clock per SM for exp2, log2, reciprocal, rsqrt, sine and cosine",
         "tensor_flop_per_clk": "mma.sync: part 8a; wgmma: 0.80 of the whitepaper's rate, "
         "cuBLAS per clock under the power cap (part 8d)",
         "dram_latency_clk": "about 500 ns from issue to use for a load that misses L2, in "
@@ -115,6 +119,7 @@ H100 = Machine(
     l2_bytes_per_clk=35.0,
     shared_bytes_per_clk=128,
     issue_per_clk=4,
+    sfu_per_clk=16,
     tensor_flop_per_clk=_HOPPER_TENSOR,
     dram_latency_clk=1000,
     shared_latency_clk=30,
