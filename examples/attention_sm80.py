@@ -97,8 +97,8 @@ def default_blocks(d: int) -> tuple[int, int]:
     at 1024 x 64) and 128 x 128 by 7% at head dim 64 (FlashAttention-2 takes 128 x 128
     there); at head dim 128 Q is read from shared memory (in registers beside O and S it
     cost 24%). At head dim 256, 64 x 64, FlashAttention-2's blocks there: O's 16 x 256
-    rows a warp are 128 registers a thread, and Q, two stages of K and V take 160 KiB of
-    shared memory (an A100 has 163 KiB a CTA)."""
+    rows a warp are 128 registers a thread; Q and one stage each of K and V take 96 KiB
+    of shared memory, so two CTAs share an SM (two stages, 160 KiB, held it to one)."""
     return (64, 64) if d == 256 else (128, 64)
 
 
@@ -113,14 +113,23 @@ def attention_sm80_kernel(
     block_m: int | None = None,
     block_n: int | None = None,
     q_in_registers: bool | None = None,
+    stages: int | None = None,
 ):
     """The kernel for ``heads`` (B*H) query heads of ``seq`` rows, head dim ``d``, and
     ``kv_heads`` key/value heads (query head ``h`` reads key/value head ``h / (heads /
     kv_heads)``). ``block_m`` query rows a CTA (64 or 128: 16 or 32 a warp) and
     ``block_n`` keys a tile (64 or 128, at most ``block_m``), :func:`default_blocks`
     where None. ``q_in_registers``: each warp's rows of Q held in registers for the
-    whole loop (None: where they fit beside O and S, 16 rows a warp or head dim 64), else
-    read from shared memory per 16 columns of D as FlashAttention-2 does. ``omit`` breaks
+    whole loop (None: where they fit beside O and S, 16 rows a warp below head dim 256 or
+    head dim 64), else read from shared memory per 16 columns of D as FlashAttention-2
+    does. ``stages``: 2,
+    K and V of tile t + 1 loaded by cp.async into the other stage while tile t computes
+    (one wait and barrier a tile); 1, FlashAttention-2's schedule for the largest head
+    dims: one stage each of K and V, V of tile t loaded while S = Q K^T runs and K of
+    tile t + 1 while O += P V does (two waits and barriers a tile), so that two CTAs fit
+    an SM (None: 1 at head dim 256, where two stages take 160 KiB, else 2). On an H200 at
+    64 x 4096 x 256 (one run) one stage with Q from shared memory read 0.94 of the flash
+    backend (causal 0.79), against 0.52 (0.55) with two stages and Q in registers. ``omit`` breaks
     it for the tests' negative controls: ``"wait"`` drops the ``cp.async.wait_group``
     before a tile is read, ``"barrier"`` the CTA barrier after it (a warp may refill the
     stage another still reads), ``"rescale"`` drops ``O = O alpha``."""
@@ -136,9 +145,12 @@ def attention_sm80_kernel(
             f"groups over {kv_heads} key/value heads, omit {omit!r} (one of {OMITS}), "
             f"block_m {BM} (64 or 128), block_n {BN} (64 or 128, at most block_m)"
         )
+    stages = (1 if d == 256 else 2) if stages is None else stages
+    if stages not in (1, 2):
+        raise ValueError(f"stages {stages}: 1 or 2")
     WM = BM // WARPS
     if q_in_registers is None:
-        q_in_registers = WM == 16 or d == 64
+        q_in_registers = (WM == 16 and d < 256) or d == 64
     group = heads // kv_heads
     zero = T.Cast(dtype, 0)
     scale = LOG2E / math.sqrt(d)
@@ -149,30 +161,32 @@ def attention_sm80_kernel(
     rows = fragments.mma_row_vector_layout(mt)
     qbs, kts = -(-seq // BM), -(-seq // BN)
     q_tail, k_tail = seq % BM, seq % BN
-    q_at, k_at = 0, BM * d  # elements of the pool: Q, K[2], V[2]
-    v_at = k_at + 2 * BN * d
-    pool_elems = v_at + 2 * BN * d
+    q_at, k_at = 0, BM * d  # elements of the pool: Q, K[stages], V[stages]
+    v_at = k_at + stages * BN * d
+    pool_elems = v_at + stages * BN * d
     wait = omit != "wait"
     barrier = omit != "barrier"
     rescale = omit != "rescale"
 
-    def load_kv(K, V, K_s, V_s, kv, t, slot) -> None:
-        """Key tile ``t`` into stage ``slot`` by cp.async; a partial last tile copied at
-        its extent (synchronously) over a zero-filled stage."""
+    def load(X, X_s, kv, t, slot) -> None:
+        """Tile ``t`` of K or V into stage ``slot`` by cp.async; a partial last tile copied
+        at its extent (synchronously) over a zero-filled stage."""
         k0 = t * BN
 
         def full() -> None:
-            Tx.cta.copy_async(K_s[slot, :, :], K[kv, k0 : k0 + BN, :])
-            Tx.cta.copy_async(V_s[slot, :, :], V[kv, k0 : k0 + BN, :])
+            Tx.cta.copy_async(X_s[slot, :, :], X[kv, k0 : k0 + BN, :])
 
         def tail() -> None:
-            Tx.cta.fill(K_s[slot, k_tail:BN, :], zero)
-            Tx.cta.fill(V_s[slot, k_tail:BN, :], zero)
-            Tx.cta.copy(K_s[slot, 0:k_tail, :], K[kv, k0 : k0 + k_tail, :])
-            Tx.cta.copy(V_s[slot, 0:k_tail, :], V[kv, k0 : k0 + k_tail, :])
+            Tx.cta.fill(X_s[slot, k_tail:BN, :], zero)
+            Tx.cta.copy(X_s[slot, 0:k_tail, :], X[kv, k0 : k0 + k_tail, :])
 
         _branch(t >= kts - 1 if k_tail else None, full, tail)  # (the last tile: ">=" is
         # what lets the bounds check see that the full copies stop before it)
+
+    def load_kv(K, V, K_s, V_s, kv, t, slot) -> None:
+        """Key tile ``t`` of K and V into stage ``slot``."""
+        load(K, K_s, kv, t, slot)
+        load(V, V_s, kv, t, slot)
 
     def scores(S_r, Q_r, Q_s, K_s, K_f, slot, r0) -> None:
         """S = Q K^T, 16 columns of D at a time (unrolled: every register slice constant);
@@ -211,10 +225,10 @@ def attention_sm80_kernel(
         pool = T.alloc_buffer((pool_elems,), dtype, scope="shared.dyn", align=1024)
         Q_s = T.decl_buffer((BM, d), dtype, pool.data, elem_offset=q_at, scope="shared.dyn",
                             layout=swizzled((BM, d)))
-        K_s = T.decl_buffer((2, BN, d), dtype, pool.data, elem_offset=k_at, scope="shared.dyn",
-                            layout=swizzled((2, BN, d)))
-        V_s = T.decl_buffer((2, BN, d), dtype, pool.data, elem_offset=v_at, scope="shared.dyn",
-                            layout=swizzled((2, BN, d)))
+        K_s = T.decl_buffer((stages, BN, d), dtype, pool.data, elem_offset=k_at,
+                            scope="shared.dyn", layout=swizzled((stages, BN, d)))
+        V_s = T.decl_buffer((stages, BN, d), dtype, pool.data, elem_offset=v_at,
+                            scope="shared.dyn", layout=swizzled((stages, BN, d)))
         lse_s = T.alloc_buffer((BM, 1), "float32", scope="shared", layout=TileLayout(S[BM, 1]))
         lse_v = T.decl_buffer((BM,), "float32", lse_s.data, scope="shared")
         Q_r = T.alloc_buffer((WM, d if q_in_registers else 16), dtype, scope="local",
@@ -245,7 +259,10 @@ def attention_sm80_kernel(
                 Tx.cta.copy(Q_s[0:q_tail, :], Q[h, q0 : q0 + q_tail, :])
         else:
             Tx.cta.copy_async(Q_s[:, :], Q[h, q0 : q0 + BM, :])
-        load_kv(K, V, K_s, V_s, kv, 0, 0)
+        if stages == 2:
+            load_kv(K, V, K_s, V_s, kv, 0, 0)
+        else:  # V of tile 0 comes in the loop, while S = Q K^T runs
+            load(K, K_s, kv, 0, 0)
         T.ptx.cp.async_.commit_group()
         T.ptx.cp.async_.wait_group(0)
         T.cuda.cta_sync()
@@ -255,18 +272,27 @@ def attention_sm80_kernel(
         Tx.warp.fill(m_old[:, :], T.float32(-math.inf))
         Tx.warp.fill(l_sum[:, :], T.float32(0.0))
         for t in T.serial(n_tiles):
-            if wait:  # tile t is in (the group of the previous iteration)
-                T.ptx.cp.async_.wait_group(0)
-            if barrier:  # ... for every thread, and every warp is done with tile t - 1
-                T.cuda.cta_sync()
-            if t + 1 < kts:  # tile t + 1 into the other stage while this one computes
-                if causal:  # (two conditions, not t + 1 < n_tiles: the bounds check
-                    if t + 1 < diagonal:  # reads each, where it cannot see through T.min)
+            if stages == 2:
+                if wait:  # tile t is in (the group of the previous iteration)
+                    T.ptx.cp.async_.wait_group(0)
+                if barrier:  # ... for every thread, and every warp is done with tile t - 1
+                    T.cuda.cta_sync()
+                if t + 1 < kts:  # tile t + 1 into the other stage while this one computes
+                    if causal:  # (two conditions, not t + 1 < n_tiles: the bounds check
+                        if t + 1 < diagonal:  # reads each, where it cannot see through T.min)
+                            load_kv(K, V, K_s, V_s, kv, t + 1, (t + 1) % 2)
+                    else:
                         load_kv(K, V, K_s, V_s, kv, t + 1, (t + 1) % 2)
-                else:
-                    load_kv(K, V, K_s, V_s, kv, t + 1, (t + 1) % 2)
-            T.ptx.cp.async_.commit_group()
-            scores(S_r, Q_r, Q_s, K_s, K_f, t % 2, r0)
+                T.ptx.cp.async_.commit_group()
+            else:
+                if t > 0:
+                    if wait:  # K of tile t is in (loaded during the last P V)
+                        T.ptx.cp.async_.wait_group(0)
+                    if barrier:  # ... for every thread; every warp is done with V's stage
+                        T.cuda.cta_sync()
+                load(V, V_s, kv, t, 0)  # V of tile t while S = Q K^T runs
+                T.ptx.cp.async_.commit_group()
+            scores(S_r, Q_r, Q_s, K_s, K_f, t % stages, r0)
             if causal:  # only the tiles on the diagonal have keys past the warp's rows
                 if t * BN + BN > q0 + r0 + 1:
                     Tx.warp.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
@@ -277,7 +303,19 @@ def attention_sm80_kernel(
                                    lambda i, j: t * BN + j < seq)  # noqa: B023
             hopper.online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_sum, l_tile, scale,
                                   rescale, Tx.warp)
-            values(O_r, P16, V_s, V_f, t % 2)
+            if stages == 1:
+                if wait:  # V of tile t is in
+                    T.ptx.cp.async_.wait_group(0)
+                if barrier:  # ... for every thread; every warp is done with K's stage
+                    T.cuda.cta_sync()
+                if t + 1 < kts:  # K of tile t + 1 while O += P V runs
+                    if causal:
+                        if t + 1 < diagonal:
+                            load(K, K_s, kv, t + 1, 0)
+                    else:
+                        load(K, K_s, kv, t + 1, 0)
+                T.ptx.cp.async_.commit_group()
+            values(O_r, P16, V_s, V_f, t % stages)
         # O / l and the LSE, through shared memory (Q's stage: no warp reads it any more
         # once every warp is past the barrier)
         hopper.finish(O_r, O16, m_old, l_sum, l_tile, scale, Tx.warp)

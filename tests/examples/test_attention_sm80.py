@@ -34,7 +34,7 @@ SHAPES = [  # (query heads, key/value heads, sequence, head dim)
     (2, 1, 150, 64),  # grouped-query heads, a partial last block and key tile
     (2, 1, 100, 128),  # one key tile, partial
     (1, 1, 192, 128),
-    (1, 1, 100, 256),  # 64 x 64 blocks; a partial last block and key tile
+    (1, 1, 100, 256),  # 64 x 64 blocks, one stage, Q from shared; partial last block, tile
 ]
 
 
@@ -86,6 +86,18 @@ def test_bfloat16_equals_numpy(where, gpu):
     assert attention.close(moved.astype(out[3].dtype), out[4], *args[:3], causal=True)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("stages, d", [(1, 64), (2, 256)], ids=["one-stage-d64", "two-d256"])
+def test_the_other_schedule_equals_numpy(stages, d, causal):
+    """FlashAttention-2's one-stage schedule (head dim 256's default) at head dim 64, and
+    the two-stage one at head dim 256; ragged (150 rows)."""
+    args = attention.inputs(1, 150, d, seed=6)
+    func = attention.attention_sm80_kernel(1, 150, d, causal=causal, stages=stages)
+    out = sim.run(func, args, target="sm_80", pipeline=STRICT)
+    assert attention.close(out[3], out[4], *args[:3], causal=causal) is None
+
+
+@pytest.mark.parametrize("stages", [1, 2], ids=["one-stage", "two-stages"])
 @pytest.mark.parametrize(
     "omit, expect",
     [
@@ -93,12 +105,14 @@ def test_bfloat16_equals_numpy(where, gpu):
         ("barrier", r"race"),
     ],
 )
-def test_a_missing_wait_or_barrier_is_named_by_the_simulator(omit, expect):
+def test_a_missing_wait_or_barrier_is_named_by_the_simulator(omit, expect, stages):
     """Without the wait a warp reads a stage cp.async may still write; without the
-    barrier a warp refills the stage another warp still reads."""
+    barrier a warp refills the stage another warp still reads (both schedules: the
+    one-stage one waits twice a tile, for K and for V)."""
     args = attention.inputs(1, 192, 64, seed=5)
+    func = attention.attention_sm80_kernel(1, 192, 64, omit=omit, stages=stages)
     with pytest.raises(sim.SimError, match=expect):
-        sim.run(attention.attention_sm80_kernel(1, 192, 64, omit=omit), args, target="sm_80")
+        sim.run(func, args, target="sm_80")
 
 
 def test_a_dropped_rescale_is_caught_by_the_comparison():
@@ -113,5 +127,7 @@ def test_shapes_it_does_not_take_are_an_error():
         attention.attention_sm80_kernel(1, 128, 96)
     with pytest.raises(ValueError, match="3 query heads in groups over 2"):
         attention.attention_sm80_kernel(3, 128, 64, kv_heads=2)
+    with pytest.raises(ValueError, match="stages 3: 1 or 2"):
+        attention.attention_sm80_kernel(1, 128, 64, stages=3)
     with pytest.raises(ValueError, match="block_n 128 .* at most block_m"):
         attention.attention_sm80_kernel(1, 128, 64, block_m=64, block_n=128)
