@@ -127,9 +127,11 @@ def attention_sm80_kernel(
     (one wait and barrier a tile); 1, FlashAttention-2's schedule for the largest head
     dims: one stage each of K and V, V of tile t loaded while S = Q K^T runs and K of
     tile t + 1 while O += P V does (two waits and barriers a tile), so that two CTAs fit
-    an SM (None: 1 at head dim 256, where two stages take 160 KiB, else 2). On an H200 at
-    64 x 4096 x 256 (one run) one stage with Q from shared memory read 0.94 of the flash
-    backend (causal 0.79), against 0.52 (0.55) with two stages and Q in registers. ``omit`` breaks
+    an SM. None: 1 at head dim 256, where two stages take 160 KiB (on an H200 at 64 x 4096
+    x 256, one run: 0.94 of the flash backend, causal 0.79, against 0.52 and 0.55 with
+    two stages and Q in registers), and at head dim 128 non-causal (1.005 / 1.039 of flash
+    at S 4096 / 16384 against two stages' 0.983 / 1.004, with fewer registers spilled);
+    2 at head dim 64 (1.096 against 1.058) and causal head dim 128 (1.059 against 0.965). ``omit`` breaks
     it for the tests' negative controls: ``"wait"`` drops the ``cp.async.wait_group``
     before a tile is read, ``"barrier"`` the CTA barrier after it (a warp may refill the
     stage another still reads), ``"rescale"`` drops ``O = O alpha``."""
@@ -145,7 +147,8 @@ def attention_sm80_kernel(
             f"groups over {kv_heads} key/value heads, omit {omit!r} (one of {OMITS}), "
             f"block_m {BM} (64 or 128), block_n {BN} (64 or 128, at most block_m)"
         )
-    stages = (1 if d == 256 else 2) if stages is None else stages
+    if stages is None:  # one stage where it measured faster (docstring)
+        stages = 1 if d == 256 or (d == 128 and not causal) else 2
     if stages not in (1, 2):
         raise ValueError(f"stages {stages}: 1 or 2")
     WM = BM // WARPS

@@ -32,7 +32,7 @@ def test_every_call_is_ours_and_every_region_is_proved():
 SHAPES = [  # (query heads, key/value heads, sequence, head dim)
     (2, 2, 128, 64),
     (2, 1, 150, 64),  # grouped-query heads, a partial last block and key tile
-    (2, 1, 100, 128),  # one key tile, partial
+    (2, 1, 100, 128),  # one key tile, partial (one stage non-causal, two causal)
     (1, 1, 192, 128),
     (1, 1, 100, 256),  # 64 x 64 blocks, one stage, Q from shared; partial last block, tile
 ]
