@@ -86,11 +86,11 @@ def test_forced_variant_that_accepts_is_used():
     assert "tirx_cuda_dispatch_ld_global_cg_128" in _lower(forced).script()
 
 
-def _forced_tma(promotion: str | None = None):
+def _forced_tma(prefetch: bool = False):
     """A thread-scope TMA load forced to ``tma_auto`` (a name TVM's built-in variants have
-    too) into a 128-byte swizzled tile; ``promotion``: the tensor map's L2 promotion
-    (``tensormap_l2_promotion``, a config TVM's variant takes and ours does not)."""
-    config = {} if promotion is None else {"tensormap_l2_promotion": promotion}
+    too) into a 128-byte swizzled tile; ``prefetch``: ``prefetch_tensormap=True``, a config
+    TVM's variant takes and ours does not."""
+    config = {"prefetch_tensormap": True} if prefetch else {}
     from tvm.script import tirx as T
     from tvm.script.tirx import tile as Tx
 
@@ -123,16 +123,16 @@ def test_a_forced_name_tvm_also_has_falls_to_tvms_variant_of_it_by_default():
     """dispatch='tma_auto' that ours declines goes to TVM's tma_auto under the default
     pipeline (a program TVM compiles keeps compiling), and explain() says so; strict
     mode is an error naming ours' reason and TVM's answer."""
-    func = _forced_tma("L2::128B")
+    func = _forced_tma(prefetch=True)
     report = tcd.explain(func)[0]
     why = report.candidates[0].reason
-    assert report.variant is None and "config tensormap_l2_promotion=L2::128B is not a key" in why
+    assert report.variant is None and "config prefetch_tensormap=True is not a key" in why
     assert report.fallback == "falls back to TVM's built-in variant 'tma_auto'"
     assert "cp.async.bulk.tensor" in toolchain.cuda_source(func)
     with pytest.raises(tcd.DispatchError) as err:
         toolchain.cuda_source(func, pipeline=tcd.STRICT_PIPELINE)
     text = str(err.value)
-    assert "dispatch='tma_auto' was forced and declined" in text and "L2::128B" in text
+    assert "dispatch='tma_auto' was forced and declined" in text and "prefetch_tensormap" in text
     assert "without strict mode: falls back to TVM's built-in variant 'tma_auto'" in text
     # the control: without the config, ours takes it
     assert tcd.explain(_forced_tma())[0].variant == "tma_auto"

@@ -166,7 +166,7 @@ def raise_alignments(mod: tvm.IRModule, raised: list[tuple[Any, int]]) -> tvm.IR
     the ``align=``."""
     if not raised:
         return mod
-    out = tvm.IRModule()
+    out = mod.clone()  # the module's attributes and global infos kept
     for gvar, func in mod.functions.items():
         new: list[tuple[Any, Any]] = []  # (the allocated buffer, it realigned)
         allocs = [n.buffer for n in statements(getattr(func, "body", None))
@@ -187,7 +187,8 @@ def raise_alignments(mod: tvm.IRModule, raised: list[tuple[Any, int]]) -> tvm.IR
         def swap(buffer: Any, new: list = new) -> Any:
             return next((n for o, n in new if o.same_as(buffer)), buffer)
 
-        out[gvar] = tvm_ffi.structural_map(func, (tvm.tirx.Buffer, swap)) if new else func
+        if new:
+            out.update_func(gvar, tvm_ffi.structural_map(func, (tvm.tirx.Buffer, swap)))
     return out
 
 

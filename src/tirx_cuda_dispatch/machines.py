@@ -13,7 +13,7 @@ Nothing here imports TVM: the model (:mod:`.cost`) and its tests run without it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 class UnknownMachine(ValueError):
@@ -110,20 +110,10 @@ H200 = Machine(
 
 # The H100 SXM: the H200's SM at a lower DRAM bandwidth (3.35 TB/s datasheet; the copy's
 # fraction of it taken as on the H200, 0.87).
-H100 = Machine(
+H100 = replace(
+    H200,
     name="H100",
-    arch="sm_90a",
-    sms=132,
-    clock_hz=1.98e9,
     dram_bytes_per_s=2.91e12,
-    l2_bytes_per_clk=35.0,
-    shared_bytes_per_clk=128,
-    issue_per_clk=4,
-    sfu_per_clk=16,
-    tensor_flop_per_clk=_HOPPER_TENSOR,
-    dram_latency_clk=1000,
-    shared_latency_clk=30,
-    barrier_clk=20,
     sources={
         **H200.sources,
         "dram_bytes_per_s": "0.87 of the 3.35 TB/s datasheet figure, the fraction a copy "

@@ -271,7 +271,7 @@ def encoded_tensor_maps(host: Any) -> dict[str, dict]:
     """The tensor maps a host module encodes before the launch (``tensormap_encode_tiled``),
     by the name of the variable the kernel receives each in: the data variable of the
     mapped buffer (its name), dtype, and the driver's arrays (dims, byte strides of
-    dimensions 1 and up, box, element strides) and swizzle (bytes) as ints."""
+    dimensions 1 and up, box, element strides), swizzle and L2 promotion (bytes) as ints."""
     found: dict[str, dict] = {}
     for func in host.functions.values():
         for call in evaluated_calls(getattr(func, "body", None)):
@@ -288,6 +288,7 @@ def encoded_tensor_maps(host: Any) -> dict[str, dict]:
                 "box": tuple(ints[2 * rank - 1 : 3 * rank - 1]),
                 "element_strides": tuple(ints[3 * rank - 1 :]),
                 "swizzle": SWIZZLE_BYTES[int(call.attrs.swizzle)],
+                "l2_promotion": (0, 64, 128, 256)[int(call.attrs.l2_promotion)],
             }
     return found
 

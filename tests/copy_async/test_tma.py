@@ -115,9 +115,10 @@ def test_declines_before_hopper():
     assert "needs sm_90 or newer; target is sm_80" in _reason(roundtrip(), "sm_80")
 
 
-def tvm_style_load(align: int | None = None):
+def tvm_style_load(align: int | None = None, **config):
     """TVM's test programs' form: a static shared tile under a 128-byte swizzle, allocated
-    with no ``align=`` (64 bytes), an mbarrier beside it, a TMA load, the tile back out."""
+    with no ``align=`` (64 bytes), an mbarrier beside it, a TMA load (``config``: more of
+    its keys), the tile back out."""
     layout = demos.tma_shared_layout("float16", (64, 64), 128)
     kwargs = {} if align is None else {"align": align}
 
@@ -135,7 +136,7 @@ def tvm_style_load(align: int | None = None):
             T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
         T.cuda.cta_sync()
         if tid == 0:
-            Tx.copy_async(A_smem[:, :], A[:, :], mbar=bar.ptr_to([0]))
+            Tx.copy_async(A_smem[:, :], A[:, :], mbar=bar.ptr_to([0]), **config)
             T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), 8192)
         T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
         Tx.cta.copy(B[:, :], A_smem[:, :])
@@ -230,6 +231,23 @@ def test_the_host_encodes_one_tensor_map_the_kernel_takes_as_a_grid_constant():
     assert name == "A_tensormap"
     assert (fields["dims"], fields["strides"], fields["box"]) == ((256, 256), (512,), (64, 64))
     assert fields["swizzle"] == 128 and fields["dtype"] == "float16"
+
+
+@pytest.mark.parametrize(
+    "promotion, encoded", [(None, 256), ("L2::128B", 128), ("none", 0), (1, 64)]
+)
+def test_tvms_l2_promotion_config_reaches_the_tensor_map(promotion, encoded):
+    """tensormap_l2_promotion= in TVM's forms (a name, 'none' or 0-3) is the descriptor's
+    L2 promotion, encoded by the host; without it 256 bytes."""
+    config = {} if promotion is None else {"tensormap_l2_promotion": promotion}
+    host, _ = toolchain.lowered(tvm_style_load(align=1024, **config))
+    [fields] = toolchain.encoded_tensor_maps(host).values()
+    assert fields["l2_promotion"] == encoded
+
+
+def test_an_l2_promotion_tma_does_not_have_declines_naming_the_forms():
+    why = _reason(tvm_style_load(align=1024, tensormap_l2_promotion="L2::32B"))
+    assert "tensormap_l2_promotion=L2::32B is not an L2 promotion" in why and "'L2::64B'" in why
 
 
 def test_sass_issues_utmaldg_and_no_per_thread_loads():

@@ -95,7 +95,12 @@ MAX_ISSUES = 64  # unrolled instructions of one call
 CONFIG_KEYS = {
     "mbar": "a load's mbarrier (a pointer, bar.ptr_to([0])) whose phase the copy's bytes complete",
     "use_tma_reduce": "a store's reduction into global memory: add, min or max",
+    "tensormap_l2_promotion": "the descriptor's L2 sector promotion, TVM's forms: 0-3, 'none', "
+    "'L2::64B', 'L2::128B' or 'L2::256B' (default 256 bytes)",
 }
+# tensormap_l2_promotion as TVM 0.27 writes it -> bytes (CU_TENSOR_MAP_L2_PROMOTION_*)
+L2_PROMOTIONS = {"0": 0, "1": 64, "2": 128, "3": 256, "none": 0, "L2::64B": 64,
+                 "L2::128B": 128, "L2::256B": 256}  # fmt: skip
 
 
 # -- predicates ------------------------------------------------------------------------------
@@ -186,6 +191,7 @@ class TmaPlan:
     issuer: str
     direction: str = "load"  # "load": global -> shared; "store": shared -> global
     reduce: str | None = None  # a store's cp.reduce operation
+    l2_promotion: int = L2_PROMOTION  # bytes
     alignment: Alignment | None = None  # the shared allocation's alignment, raised by the bridge
 
     @property
@@ -236,7 +242,7 @@ class TmaPlan:
             tuple(d.stride for d in self.dims[1:]),
             tuple(d.box for d in self.dims),
             self.swizzle,
-            L2_PROMOTION,
+            self.l2_promotion,
             f"the box of every {self.instruction.split('.global')[0]}",
         )
 
@@ -460,8 +466,24 @@ def plan(call: TileCall) -> TmaPlan:
     reduce = call.config.get("use_tma_reduce") if direction == "store" else None
     return TmaPlan(
         glob.dtype, glob.elem_bits, tuple(dims), tuple(issues), swizzle, align, _issuer(call),
-        direction, None if reduce is None else str(reduce), raised,
+        direction, None if reduce is None else str(reduce), _l2_promotion(call), raised,
     )  # fmt: skip
+
+
+def _l2_promotion(call: TileCall) -> int:
+    """The descriptor's L2 promotion in bytes from ``tensormap_l2_promotion=`` (TVM's
+    forms), 256 where the config has none."""
+    value = call.config.get("tensormap_l2_promotion")
+    if value is None:
+        return L2_PROMOTION
+    number = as_int(value)
+    text = str(number) if number is not None else str(getattr(value, "value", value))
+    check(
+        text in L2_PROMOTIONS,
+        f"tensormap_l2_promotion={value} is not an L2 promotion; write one of "
+        f"{', '.join(repr(k) for k in L2_PROMOTIONS)}",
+    )
+    return L2_PROMOTIONS[text]
 
 
 def _check_coordinates(
