@@ -14,6 +14,9 @@ where that ratio lies within 0.75-1.33.
 The staged kernels are what a new user writes first; the model is what tells them why
 they run at half of a device copy (shared-memory bandwidth) and which buffer to keep in
 registers.
+
+``python3 bench/cost_model.py --machine H100`` (no GPU needed) prints what the model says
+bounds the warp-specialized GEMM at each of issue 32's shapes (:func:`ws_bounds`).
 """
 
 from __future__ import annotations
@@ -235,3 +238,49 @@ def part_cost(gpu, args) -> list[dict]:
             }
         )
     return rows
+
+
+# issue 32's GEMM shapes (M, N, K): what the model says bounds each (no GPU needed)
+WS_SHAPES = [(4096, 4096, 4096), (6144, 6144, 6144), (8192, 8192, 8192), (4000, 4000, 4000),
+             (8192, 8192, 1024), (16384, 1024, 4096), (1024, 16384, 4096)]  # fmt: skip
+
+
+def ws_bounds(machine: str = "H100", sms: int = 132) -> list[dict]:
+    """examples/gemm_hopper_ws.py (float16, C = A B, part 8g's configuration) at each of
+    :data:`WS_SHAPES`: the predicted time and TFLOP/s on ``machine`` and every bound."""
+    import gemm_ws
+    import norms
+
+    rows = []
+    for m, n, k in WS_SHAPES:
+        func = norms.example("gemm_hopper_ws").gemm_kernel(
+            m, n, k, epilogue="plain", grid=sms, **gemm_ws.WS_CONFIG
+        )
+        view = predicted(func, machine)
+        rows.append(
+            {
+                "shape": f"{m}x{n}x{k}",
+                "predicted us": round(view.predicted_us, 1),
+                "predicted TFLOP/s": round(2 * m * n * k / view.predicted_us / 1e6, 1),
+                "bound": view.bound,
+                **{f"{r} us": round(v, 1) for r, v in view.resource_us.items() if v},
+                "latency us": round(view.latency_us, 1),
+            }
+        )
+    return rows
+
+
+def main() -> int:
+    import argparse
+
+    import run
+
+    parser = argparse.ArgumentParser(description="the cost model's bounds, no GPU needed")
+    parser.add_argument("--machine", default="H100", help="H100 or H200")
+    args = parser.parse_args()
+    print(run.markdown_table(ws_bounds(args.machine)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
