@@ -86,10 +86,11 @@ def test_forced_variant_that_accepts_is_used():
     assert "tirx_cuda_dispatch_ld_global_cg_128" in _lower(forced).script()
 
 
-def _forced_tma(prefetch: bool = False):
+def _forced_tma(prefetch: bool = False, align: int = 1024, offset: int = 0):
     """A thread-scope TMA load forced to ``tma_auto`` (a name TVM's built-in variants have
-    too) into a 128-byte swizzled tile; ``prefetch``: ``prefetch_tensormap=True``, a config
-    TVM's variant takes and ours does not."""
+    too) into a 128-byte swizzled tile ``offset`` elements into a pool declared aligned to
+    ``align``; ``prefetch``: ``prefetch_tensormap=True``, a config TVM's variant takes and
+    ours does not."""
     config = {"prefetch_tensormap": True} if prefetch else {}
     from tvm.script import tirx as T
     from tvm.script.tirx import tile as Tx
@@ -104,9 +105,10 @@ def _forced_tma(prefetch: bool = False):
         T.device_entry()
         T.cta_id([1])
         tid = T.thread_id([128])
-        pool = T.alloc_buffer((64 * 64 + 4,), "float16", scope="shared.dyn", align=1024)
-        A_s = T.decl_buffer((64, 64), "float16", pool.data, scope="shared.dyn", layout=layout)
-        bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=1024, scope="shared.dyn")
+        pool = T.alloc_buffer((64 * 64 + 256,), "float16", scope="shared.dyn", align=align)
+        A_s = T.decl_buffer((64, 64), "float16", pool.data, elem_offset=offset,
+                            scope="shared.dyn", layout=layout)  # fmt: skip
+        bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=1060, scope="shared.dyn")
         if tid == 0:
             T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
         T.cuda.cta_sync()
@@ -136,6 +138,21 @@ def test_a_forced_name_tvm_also_has_falls_to_tvms_variant_of_it_by_default():
     assert "without strict mode: falls back to TVM's built-in variant 'tma_auto'" in text
     # the control: without the config, ours takes it
     assert tcd.explain(_forced_tma())[0].variant == "tma_auto"
+
+
+def test_tvms_tma_variant_gets_the_alignment_its_box_needs():
+    """Where TVM's tma_auto takes a call ours declines, the bridge still raises the
+    allocation to the swizzle's 1,024 bytes (TVM's variant does not); and where the tile
+    starts at an offset no alignment fixes (128 bytes into the pool: TVM's variant checks
+    128), TVM's variant would put the data elsewhere than the layout says: an error, not
+    that kernel. The controls: declared aligned, the same code; at offset 0, it lowers."""
+    raised = toolchain.cuda_source(_forced_tma(prefetch=True, align=64))
+    assert "extern __shared__ __align__(1024) half pool_ptr[];" in raised
+    assert "cp.async.bulk.tensor" in raised
+    declared = toolchain.cuda_source(_forced_tma(prefetch=True, align=1024))
+    assert "extern __shared__ __align__(1024) half pool_ptr[];" in declared
+    with pytest.raises(tcd.DispatchError, match=r"element 64, not provably a multiple of the 1024"):
+        toolchain.cuda_source(_forced_tma(prefetch=True, offset=64))
 
 
 @pytest.fixture

@@ -39,8 +39,10 @@ from .call import TileCall
 from .codegen import CALL_MARK, COMPLETION_MARK, encode_tensor_map, impl_prim_func
 from .dispatch import Outcome, choose
 from .errors import DispatchError, VariantError
-from .irfacts import statements
+from .irfacts import prove_multiple, statements
 from .isa.bulk import reduce_takes
+from .isa.swizzle import byte_swizzle
+from .layout.atoms import memory_view
 from .participation import DivergentScopeError
 from .predicates import tma_coordinates
 from .registry import alias_for, names_for
@@ -270,6 +272,8 @@ def _dispatch_in_session(s: Session, call: TileCall, scanned: Any) -> Any:
         call.forced_variant not in ours or call.forced_variant in builtin_names(call.op)
     ):  # a forced name TVM also has: its variant of that name is the fallback
         out.builtin = probe(call)
+        if s.mode == "lower":
+            _align_for_builtin_tma(s, call, out)
     out.error = (
         _bounds_error(out, scanned)
         or _undecided_at_dispatch(s, out, scanned)
@@ -387,6 +391,44 @@ def _lowering_error(s: Session, call: TileCall, out: Outcome) -> DispatchError |
     return None
 
 
+def _tma_shared_alignment(call: TileCall) -> tuple[Any, int, int] | None:
+    """(the shared operand, the bytes a TMA box there must be aligned to, its element
+    offset in the allocation) of a TMA copy: 8 times its layout's swizzle span (1,024
+    bytes for 128-byte swizzles), 128 without one; None where the call has no shared
+    operand or a layout TMA cannot swizzle by."""
+    src, dst = call.operand("src"), call.operand("dst")
+    shared = next((o for o in (dst, src) if o is not None and o.memory == "shared"), None)
+    if shared is None:
+        return None
+    try:
+        view = memory_view(shared)
+    except Exception:  # noqa: BLE001  # a layout the view cannot read: TVM's variant judges
+        return None
+    span = byte_swizzle(view.swizzle, shared.elem_bits // 8) if view.swizzle else 0
+    if span is None:
+        return None
+    return shared, max(128, 8 * span), view.base
+
+
+def _align_for_builtin_tma(s: Session, call: TileCall, out: Outcome) -> None:
+    """TVM's TMA variant takes the call: the bridge raises the shared allocation to what
+    the box needs as it does for ours (TVM's variant does not; its tests' allocations
+    are aligned to 64 bytes and work where the compiler happens to place them well)."""
+    builtin = getattr(out.builtin, "variant", None)
+    found = _tma_shared_alignment(call) if builtin and builtin.startswith("tma") else None
+    env = call.enclosing
+    if found is None or env is None:
+        return
+    shared, align, _ = found
+    declared = env.alignment_of(shared.buffer)
+    var = env.storage_of(shared.buffer)
+    if declared is None or declared >= align or var is None:
+        return
+    allocated = next((b for v, b in env.buffers if v.same_as(var)), None)
+    if allocated is not None:
+        s.alignments.append((allocated, align))
+
+
 def _unsound_fallback(call: TileCall, builtin: str | None) -> str | None:
     """Why TVM 0.27's built-in variant ``builtin`` would lower ``call`` wrong (its own code
     runs, but not what the call asks for), None where it would not."""
@@ -400,6 +442,17 @@ def _unsound_fallback(call: TileCall, builtin: str | None) -> str | None:
             "and wait with cp.async.wait_group"
         )
     if builtin.startswith("tma"):
+        found = _tma_shared_alignment(call)
+        if found is not None:
+            shared, align, base = found
+            size = shared.elem_bits // 8
+            if not prove_multiple(base, align // size):
+                return (
+                    f"TVM's built-in {builtin!r} would issue a TMA box at {shared.role} "
+                    f"{shared.name}'s element {base}, not provably a multiple of the {align} "
+                    f"bytes ({align // size} elements) the box's swizzle needs: the data "
+                    "would land permuted; start the region at such a multiple"
+                )
         src, dst = call.operand("src"), call.operand("dst")
         store = dst is not None and dst.memory == "global"
         glob = dst if store else src
