@@ -218,6 +218,15 @@ class Enclosing:
             return None
         return next((a for v, a in reversed(self.allocated) if v.same_as(var)), None)
 
+    def allocation_of(self, buffer: Any) -> Any | None:
+        """The buffer allocated in the kernel (``T.alloc_buffer``) that ``buffer``'s memory
+        lies in: itself, or the pool a declaration is carved from; None where that memory
+        is not allocated in scope (a parameter, a handle)."""
+        var = self.storage_of(buffer)
+        if var is None or not any(v.same_as(var) for v, _ in self.allocated):
+            return None
+        return next((b for v, b in self.buffers if v.same_as(var)), None)  # allocated first
+
     def storage_of(self, buffer: Any) -> Var | None:
         """The buffer whose memory ``buffer`` lies in: the allocation or parameter at the
         end of its chain of declarations (``Y = pool.alloc(...)``: the pool's buffer;

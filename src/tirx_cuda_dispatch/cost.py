@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from .machines import Machine
 
@@ -366,7 +367,7 @@ def demand_of(
             if o.access in ("write", "read-write"):
                 writes.append((o.name, nbytes))
             issue += accesses
-        elif o.memory == "shared" and not (tensor and tensor[1] == "wgmma"):
+        elif o.memory == "shared" and not (tensor and tensor.path == "wgmma"):
             if listed is not None and listed[0] == o.role:
                 waves = listed[1](o.elem_bits // 8)
             elif warp is not None:
@@ -378,11 +379,11 @@ def demand_of(
             issue += accesses
     flop, path, dtype = 0.0, "", ""
     if tensor is not None:
-        flop, path, instructions, read_by_tensor = tensor
+        flop, path = tensor.flop, tensor.path
         dtype = next((o.dtype for o in operands if o.role in ("A", "a")), operands[0].dtype)
-        if read_by_tensor:
-            shared.append(("(wgmma operands)", read_by_tensor / 128))
-        issue += instructions
+        if tensor.shared_read:
+            shared.append(("(wgmma operands)", tensor.shared_read / 128))
+        issue += tensor.instructions
     elif plan is None:
         notes.append("no plan of ours: its operands' bytes only")
     return Demand(
@@ -447,8 +448,17 @@ def _plan_accesses(plan: object | None):
     return found.role, lambda elem_bytes: float(total_wavefronts(found.items, elem_bytes))
 
 
-def _tensor(plan: object | None) -> tuple[float, str, int, float] | None:
-    """(FLOP, path, instructions, shared bytes the tensor core reads) of a GEMM plan."""
+class TensorWork(NamedTuple):
+    """A GEMM plan's work on the tensor pipe."""
+
+    flop: float
+    path: str  # "mma.sync", "wgmma"
+    instructions: int
+    shared_read: float  # bytes the tensor core reads from shared memory itself (wgmma)
+
+
+def _tensor(plan: object | None) -> TensorWork | None:
+    """The tensor work of a GEMM plan (None: not a GEMM plan)."""
     if plan is None:
         return None
     kind = type(plan).__name__
@@ -456,8 +466,10 @@ def _tensor(plan: object | None) -> tuple[float, str, int, float] | None:
         m, n, k = plan.m, plan.n, plan.k
         elem = 1 if plan.float8 else 2
         a = 0 if plan.a_in_registers else m * k * elem
-        return 2.0 * m * n * k, "wgmma", plan.count, float(a + n * k * elem * -(-m // 64))
+        return TensorWork(
+            2.0 * m * n * k, "wgmma", plan.count, float(a + n * k * elem * -(-m // 64))
+        )
     if kind == "MmaPlan":
         s = plan.shape
-        return 2.0 * s.m * s.n * s.k, "mma.sync", plan.instructions, 0.0
+        return TensorWork(2.0 * s.m * s.n * s.k, "mma.sync", plan.instructions, 0.0)
     return None

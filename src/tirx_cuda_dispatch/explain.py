@@ -7,6 +7,7 @@ without emitting, so the plan reported is the plan the emitter would receive.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -568,14 +569,10 @@ def kernel_cost(
             x.nbytes for x in res if isinstance(x, Workspace) and x.scope.startswith("shared")
         )
     launch = report[0].call_object.launch_extents if report and report[0].call_object else {}
-    ctas = 1
-    for tag, ext in launch.items():
-        if tag.startswith("blockIdx"):
-            ctas *= ext or 1
-    threads = 1
-    for tag, ext in launch.items():
-        if tag.startswith("threadIdx"):
-            threads *= ext or 1
+    ctas, threads = (
+        math.prod(ext or 1 for tag, ext in launch.items() if tag.startswith(axis))
+        for axis in ("blockIdx", "threadIdx")
+    )
     if register_note:
         notes.append(register_note)
     shape = cost.KernelShape(

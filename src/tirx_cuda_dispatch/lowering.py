@@ -40,7 +40,7 @@ from .codegen import CALL_MARK, COMPLETION_MARK, encode_tensor_map, impl_prim_fu
 from .dispatch import Outcome, choose
 from .errors import DispatchError, VariantError
 from .irfacts import prove_multiple, statements
-from .isa.bulk import reduce_takes
+from .isa.bulk import reduce_takes, shared_align
 from .isa.swizzle import byte_swizzle
 from .layout.atoms import memory_view
 from .participation import DivergentScopeError
@@ -142,21 +142,18 @@ class Session:
             call.ctx.cache_set(key, var)
 
     @staticmethod
-    def alignment_blocker(r: Alignment, call: TileCall) -> str | None:
-        env = call.enclosing
+    def _allocation(r: Alignment, call: TileCall) -> Any | None:
         opnd = call.operand(r.operand)
-        if env is None or opnd is None or env.storage_of(opnd.buffer) is None:
+        env = call.enclosing
+        return env.allocation_of(opnd.buffer) if env is not None and opnd is not None else None
+
+    def alignment_blocker(self, r: Alignment, call: TileCall) -> str | None:
+        if self._allocation(r, call) is None:
             return f"{r.operand}'s allocation is not one the bridge can find in the kernel"
         return None
 
     def raise_alignment(self, r: Alignment, call: TileCall) -> None:
-        env = call.enclosing
-        var = env.storage_of(call.operand(r.operand).buffer)
-        allocated = next(b for v, b in env.buffers if v.same_as(var))  # allocated first
-        self.alignments.append((allocated, max(r.align, self._raised(allocated))))
-
-    def _raised(self, buffer: Any) -> int:
-        return max((a for b, a in self.alignments if b.same_as(buffer)), default=0)
+        self.alignments.append((self._allocation(r, call), r.align))
 
 
 def raise_alignments(mod: tvm.IRModule, raised: list[tuple[Any, int]]) -> tvm.IRModule:
@@ -174,17 +171,16 @@ def raise_alignments(mod: tvm.IRModule, raised: list[tuple[Any, int]]) -> tvm.IR
         allocs = [n.buffer for n in statements(getattr(func, "body", None))
                   if type(n).__name__ == "AllocBuffer"]  # fmt: skip
         for wanted, align in raised:
-            found = [b for b in allocs if _same_allocation(b, wanted)]
-            if len(found) > 1:
+            if sum(_same_allocation(b, wanted) for b in allocs) > 1:
                 raise VariantError(
-                    f"tirx_cuda_dispatch cannot tell which of {len(found)} allocations named "
+                    f"tirx_cuda_dispatch cannot tell which of the allocations named "
                     f"{wanted.name} to align to {align} bytes; declare T.alloc_buffer(..., "
                     f"align={align})"
                 )
-            for b in found:
-                if b.data_alignment < align:
-                    new = [(o, n) for o, n in new if not o.same_as(b)]
-                    new.append((b, _realigned(b, align)))
+        for b in allocs:  # each allocation once, to the most any plan asked of it
+            align = max((a for w, a in raised if _same_allocation(b, w)), default=0)
+            if b.data_alignment < align:
+                new.append((b, _realigned(b, align)))
 
         def swap(buffer: Any, new: list = new) -> Any:
             return next((n for o, n in new if o.same_as(buffer)), buffer)
@@ -407,7 +403,7 @@ def _tma_shared_alignment(call: TileCall) -> tuple[Any, int, int] | None:
     span = byte_swizzle(view.swizzle, shared.elem_bits // 8) if view.swizzle else 0
     if span is None:
         return None
-    return shared, max(128, 8 * span), view.base
+    return shared, shared_align(span), view.base
 
 
 def _align_for_builtin_tma(s: Session, call: TileCall, out: Outcome) -> None:
@@ -421,11 +417,8 @@ def _align_for_builtin_tma(s: Session, call: TileCall, out: Outcome) -> None:
         return
     shared, align, _ = found
     declared = env.alignment_of(shared.buffer)
-    var = env.storage_of(shared.buffer)
-    if declared is None or declared >= align or var is None:
-        return
-    allocated = next((b for v, b in env.buffers if v.same_as(var)), None)
-    if allocated is not None:
+    allocated = env.allocation_of(shared.buffer)
+    if declared is not None and declared < align and allocated is not None:
         s.alignments.append((allocated, align))
 
 

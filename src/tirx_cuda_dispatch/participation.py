@@ -391,21 +391,9 @@ def instances(call: Any) -> int:
     lanes = (0, 16, 31) if call.scope == "thread" else (0,)
     for w in range(warps):
         for lane in lanes:
-            fixed = {lane_var: IntImm("int32", lane), warp_var: IntImm("int32", w)}
-            if all(not _false(c, fixed, subst, enclosing) for c in conditions):
+            at = [(lane_var, lane, lane + 1), (warp_var, w, w + 1)]  # this one thread
+            if all(as_int(_resolve(c, subst, enclosing, at)) != 0 for c in conditions):
                 seen.add((w * 32 + lane) // size)
     if call.scope == "thread" and len(seen) == warps * len(lanes):
         return threads  # nothing restricts the lanes: every thread
     return max(len(seen), 1)
-
-
-def _false(cond: Any, fixed: dict, subst: dict, enclosing: Any) -> bool:
-    """Whether ``cond`` is provably false at the thread ``fixed`` names."""
-    ana = sym.Analyzer()
-    for var, value in fixed.items():
-        ana.bind(var, value)
-    for var, value in subst.items():
-        ana.bind(var, ana.simplify(value))
-    for var, value in getattr(enclosing, "lets", None) or []:
-        ana.bind(var, value)
-    return as_int(ana.simplify(cond)) == 0

@@ -4,7 +4,6 @@ was seen and what was needed, naming the operand where there is one."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from tvm.tirx import EQ, floormod
 
@@ -130,7 +129,7 @@ def allocation_alignment(call: TileCall, opnd: Operand, align: int, needs: str) 
     declared = env.alignment_of(opnd.buffer) if env is not None else None
     if declared is not None and declared >= align:
         return None
-    allocation = _allocation(env, opnd) if env is not None else None
+    allocation = env.allocation_of(opnd.buffer) if env is not None else None
     if allocation is None or declared is None:
         raise Decline(
             f"{opnd.role} {opnd.name} lies in an allocation aligned to "
@@ -138,15 +137,7 @@ def allocation_alignment(call: TileCall, opnd: Operand, align: int, needs: str) 
             f"kernel, so its alignment cannot be raised; {needs}: declare the allocation "
             f"T.alloc_buffer(..., align={align})"
         )
-    return Alignment(opnd.role, allocation, declared, align, needs)
-
-
-def _allocation(env: Any, opnd: Operand) -> str | None:
-    """The name of the buffer allocated in the kernel that ``opnd``'s memory lies in."""
-    var = env.storage_of(opnd.buffer)
-    if var is None or not any(v.same_as(var) for v, _ in env.allocated):
-        return None
-    return next((str(b.name) for v, b in env.buffers if v.same_as(var)), None)  # allocated first
+    return Alignment(opnd.role, str(allocation.name), declared, align, needs)
 
 
 def tma_coordinates(call: TileCall, glob: Operand, store: bool) -> Result:

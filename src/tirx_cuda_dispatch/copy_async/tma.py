@@ -66,7 +66,7 @@ from ..call import Operand, TileCall
 from ..codegen import impl_prim_func, participant_index
 from ..errors import Decline, check
 from ..irfacts import as_int, prove_multiple
-from ..isa.bulk import COORD_ALIGN, REDUCE_TYPES
+from ..isa.bulk import COORD_ALIGN, REDUCE_TYPES, shared_align
 from ..layout.atoms import memory_view, refine_tagged
 from ..layout.swizzle import Swizzle, byte_swizzle
 from ..predicates import (
@@ -88,7 +88,6 @@ MAX_BOX = 256  # elements of one box dimension
 MAX_STRIDE = 1 << 40  # globalStrides < 2^40 bytes
 STRIDE_ALIGN = 16  # globalStrides and the global address: multiples of 16 bytes
 INNER_BOX_ALIGN = 16  # boxDim[0] * element size: a multiple of 16 bytes
-SHARED_ALIGN = 128  # a box's shared address without a swizzle
 L2_PROMOTION = 256  # bytes: the L2 sector promotion of every descriptor
 MAX_ISSUES = 64  # unrolled instructions of one call
 
@@ -461,7 +460,7 @@ def plan(call: TileCall) -> TmaPlan:
         f"{MAX_ISSUES} per call: the shared layout of {shared.name} breaks the box early "
         "(keep each global row's elements contiguous and rows dense)",
     )
-    align = max(SHARED_ALIGN, swizzle * 8)  # a swizzle repeats every 8 rows of its span
+    align = shared_align(swizzle)
     raised = _check_shared_alignment(call, shared, view.base, issues, align, elem_bytes)
     reduce = call.config.get("use_tma_reduce") if direction == "store" else None
     return TmaPlan(

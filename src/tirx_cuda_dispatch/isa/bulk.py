@@ -22,6 +22,14 @@ REDUCE_TYPES = {
 
 COORD_ALIGN = 16  # bytes: the innermost coordinate times the element size is a multiple
 STORE_MIN_COORD = 0  # a store's coordinates are never below it
+SHARED_ALIGN = 128  # bytes: a box's shared address without a swizzle
+
+
+def shared_align(swizzle: int) -> int:
+    """Bytes a tensor copy's shared address must be a multiple of under a ``swizzle``-byte
+    swizzle (0: none): the pattern repeats every 8 rows of its span, and TMA reads it
+    off the address's bits."""
+    return max(SHARED_ALIGN, 8 * swizzle)
 
 
 def reduce_takes(op: str, dtype: str) -> bool:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..isa.bulk import coordinate_fault
+from ..isa.bulk import SHARED_ALIGN, coordinate_fault
 from .asynchrony import Effect
 from .calls import Table, guarded_ptx_operands, issued_at, plain_ptx_operands
 from .errors import NotModeled, SimError
@@ -47,7 +47,6 @@ from .values import Pointer, TensorMapValue
 
 TABLE = Table()
 
-SHARED_ALIGN = 128  # dstMem of a tensor copy
 _TOKENS = {"async", "bulk", "tensor", "shared::cluster", "global", "tile"}
 _COMPLETE_TX = "mbarrier::complete_tx::bytes"
 
