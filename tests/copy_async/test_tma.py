@@ -213,11 +213,11 @@ def test_an_unknown_config_key_declines_naming_the_accepted_ones():
         pool = T.alloc_buffer((64 * 64 + 4,), "float16", scope="shared.dyn", align=1024)
         A_s = T.decl_buffer((64, 64), "float16", pool.data, scope="shared.dyn")
         bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=1024, scope="shared.dyn")
-        Tx.cta.copy_async(A_s[:, :], A[0:64, 0:64], mbar=bar.ptr_to([0]), cta_mask=3)
+        Tx.cta.copy_async(A_s[:, :], A[0:64, 0:64], mbar=bar.ptr_to([0]), cta_group=2)
         Tx.cta.copy(A[0:64, 0:64], A_s[:, :])
 
     why = _reason(kernel)
-    assert "cta_mask=3 is not a key this TMA copy takes" in why and "accepted: mbar" in why
+    assert "cta_group=2 is not a key this TMA copy takes" in why and "accepted: mbar" in why
 
 
 # -- emitted code -----------------------------------------------------------------------------
@@ -668,3 +668,56 @@ def test_a_register_scalar_stored_once_is_its_value():
     assert "region starts at c0 in its innermost dimension 1" in _reason(
         _cta_store(scalar=True, twice=True)
     )
+
+
+# -- multicast (cta_mask) ---------------------------------------------------------------------
+def _multicast_load(mask, store: bool = False):
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64, 64), "float16")
+        T.device_entry()
+        T.cta_id([2])
+        T.cta_id_in_cluster([2])
+        tid = T.thread_id([128])
+        A_s = T.alloc_buffer((64, 64), "float16", scope="shared", align=1024)
+        bar = T.alloc_shared([1], "uint64")
+        if tid == 0:
+            if store:
+                Tx.copy_async(A[0:64, 0:64], A_s[:, :], dispatch="tma_auto", cta_mask=mask)
+            else:
+                Tx.copy_async(A_s[:, :], A[0:64, 0:64], mbar=bar.ptr_to([0]),
+                              dispatch="tma_auto", cta_mask=mask)  # fmt: skip
+
+    return kernel
+
+
+def test_a_cta_mask_is_a_multicast_load():
+    plan = _plan(_multicast_load(3))
+    assert plan.multicast and plan.cta_mask == 3
+    assert plan.instruction.endswith("complete_tx::bytes.multicast::cluster")
+    report = _report(_multicast_load(3))
+    assert report.plan["cta_mask"] == "3" and report.plan["ptx"].endswith("[mbar], ctaMask")
+    assert "lands in every CTA of cta_mask 3" in " ".join(report.resources)
+    source = toolchain.cuda_source(_multicast_load(3), "sm_90a")
+    assert "complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" in source
+
+
+def test_a_zero_cta_mask_is_no_multicast():
+    """Control: cta_mask=0 is the plain load."""
+    plan = _plan(_multicast_load(0))
+    assert not plan.multicast and "multicast" not in plan.instruction
+
+
+@pytest.mark.parametrize(
+    "mask, store, why",
+    [
+        (1 << 16, False, "cta_mask=65536 does not fit the 16-bit ctaMask operand"),
+        (
+            3,
+            True,
+            "cta_mask=3 on a store (shared -> global): a TMA store writes global memory once",
+        ),
+    ],
+)
+def test_a_cta_mask_the_isa_does_not_take_declines(mask, store, why):
+    assert why in _reason(_multicast_load(mask, store))

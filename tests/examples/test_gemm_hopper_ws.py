@@ -138,3 +138,92 @@ def test_the_float8_bound_catches_a_lost_k_tile():
     short = a[:, :256].astype(np.float64) @ bt[:, :256].astype(np.float64).T * float(scale[0])
     assert ws.scaled_close(whole.astype(ml_dtypes.bfloat16), a, bt, scale)
     assert not ws.scaled_close(short.astype(ml_dtypes.bfloat16), a, bt, scale)
+
+
+# -- clusters of two: B multicast -------------------------------------------------------------
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize(
+    "shape, stages, grid, dtype, epilogue",
+    [
+        ((512, 256, 192), 2, 2, "float16", "bias_relu"),  # one pair, two rounds
+        ((400, 264, 136), 3, 4, "float16", "bias_relu"),  # edge tiles in M, N and K
+        ((256, 512, 128), 2, 2, "bfloat16", "plain"),
+    ],
+    ids=["rounds", "edges", "bf16-plain"],
+)
+def test_a_cluster_of_two_equals_numpy(shape, stages, grid, dtype, epilogue, where, gpu):
+    m, n, k = shape
+    a, b, bias, c = gemm.inputs(m, n, k, seed=9, dtype=dtype)
+    func = ws.gemm_kernel(m, n, k, dtype=dtype, stages=stages, grid=grid, epilogue=epilogue,
+                          cluster=2)  # fmt: skip
+    out = execute(func, [a, b, bias, c], where, gpu, pipeline=STRICT)[3]
+    assert gemm.close(out, gemm.reference(a, b, bias, epilogue), k)
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_float8_cluster_of_two_equals_numpy(where, gpu):
+    """Float8 B is N x K: a CTA multicasts half of the tile's rows of B."""
+    m, n, k = 256, 256, 384
+    args = ws.scaled_inputs(m, n, k, seed=10)
+    func = ws.gemm_kernel(m, n, k, dtype="float8_e4m3fn", stages=2, grid=2, cluster=2)
+    out = execute(func, args, where, gpu, pipeline=STRICT)[3]
+    assert ws.scaled_close(out, *args[:3])
+
+
+@pytest.mark.parametrize(
+    "omit, expect",
+    [
+        (
+            "remote_arrive",
+            r"Tx.thread.copy_async .*race on pool byte \d+ of the CTA of rank [01]: a TMA copy "
+            r"issued by warp (0|12) overwrites it while warpgroup [1245]'s wgmma reads it",
+        ),
+        (
+            "cluster_sync",
+            r"race on pool byte \d+ of the CTA of rank 1: warp 0 reads it after warp 12 wrote it",
+        ),
+        (
+            "empty_arrive",
+            r"deadlock: no warp can run: thread 384 \(the CTA of rank 1\) waits at mbarrier_wait "
+            r"\(mbarrier.try_wait.parity.acquire.cluster\)",
+        ),
+    ],
+)
+def test_each_cluster_synchronization_left_out_is_reported(omit, expect):
+    """Negative controls of the pair: consumers that free a stage in their own CTA only
+    (the peer's producer multicasts into it while its wgmma still reads it), a CTA
+    barrier instead of a cluster one after the mbarrier init (the peer's multicast uses
+    a barrier nothing orders after its init), and no arrival at all (a deadlock naming
+    each CTA's producer)."""
+    a, b, bias, c = gemm.inputs(512, 256, 192, seed=11)
+    func = ws.gemm_kernel(512, 256, 192, stages=2, grid=2, cluster=2, omit=omit)
+    with pytest.raises(sim.SimError, match=expect):
+        sim.run(func, [a, b, bias, c], target="sm_90a", pipeline=STRICT)
+
+
+def test_the_pair_multicasts_b_and_arrives_in_both_ctas():
+    func = ws.gemm_kernel(512, 256, 192, stages=2, grid=2, cluster=2)
+    loads = [
+        r for r in explain(func, "sm_90a")
+        if r.op == "copy_async" and r.plan.get("direction") == "load"
+    ]  # fmt: skip
+    casts = [r for r in loads if r.plan.get("cta_mask") == "3"]
+    assert len(casts) == 1 and "multicast::cluster" in casts[0].plan["ptx"]
+    assert casts[0].plan["box"] == "64x64" and casts[0].plan["issues"] == 2  # half of B
+    source = toolchain.cuda_source(func, "sm_90a", STRICT)
+    assert "mapa.shared::cluster.u32" in source
+    assert "mbarrier.arrive.shared::cluster.b64" in source
+    assert ".release.cluster.shared::cluster" not in source  # CTA-scope release (docstring)
+    assert "barrier.cluster.arrive" in source
+
+
+def test_the_default_pairs_large_grids_only():
+    assert ws.default_cluster(4096, 4096) == 2 and ws.default_cluster(4000, 4000) == 2
+    assert ws.default_cluster(16384, 1024) == 1 and ws.default_cluster(1024, 16384) == 1
+    assert ws.default_cluster(128 * 33, 4096) == 1  # an odd number of row tiles
+    assert ws.default_cluster(256, 256) == 1
+
+
+def test_a_pair_needs_an_even_number_of_row_tiles():
+    with pytest.raises(ValueError, match="M=384 spans 3 tiles of 128 rows, not a multiple of 2"):
+        ws.gemm_kernel(384, 256, 128, cluster=2)

@@ -35,8 +35,14 @@ there, as the hardware does with the box's out-of-range elements, so the bounds 
 accepts such a global region for this variant and only for it (explain() says which
 elements are filled or clipped).
 
+A load may multicast (TVM's ``cta_mask=``, a 16-bit mask of the cluster's CTA ranks): the
+box lands at dst's offset in the shared memory of every CTA of the mask and completes its
+bytes on the mbarrier at mbar's offset in each (PTX ISA ``.multicast::cluster``; a mask of
+one bit names that CTA, which need not be the issuer; 0 is no multicast).
+
 Emits, per issue, ``cp.async.bulk.tensor.<r>d.shared::cluster.global.mbarrier::
-complete_tx::bytes [dst], [tensorMap, {c0, ..}], [mbar]`` (load) or
+complete_tx::bytes{.multicast::cluster} [dst], [tensorMap, {c0, ..}], [mbar]{, ctaMask}``
+(load) or
 ``cp{.reduce}.async.bulk.tensor.<r>d.global.shared::cta{.op}.tile.bulk_group [tensorMap,
 {c0, ..}], [src]`` (store) from the issuing thread; the host encodes the tensor map
 before the launch (a :class:`..resources.TensorMap`, one per kernel for equal
@@ -96,7 +102,11 @@ CONFIG_KEYS = {
     "use_tma_reduce": "a store's reduction into global memory: add, min or max",
     "tensormap_l2_promotion": "the descriptor's L2 sector promotion, TVM's forms: 0-3, 'none', "
     "'L2::64B', 'L2::128B' or 'L2::256B' (default 256 bytes)",
+    "cta_mask": "a load's multicast: the CTAs of the cluster (bit r: the CTA of rank r) that "
+    "receive the box, each at dst's offset in its own shared memory and completing the bytes "
+    "on its own mbarrier at mbar's offset (0, the default: this CTA only)",
 }
+MAX_CTA_MASK = 0xFFFF  # ctaMask is a .u16 operand: at most 16 CTAs a cluster
 # tensormap_l2_promotion as TVM 0.27 writes it -> bytes (CU_TENSOR_MAP_L2_PROMOTION_*)
 L2_PROMOTIONS = {"0": 0, "1": 64, "2": 128, "3": 256, "none": 0, "L2::64B": 64,
                  "L2::128B": 128, "L2::256B": 256}  # fmt: skip
@@ -131,7 +141,12 @@ def requires_completion(call: TileCall) -> tuple[bool, str | None]:
             )
         if cfg.get("use_tma_reduce") is not None:
             return False, "use_tma_reduce= is a store's (shared -> global); this copy loads"
-        return True, None
+        return requires_cta_mask(call)
+    if cta_mask_of(call) != 0:
+        return False, (
+            f"cta_mask={cfg.get('cta_mask')} on a store (shared -> global): a TMA store "
+            "writes global memory once, multicast is a load's; drop cta_mask="
+        )
     if cfg.get("mbar") is not None:
         return False, (
             "mbar= on a store (shared -> global): a TMA store completes through the issuing "
@@ -151,6 +166,33 @@ def requires_completion(call: TileCall) -> tuple[bool, str | None]:
             f"use_tma_reduce={op!r} on {dtype}: cp.reduce.async.bulk.tensor .{op} takes "
             f"{', '.join(REDUCE_TYPES[op])} (PTX ISA)"
         )
+    return True, None
+
+
+def cta_mask_of(call: TileCall) -> Any:
+    """The load's multicast mask: an int (0: no multicast) or the expression the author
+    wrote."""
+    value = call.config.get("cta_mask")
+    if value is None:
+        return 0
+    number = as_int(value)
+    return value if number is None else number
+
+
+def requires_cta_mask(call: TileCall) -> tuple[bool, str | None]:
+    """``cta_mask=`` is a ``.u16`` operand (PTX ISA 9.7.9.25.5.1): a constant fits 16 bits,
+    an expression is an integer."""
+    mask = cta_mask_of(call)
+    if isinstance(mask, int):
+        if not 0 <= mask <= MAX_CTA_MASK:
+            return False, (
+                f"cta_mask={mask} does not fit the 16-bit ctaMask operand (one bit per CTA "
+                "of the cluster, at most 16); write a mask of the cluster's ranks"
+            )
+        return True, None
+    dtype = str(getattr(mask, "dtype", ""))
+    if not dtype.startswith(("int", "uint")):
+        return False, f"cta_mask={mask} is not an integer expression ({dtype or type(mask)})"
     return True, None
 
 
@@ -192,6 +234,11 @@ class TmaPlan:
     reduce: str | None = None  # a store's cp.reduce operation
     l2_promotion: int = L2_PROMOTION  # bytes
     alignment: Alignment | None = None  # the shared allocation's alignment, raised by the bridge
+    cta_mask: Any = 0  # a load's multicast: the cluster's CTAs receiving the box (0: none)
+
+    @property
+    def multicast(self) -> bool:
+        return not (isinstance(self.cta_mask, int) and self.cta_mask == 0)
 
     @property
     def rank(self) -> int:
@@ -223,7 +270,7 @@ class TmaPlan:
         if self.direction == "load":
             return (
                 f"cp.async.bulk.tensor.{self.rank}d.shared::cluster.global.mbarrier::"
-                "complete_tx::bytes"
+                "complete_tx::bytes" + (".multicast::cluster" if self.multicast else "")
             )
         if self.reduce is not None:
             return (
@@ -246,6 +293,18 @@ class TmaPlan:
         )
 
     def completion(self) -> Completion:
+        if self.direction == "load" and self.multicast:
+            return Completion(
+                "mbarrier complete-tx",
+                f"the copy lands in every CTA of cta_mask {self.cta_mask} at dst's offset and "
+                f"completes {self.total_bytes} bytes on the mbarrier at mbar's offset in each "
+                "of them, and does not arrive: in every receiving CTA one thread announces "
+                "all the bytes that land there, from every CTA that multicasts to it (T.ptx."
+                "mbarrier.arrive.expect_tx), its readers wait for the phase, and a CTA issues "
+                "into a stage only after every receiving CTA has freed it (the cluster's "
+                "consumers arrive on each issuer's empty barrier, remote arrivals through "
+                "mapa)",
+            )
         if self.direction == "load":
             return Completion(
                 "mbarrier complete-tx",
@@ -299,6 +358,9 @@ class TmaPlan:
         }
         if self.direction == "load":
             facts["expect_tx_bytes"] = self.total_bytes
+        if self.multicast:
+            facts["cta_mask"] = str(self.cta_mask)
+            facts["ptx"] = facts["ptx"].replace("[mbar]", "[mbar], ctaMask")
         if self.reduce is not None:
             facts["reduce"] = self.reduce
         return facts
@@ -307,8 +369,9 @@ class TmaPlan:
         box = "x".join(str(d.box) for d in self.dims)
         swz = f", {self.swizzle}B swizzle" if self.swizzle else ""
         if self.direction == "load":
+            cast = f", multicast to cta_mask {self.cta_mask}" if self.multicast else ""
             return (
-                f"tma_auto global->shared {self.dtype}: {self.count} x box {box}{swz} "
+                f"tma_auto global->shared {self.dtype}: {self.count} x box {box}{swz}{cast} "
                 f"({self.total_bytes} bytes on mbar; {self.issuer} issues)"
             )
         what = f"reduce-{self.reduce}" if self.reduce else "store"
@@ -466,6 +529,7 @@ def plan(call: TileCall) -> TmaPlan:
     return TmaPlan(
         glob.dtype, glob.elem_bits, tuple(dims), tuple(issues), swizzle, align, _issuer(call),
         direction, None if reduce is None else str(reduce), _l2_promotion(call), raised,
+        cta_mask_of(call) if direction == "load" else 0,
     )  # fmt: skip
 
 
@@ -576,7 +640,10 @@ def emit(plan: TmaPlan, call: TileCall, given: Mapping[str, Any]):
             coords.append(T.cast(c, "int32"))
         flat = T.decl_buffer((1,), shared.dtype, data=shared.buffer.data, scope=shared.scope)
         ptr = flat.ptr_to([view.base + offset])
-        if plan.direction == "load":
+        if plan.direction == "load" and plan.multicast:
+            mask = T.cast(plan.cta_mask, "uint16")
+            T.evaluate(instruction(ptr, T.address_of(tensor_map), *coords, mbar, mask))
+        elif plan.direction == "load":
             T.evaluate(instruction(ptr, T.address_of(tensor_map), *coords, mbar))
         else:
             T.evaluate(instruction(T.address_of(tensor_map), *coords, ptr))

@@ -162,6 +162,12 @@ class MBarrier:
     released: dict[int, np.ndarray] = field(default_factory=dict)
 
     def describe(self) -> str:
+        window = self.memory.window
+        if window is not None:  # a cluster's: name the CTA whose window holds it
+            rank, at = divmod(self.offset, window)
+            return (
+                f"the mbarrier at byte {at} of shared {self.memory.name} of the CTA of rank {rank}"
+            )
         return f"the mbarrier at byte {self.offset} of shared {self.memory.name}"
 
     def state(self) -> str:
@@ -268,13 +274,20 @@ class Asynchrony:
         self.open_groups(m, threads, kind)
         limit = np.full(m.threads, -1, dtype=np.int64)
         limit[threads] = self.opened_by_kind[kind][threads] - n
-        warps = np.unique(threads // 32).tolist()
+        warps = set(np.unique(threads // 32).tolist())
+        # whose groups they are: a warpgroup's (wgmma: each effect is its first thread's),
+        # else each thread's own
+        width = 128 if kind == "wgmma" else 32
         for e in self.effects:
             if e.kind == kind:
                 rows = e.group < limit[e.threads]
                 if rows.any():
-                    if e.snapshot is not None:  # the waiting warps see the unit's accesses
-                        for w in warps:
+                    if e.snapshot is not None:  # the owners see the unit's accesses
+                        owners = {
+                            w for t in np.unique(e.threads[rows] // width).tolist()
+                            for w in range(t * width // 32, (t + 1) * width // 32)
+                        }  # fmt: skip
+                        for w in sorted(warps & owners):
                             m.clocks.acquire(w, e.snapshot)
                     if reads:
                         self._release_source(e, rows)
@@ -443,7 +456,8 @@ class Asynchrony:
                 f"{int(threads[0])}), where no mbarrier is initialized: mbarrier.init it "
                 f"first (and order the init before the use with a barrier)"
             )
-        cells = memory.cells(threads, np.full(threads.size, offset), 8, what)
+        ranks = None if memory.window is None else np.full(threads.size, offset // memory.window)
+        cells = memory.cells(threads, np.full(threads.size, offset), 8, what, ranks)
         memory.track(threads, cells, m.clocks, write=False, stamp=True)
         return bar
 

@@ -54,11 +54,13 @@ class NamedBarriers:
         self.released: dict[tuple[int, int], np.ndarray | None] = {}
 
     def arrive(
-        self, barrier: int, expected: int, warps: list[int], sync: bool, what: str
-    ) -> Wait | None:
+        self, barrier: Any, expected: int, warps: list[int], sync: bool, what: str,
+        threads: int | None = None,
+    ) -> Wait | None:  # fmt: skip
         """``warps`` (one statement's) arrive at ``barrier`` that completes at ``expected``
-        threads. With ``sync`` they wait for the generation they complete: what they wait
-        for (None: it completed now)."""
+        threads (``threads`` of them arrive: by default all of each warp's 32). With
+        ``sync`` they wait for the generation they complete: what they wait for (None: it
+        completed now)."""
         m = self.m
         clocks = m.clocks
         released = [clocks.release(w) for w in warps]
@@ -72,7 +74,7 @@ class NamedBarriers:
                 f"barrier's earlier arrivals (warps {gen.warps}) expect {gen.expected}: every "
                 f"arrival at one barrier gives the same count"
             )
-        arrived = WARP * len(warps)
+        arrived = WARP * len(warps) if threads is None else threads
         straddles = gen.arrived + arrived > expected  # which warps complete it is unknown
         gen.arrived += arrived
         gen.warps += warps
@@ -129,10 +131,15 @@ class RegisterFile:
     def __init__(self, m: Any) -> None:
         self.m = m
         warps = max(1, -(-m.threads // WARP))
-        entry = min(256, REGISTER_FILE // (warps * WARP) // 8 * 8)
+        self.per_cta = max(1, -(-m.threads // m.cluster // WARP))  # a cluster: an SM each
+        entry = min(256, REGISTER_FILE // (self.per_cta * WARP) // 8 * 8)
         self.entry = entry
         self.per_thread = np.full(warps, entry, dtype=np.int64)
-        self.pool = 0
+        self.pools = [0] * m.cluster  # each CTA's
+
+    @property
+    def pool(self) -> int:
+        return self.pools[0]
 
     def setmaxnreg(
         self, action: str, count: int, warps: list[int], what: str
@@ -144,6 +151,8 @@ class RegisterFile:
             raise SimError(
                 f"{what}: {count} registers per thread, must be a multiple of 8 in [24, 256]"
             )
+        if self.m.cluster > 1 and self.per_cta % 4:
+            raise SimError(f"{what} in a cluster of CTAs of {self.per_cta} warps: whole warpgroups")
         groups: dict[int, list[int]] = {}
         for w in warps:
             groups.setdefault(w // 4, []).append(w)
@@ -164,34 +173,37 @@ class RegisterFile:
                 f"thread; .{action} cannot {direction} the count to {count}"
             )
         if action == "dec":
-            self.pool += int((now - count).sum()) * WARP
+            for w in warps:
+                self.pools[w // self.per_cta] += int(now[warps.index(w)] - count) * WARP
             self.per_thread[warps] = count
             self.m.events += 1
             return []
-        waits = []
+        waits, blocked = [], set()
         for mine in groups.values():
+            cta = mine[0] // self.per_cta
             need = int((count - self.per_thread[mine]).sum()) * WARP
-            if need <= self.pool and not waits:
-                self._grant(mine, count, need)
+            if need <= self.pools[cta] and cta not in blocked:
+                self._grant(cta, mine, count, need)
                 continue
-            waits.append((self._wait(mine, count, need, what), mine))
+            blocked.add(cta)
+            waits.append((self._wait(cta, mine, count, need, what), mine))
         return waits
 
-    def _grant(self, warps: list[int], count: int, need: int) -> None:
-        self.pool -= need
+    def _grant(self, cta: int, warps: list[int], count: int, need: int) -> None:
+        self.pools[cta] -= need
         self.per_thread[warps] = count
 
-    def _wait(self, warps: list[int], count: int, need: int, what: str) -> Wait:
-        total = len(self.per_thread)
+    def _wait(self, cta: int, warps: list[int], count: int, need: int, what: str) -> Wait:
+        total = self.per_cta
         return Wait(
             what,
-            lambda: need <= self.pool,
+            lambda: need <= self.pools[cta],
             lambda: (
-                f"{need} registers from the CTA's pool, which holds {self.pool} (each warp "
-                f"started with {self.entry} per thread, {self.entry * WARP * total} of the "
-                f"{REGISTER_FILE}; only setmaxnreg.dec of other warps fills the pool)"
+                f"{need} registers from the CTA's pool, which holds {self.pools[cta]} (each "
+                f"warp started with {self.entry} per thread, {self.entry * WARP * total} of "
+                f"the {REGISTER_FILE}; only setmaxnreg.dec of other warps fills the pool)"
             ),
-            then=lambda: self._grant(warps, count, need),
+            then=lambda: self._grant(cta, warps, count, need),
         )
 
 

@@ -41,9 +41,10 @@ from .schedule import (
     WhileFrame,
 )
 from .tmem import TensorMemory
-from .values import Binding, Pointer, TensorMapArg
+from .values import CLUSTER_WINDOW, Binding, Pointer, TensorMapArg
 
 DYNAMIC_SHARED_BYTES = 232448  # the most a CTA may have on sm_90 / sm_100 (227 KB)
+MAX_CLUSTER = 16  # CTAs of a cluster (a non-portable size; ctaMask has 16 bits)
 
 
 _LEAVES = frozenset(
@@ -100,6 +101,13 @@ class Machine:
         self.cta_count = 0  # CTAs started so far (each one's number for the global memories)
         self.cta_label = "the CTA"  # its name in messages ("CTA (x=3)" in a grid)
         self.block_index: dict[str, int] = {}  # the running CTA's block index, by blockIdx tag
+        # A cluster of CTAs (a clusterCtaIdx launch) runs together: its threads are one
+        # array, CTA after CTA (``cta_threads`` each; a thread's CTA is its rank), and each
+        # shared allocation holds one window per CTA (:meth:`shared_base`).
+        self.cluster = 1
+        self.cluster_var: Any = None
+        self.block_var: Any = None
+        self.cluster_first = 0  # the block index of the running cluster's first CTA
         # the completion mechanisms each tile call's plan declares, by explain() index
         self.declared: dict[int | None, tuple[str, ...]] = {}
         self.registers: RegisterFile | None = None
@@ -298,20 +306,45 @@ class Machine:
         if scope == "shared.dyn":
             # all dynamic shared allocations share one window whose size the launch sets
             if self.dynamic_shared is None:
-                self.dynamic_shared = Memory(buf.name, "shared", DYNAMIC_SHARED_BYTES, rng=self.rng)
+                self.dynamic_shared = self._shared_memory(buf.name, DYNAMIC_SHARED_BYTES)
             mem = self.dynamic_shared
         elif scope == "shared":  # one per CTA, whichever of its units allocates it
             mem = self.shared.get(buf)
             if mem is None:
-                mem = self.shared[buf] = Memory(buf.name, "shared", nbytes, rng=self.rng)
+                mem = self.shared[buf] = self._shared_memory(buf.name, nbytes)
         elif scope == "local":
             mem = Memory(buf.name, "local", nbytes, threads=self.threads, rng=self.rng)
         else:
             raise SimError(f"the simulator has no memory scope {scope!r} ({buf.name})")
         if mem.cta != self.cta_count:  # its faults name the CTA (global: set per CTA)
             mem.enter_cta(self.cta_count, self.cta_label)
-        ptr = Pointer(mem, np.zeros(1, dtype=np.int64), dtype.itemsize * lanes)
+        ptr = Pointer(mem, self.window_base(mem), dtype.itemsize * lanes)
         self.env[buf] = self._binding(buf, ptr)
+
+    def _shared_memory(self, name: str, nbytes: int) -> Memory:
+        """A shared allocation: in a cluster, one window of ``nbytes`` (rounded up to 1,024
+        bytes: swizzles repeat within it) per CTA, CTA after CTA."""
+        if self.cluster == 1:
+            return Memory(name, "shared", nbytes, rng=self.rng)
+        window = -(-nbytes // 1024) * 1024
+        mem = Memory(name, "shared", window * self.cluster, rng=self.rng)
+        mem.window, mem.window_bytes, mem.cta_threads = window, nbytes, self.cta_threads
+        return mem
+
+    @property
+    def cta_threads(self) -> int:
+        """The threads of one CTA (of the cluster's array of threads)."""
+        return self.threads // self.cluster
+
+    def rank(self, threads: Any) -> np.ndarray:
+        """The CTA (its rank in the cluster) each of ``threads`` belongs to."""
+        return np.asarray(threads) // self.cta_threads
+
+    def window_base(self, mem: Memory) -> np.ndarray:
+        """Each thread's first byte of its CTA's window of ``mem`` (0 outside a cluster)."""
+        if mem.window is None:
+            return np.zeros(1, dtype=np.int64)
+        return self.rank(self.tid).astype(np.int64) * mem.window
 
     def _binding(self, buf: Any, ptr: Pointer) -> Binding:
         dtype, lanes = parse_dtype(buf.dtype)
@@ -331,6 +364,18 @@ class Machine:
         tag = s.node.thread_tag
         extent = _as_int(self.eval(s.value), tag)
         var = s.node.var
+        if tag == "clusterCtaIdx.x":  # the CTAs of a cluster run together (class docs)
+            if not 1 <= extent <= MAX_CLUSTER:
+                raise SimError(f"a cluster of {extent} CTAs: 1 to {MAX_CLUSTER}")
+            self.cluster, self.cluster_var = extent, var
+            try:
+                self.exec(s.body)
+            finally:
+                self.cluster, self.cluster_var = 1, None
+            return
+        if tag.startswith("blockIdx") and self.cluster > 1:
+            self._launch_clusters(s, tag, extent, var)
+            return
         if tag.startswith("blockIdx"):
             chosen = range(extent) if self.blocks is None else self.blocks
             for b in chosen:
@@ -344,12 +389,16 @@ class Machine:
         elif tag == "threadIdx.x":
             if self.threads != 1:
                 raise SimError("threadIdx.x launched twice")
-            self.threads = extent
-            self.tid = np.arange(extent, dtype=np.int64)
-            self.mask = np.ones(extent, dtype=bool)
+            self.threads = extent * self.cluster
+            self.tid = np.arange(self.threads, dtype=np.int64)
+            self.mask = np.ones(self.threads, dtype=bool)
             if self.blocks is None and self.tmem is None:
                 self._start_cta()  # a kernel without blockIdx is a single CTA
-            self.env[var] = self.tid.astype(np.int32)
+            self.env[var] = (self.tid % extent).astype(np.int32)
+            if self.cluster > 1:  # each thread's CTA: its block index and rank
+                rank = (self.tid // extent).astype(np.int32)
+                self.env[self.block_var] = self.cluster_first + rank
+                self.env[self.cluster_var] = rank
             outer = (self.env, self.call, self.counters)
             try:
                 self._run_threads(s.body)
@@ -362,6 +411,25 @@ class Machine:
         else:
             raise SimError(f"the simulator launches threadIdx.x and blockIdx.* only, not {tag}")
 
+    def _launch_clusters(self, s: Any, tag: str, extent: int, var: Any) -> None:
+        """A ``blockIdx.x`` launch inside a ``clusterCtaIdx.x`` one: the grid's clusters run
+        one after another (those holding the chosen CTAs), the CTAs of each together."""
+        if tag != "blockIdx.x":
+            raise NotModeled(f"a cluster launch over {tag}: the simulator runs 1-D clusters")
+        size = self.cluster
+        if extent % size:
+            raise SimError(f"the grid's {extent} CTAs are not whole clusters of {size}")
+        chosen = range(extent) if self.blocks is None else self.blocks
+        firsts = sorted({b // size * size for b in chosen})
+        for first in firsts:
+            if first >= extent:
+                raise SimError(f"CTA {first} does not exist: the grid has {extent}")
+            self.block_index[tag] = first
+            self.cluster_first, self.block_var = first, var
+            self._start_cta()
+            self.exec(s.body)
+            self._end_cta()
+
     def _run_threads(self, body: Any) -> None:
         """The launched threads run ``body`` as units (:mod:`.schedule`) until all of them
         have finished; a ``blockIdx`` launch right inside runs it once per CTA."""
@@ -370,6 +438,8 @@ class Machine:
             and body.attr_key == "thread_extent"
             and body.node.thread_tag.startswith("blockIdx")
         ):
+            if self.cluster > 1:
+                raise NotModeled("a cluster launch whose blockIdx is launched inside threadIdx")
             extent = _as_int(self.eval(body.value), body.node.thread_tag)
             chosen = range(extent) if self.blocks is None else self.blocks
             for b in chosen:
@@ -382,6 +452,11 @@ class Machine:
                 self._end_cta()
             return
         self.clocks = Clocks(-(-self.threads // 32))
+        if self.cluster > 1 and self.cta_threads % 32:
+            raise NotModeled(
+                f"a cluster of CTAs of {self.cta_threads} threads: the simulator runs CTAs of "
+                "whole warps in a cluster"
+            )
         self.barriers = NamedBarriers(self)
         self.registers = RegisterFile(self)
         self.mask = np.ones(self.threads, dtype=bool)
@@ -392,6 +467,12 @@ class Machine:
         self.cta_count += 1
         label = ", ".join(f"{tag[-1]}={b}" for tag, b in sorted(self.block_index.items()))
         self.cta_label = f"CTA ({label})" if label else "the CTA"
+        if self.cluster > 1:
+            first = self.cluster_first
+            self.cta_label = (
+                f"the cluster of CTAs x={first}-{first + self.cluster - 1} (its threads "
+                "numbered CTA after CTA)"
+            )
         for g in self.globals:  # the grid's CTAs are not ordered: each writes its own bytes
             g.enter_cta(self.cta_count, self.cta_label)
         self.clocks = Clocks(-(-self.threads // 32))
@@ -553,7 +634,31 @@ class Machine:
                 f"{what}: only a shared-window address of dynamic shared memory has a number "
                 "in the simulator"
             )
-        return np.asarray(ptr.offsets, dtype=np.int64)
+        offsets = np.asarray(ptr.offsets, dtype=np.int64)
+        if ptr.memory.window is not None:  # a CTA's addresses start at 0 in its window
+            offsets = offsets % ptr.memory.window
+        return offsets
+
+    def shared_pointer(self, address: np.ndarray, threads: np.ndarray, what: str) -> Pointer:
+        """The dynamic shared memory a ``.shared::cluster`` address of ``threads`` names
+        (:data:`.values.CLUSTER_WINDOW`): their own CTA's window below ``CLUSTER_WINDOW``,
+        CTA ``r``'s at ``(r + 1) * CLUSTER_WINDOW`` and above (what ``mapa`` returns)."""
+        mem = self.dynamic_shared
+        if mem is None:
+            raise NotModeled(f"{what}: a shared::cluster address outside dynamic shared memory")
+        address = np.asarray(address, dtype=np.int64)
+        own = self.rank(threads)
+        target = np.where(address >= CLUSTER_WINDOW, address // CLUSTER_WINDOW - 1, own)
+        local = address % CLUSTER_WINDOW
+        bad = (target < 0) | (target >= self.cluster)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise SimError(
+                f"{what}: thread {int(threads[i])} names CTA rank {int(target[i])} of a cluster "
+                f"of {self.cluster}"
+            )
+        window = mem.window if mem.window is not None else 0
+        return Pointer(mem, target * window + local, 0, shared_window=True)
 
     def _e_Ramp(self, e: Any) -> np.ndarray:
         base = self.eval(e.base).astype(np.int64)

@@ -106,6 +106,25 @@ def _barrier(m: Machine, call: Any) -> None:
     named_barrier(m, np.zeros(1, dtype=np.int64), None, "__syncthreads (bar.sync 0)")
 
 
+@TABLE.entry("tirx.cuda.cluster_sync")
+def _cluster_sync(m: Machine, call: Any) -> None:
+    """TVM's ``T.cuda.cluster_sync()``: ``barrier.cluster.arrive.aligned`` then
+    ``barrier.cluster.wait.aligned`` (PTX ISA 9.7.13.2, sm_90): every thread of the cluster
+    arrives (with release: the default), and waits (with acquire) until all have, which
+    orders all their memory accesses, shared memory of every CTA of the cluster included.
+    A kernel launched without a cluster is a cluster of one CTA. The barrier counts
+    threads: a warp whose threads reach it from two paths of the simulator's scheduling
+    (one of them waited alone inside an ``if``, :mod:`.schedule`) arrives in two parts,
+    where the GPU reconverges it first."""
+    warps = m.warps()
+    arrived = m.active_threads().size
+    m.counters.instructions["barrier.cluster"] += len(warps)
+    what = f"barrier.cluster.arrive/wait (all {m.threads} threads of the cluster)"
+    wait = m.barriers.arrive("cluster", m.threads, warps, True, what, threads=arrived)
+    if wait is not None:
+        m.block([(wait, None)])
+
+
 @TABLE.entry("tirx.cuda.warp_sync")
 def _warp_sync(m: Machine, call: Any) -> None:
     """``__syncwarp()`` (PTX ``bar.warp.sync 0xffffffff``, PTX ISA "bar.warp.sync"): all 32 lanes
@@ -172,12 +191,17 @@ def named_barrier(
             )
         groups.setdefault(int(mine[0]), []).append(w)
     waits = []
+    per_cta = m.cta_threads // 32  # in a cluster, each CTA has barriers of its own
+    by_cta: dict[tuple[int, int], list[int]] = {}
     for barrier, warps in groups.items():
+        for w in warps:
+            by_cta.setdefault((w // per_cta, barrier), []).append(w)
+    for (cta, barrier), warps in by_cta.items():
         threads = np.concatenate([np.arange(w * 32, min((w + 1) * 32, m.threads)) for w in warps])
         if not 0 <= barrier < 16:
             raise SimError(f"{spelling} {barrier}: a CTA has barriers 0-15")
         if counts is None:
-            expected = 32 * m.clocks.warps
+            expected = m.cta_threads
             what = f"{spelling} {barrier} (all {expected} threads of the CTA)"
         else:
             mine = counts[threads]
@@ -192,7 +216,10 @@ def named_barrier(
                 raise SimError(f"{what}: the thread count must be a positive multiple of 32")
         kind = "bar.sync" if sync else "bar.arrive"
         m.counters.instructions[kind] += len(warps)
-        wait = m.barriers.arrive(barrier, expected, warps, sync, what)
+        key = barrier if m.cluster == 1 else (cta, barrier)
+        if m.cluster > 1:
+            what += f" of the CTA of rank {cta}"
+        wait = m.barriers.arrive(key, expected, warps, sync, what)
         if wait is not None:
             mask = np.zeros(m.threads, dtype=bool)
             mask[threads] = True

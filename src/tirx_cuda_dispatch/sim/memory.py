@@ -218,6 +218,11 @@ class Memory:
         self.cta, self.cta_name = 0, ""
         self.cta_writer: np.ndarray | None = None
         self.cta_names: dict[int, str] = {}
+        # shared memory of a cluster: one window of ``window`` bytes per CTA (its first
+        # ``window_bytes`` allocated), the CTA of thread t being t // cta_threads
+        self.window: int | None = None
+        self.window_bytes = self.nbytes
+        self.cta_threads = 0
 
     def enter_cta(self, number: int, name: str) -> None:
         """CTA ``number`` (``name`` in messages) runs from now on."""
@@ -254,12 +259,25 @@ class Memory:
             return f"register {self.name} (byte {cell[1]}) of thread {cell[0]}"
         return f"byte {cell[0]} of {self.space} {self.name}"
 
+    def byte_text(self, byte: int) -> str:
+        """``byte 12``, in a cluster's memory ``byte 12 of the CTA of rank 1``."""
+        if self.window is None:
+            return f"byte {byte}"
+        rank, at = divmod(byte, self.window)
+        return f"byte {at} of the CTA of rank {rank}"
+
     def _who(self, thread: Any) -> str:
         """``thread 5``, and the CTA where the grid has several (``thread 5 of CTA (x=3)``)."""
         cta = self.cta_name if self.cta_name not in ("", "the CTA") else ""
+        if self.window is not None:  # a cluster's threads: name the CTA too
+            rank, local = divmod(int(thread), self.cta_threads)
+            return f"thread {int(thread)} (thread {local} of the CTA of rank {rank})"
         return f"thread {int(thread)}" + (f" of {cta}" if cta else "")
 
-    def _cells(self, threads: np.ndarray, offsets: np.ndarray, size: int, what: str):
+    def _cells(
+        self, threads: np.ndarray, offsets: np.ndarray, size: int, what: str,
+        ranks: np.ndarray | None = None,
+    ):  # fmt: skip
         """Byte indices ``(n, size)`` of an access, after bounds and alignment checks."""
         bad = (offsets < 0) | (offsets + size > self.nbytes)
         if bad.any():
@@ -268,6 +286,8 @@ class Memory:
                 f"{what} of {size} bytes at byte {int(offsets[i])} of {self.space} "
                 f"{self.name} ({self.nbytes} bytes) is out of bounds ({self._who(threads[i])})"
             )
+        if self.window is not None:
+            self.check_window(threads, offsets, size, what, ranks)
         # an access is aligned to its own size, up to the widest one (PTX's 256-bit .v8)
         align = min(size if size & (size - 1) == 0 else 1, 32)
         misaligned = offsets % align != 0
@@ -280,6 +300,27 @@ class Memory:
             )
         return offsets[:, None] + np.arange(size)
 
+    def check_window(
+        self, threads: np.ndarray, offsets: np.ndarray, size: int, what: str,
+        ranks: np.ndarray | None = None,
+    ) -> None:  # fmt: skip
+        """A cluster's shared memory: each access lies in the allocated bytes of one CTA's
+        window, its own thread's (a ``.shared::cta`` or generic address reaches its own
+        CTA only) or, for an instruction that names a CTA (``ranks``), that one's."""
+        window = self.window
+        own = np.asarray(threads) // self.cta_threads if ranks is None else ranks
+        local = offsets - own * window
+        bad = (local < 0) | (local + size > self.window_bytes)
+        if bad.any():
+            i = int(np.argmax(bad))
+            whose = "its own CTA's" if ranks is None else f"the CTA of rank {int(own[i])}'s"
+            raise SimError(
+                f"{what} of {size} bytes at byte {int(local[i])} of {whose} window of "
+                f"{self.space} {self.name} ({self.window_bytes} bytes) is out of bounds "
+                f"({self._who(threads[i])}): a CTA's shared addresses reach its own shared "
+                "memory; another CTA's is reached through mapa and .shared::cluster"
+            )
+
     def _index(self, threads: np.ndarray, cells: np.ndarray):
         return (threads[:, None], cells) if self.space == "local" else cells
 
@@ -290,9 +331,13 @@ class Memory:
             return (np.broadcast_to(threads[:, None], cells.shape).copy(), cells)
         return (cells,)
 
-    def cells(self, threads: np.ndarray, offsets: np.ndarray, size: int, what: str) -> np.ndarray:
-        """Byte indices ``(n, size)`` of an access, after bounds and alignment checks."""
-        return self._cells(threads, offsets, size, what)
+    def cells(
+        self, threads: np.ndarray, offsets: np.ndarray, size: int, what: str,
+        ranks: np.ndarray | None = None,
+    ) -> np.ndarray:  # fmt: skip
+        """Byte indices ``(n, size)`` of an access, after bounds and alignment checks
+        (``ranks``: in a cluster, the CTA whose window an instruction names)."""
+        return self._cells(threads, offsets, size, what, ranks)
 
     def _guarded(self, threads: np.ndarray, index: Any, action: str) -> None:
         if self.guard is not None:
@@ -405,7 +450,7 @@ class Memory:
             i = int(np.argmax(unordered_w))
             kind = "writes" if write else "reads"
             raise SimError(
-                f"shared-memory race on {self.name} byte {int(flat[i])}: "
+                f"shared-memory race on {self.name} {self.byte_text(int(flat[i]))}: "
                 f"{clocks.name(int(who[i]))} {kind} it after {clocks.name(int(writer[i]))} "
                 f"wrote it, with nothing between that orders them{_hint(clocks, who[i], writer[i])}"
             )
@@ -425,7 +470,7 @@ class Memory:
             i = int(np.argmax(unordered_r.any(axis=1)))
             reader = int(np.argmax(unordered_r[i]))
             raise SimError(
-                f"shared-memory race on {self.name} byte {int(flat[i])}: "
+                f"shared-memory race on {self.name} {self.byte_text(int(flat[i]))}: "
                 f"{clocks.name(int(who[i]))} overwrites it while {clocks.name(reader)} reads "
                 f"it with nothing between that orders them{_hint(clocks, who[i], reader)}"
             )
@@ -438,7 +483,7 @@ class Memory:
         if clash.any():
             i = int(np.argmax(clash))
             raise SimError(
-                f"shared-memory race on {self.name} byte {int(flat[i])}: "
+                f"shared-memory race on {self.name} {self.byte_text(int(flat[i]))}: "
                 f"{clocks.name(int(lo[flat[i]]))} and {clocks.name(int(hi[flat[i]]))} write "
                 f"it at once"
             )

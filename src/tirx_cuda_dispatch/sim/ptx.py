@@ -39,7 +39,7 @@ from .intrinsics import named_barrier
 from .memory import BankRecord, bank_ways
 from .numerics import ROUNDING_MODES, f32_arith
 from .schedule import Wait
-from .values import Pointer
+from .values import CLUSTER_WINDOW, Pointer
 
 TABLE = Table()
 
@@ -830,16 +830,34 @@ def _cp_async_raw(m: Machine, call: Any) -> None:
 
 # -- mbarrier (PTX ISA 9.7.15.16; sm_80+, tx-count sm_90+) ---------------------------------
 _SHARED = {"shared", "shared::cta"}
-_SEM_SCOPE = {"release", "acquire", "relaxed", "cta", "cluster"}  # one CTA: cluster acts as cta
+_SEM_SCOPE = {"release", "acquire", "relaxed", "cta", "cluster"}
+
+
+def cluster_address(m: Machine, operand: Any, what: str) -> Pointer:
+    """A ``.shared::cluster`` address operand: a shared-window pointer (the executing
+    CTA's own) or a number (:data:`CLUSTER_WINDOW`), as the dynamic shared memory of the
+    CTA it names, per active thread."""
+    value = m.eval(operand)
+    if isinstance(value, Pointer):
+        if not value.shared_window or value.memory.space != "shared":
+            raise SimError(f"{what} takes a .shared::cluster address, got {operand}")
+        return value
+    threads = m.active_threads()
+    full = np.zeros(m.threads, dtype=np.int64)
+    full[threads] = m.per_thread(np.asarray(value).astype(np.int64))[threads]
+    return m.shared_pointer(full, m.tid, what)
 
 
 def _barriers(m: Machine, parsed: PtxOperands, operand: Any, what: str):
     """The live mbarriers the active threads name at ``operand``, each with its threads
     (for ``mbarrier.init``: the (memory, offset) pairs). An mbarrier lives in shared
     memory, 8-byte aligned; ``.shared{::cta}`` takes a shared-window address, no space a
-    generic one."""
-    window = bool(set(parsed.tokens) & _SHARED)
-    ptr = _pointer(m, operand, what)
+    generic one, ``.shared::cluster`` one of any CTA of the cluster (:func:`cluster_address`)."""
+    window = bool(set(parsed.tokens) & (_SHARED | {"shared::cluster"}))
+    if "shared::cluster" in parsed.tokens:
+        ptr = cluster_address(m, operand, what)
+    else:
+        ptr = _pointer(m, operand, what)
     if ptr.memory.space != "shared" or ptr.shared_window != window:
         kind = "a .shared address" if window else "a generic address"
         form = "a shared-window" if ptr.shared_window else "a generic"
@@ -901,6 +919,38 @@ def _mbarrier_inval(m: Machine, call: Any) -> None:
         m.counters.instructions["mbarrier.inval"] += len(m.warps())
 
 
+@TABLE.entry("tirx.ptx.mapa_u32")
+def _mapa(m: Machine, call: Any) -> None:
+    """``mapa.shared::cluster.u32 d, a, b`` (PTX ISA 9.7.9.21, sm_90): ``d`` is the
+    ``.shared::cluster`` address of the variable at shared address ``a`` of the executing
+    CTA in the cluster's CTA of rank ``b`` (:data:`CLUSTER_WINDOW`)."""
+    parsed = plain_ptx_operands(call, "mapa")
+    what = ".".join(["mapa", *parsed.tokens])
+    if set(parsed.tokens) != {"shared::cluster", "u32"} or len(parsed.operands) != 3:
+        raise SimError(f"{what}: the simulator models mapa.shared::cluster.u32 d, a, b")
+    d, a, b = parsed.operands
+    value = m.eval(a)
+    local = m.shared_address(value, what) if isinstance(value, Pointer) else value
+    local = m.per_thread(np.asarray(local).astype(np.int64))
+    if (local >= CLUSTER_WINDOW).any():
+        raise SimError(f"{what}: a is not a .shared::cta address of the executing CTA")
+    ranks = m.per_thread(_ints(m, b))
+    threads = m.active_threads()
+    bad = (ranks[threads] < 0) | (ranks[threads] >= m.cluster)
+    if bad.any():
+        t = int(threads[np.argmax(bad)])
+        raise SimError(
+            f"{what}: thread {t} maps into CTA rank {int(ranks[t])}; the cluster has "
+            f"{m.cluster} CTA{'s' if m.cluster > 1 else ''}"
+        )
+    out = ((ranks + 1) * CLUSTER_WINDOW + local).astype(np.uint32)
+    _, dtype = register_operand(m, d, what)
+    if dtype.itemsize != 4:
+        raise SimError(f"{what}: the destination {d} is not a 32-bit register")
+    write_register(m, d, out, what)
+    m.counters.instructions["mapa"] += len(m.warps())
+
+
 @TABLE.entry("tirx.ptx.fence_mbarrier_init")
 def _fence_mbarrier_init(m: Machine, call: Any) -> None:
     """``fence.mbarrier_init.release.cluster`` (PTX ISA 9.7.13.4 "membar/fence"): orders
@@ -942,7 +992,7 @@ def _mbarrier_arrive(m: Machine, call: Any) -> None:
     parsed, guard = guarded_ptx_operands(call, f"mbarrier.{act}")
     tokens = parsed.tokens
     what = ".".join(["mbarrier", *tokens])
-    allowed = {act, "expect_tx", "noComplete", *_SEM_SCOPE, *_SHARED, "b64"}
+    allowed = {act, "expect_tx", "noComplete", *_SEM_SCOPE, *_SHARED, "shared::cluster", "b64"}
     _check_tokens(what, tokens, allowed)
     operands = list(parsed.operands)
     state = operands.pop(0) if returns_state else None
@@ -1043,16 +1093,19 @@ def _mbarrier_wait(m: Machine, call: Any) -> None:
         m.counters.instructions[f"mbarrier.{action}"] += len(m.warps())
 
 
-@TABLE.entry("tirx.cuda.mbarrier_wait")
+@TABLE.entry("tirx.cuda.mbarrier_wait", "tirx.cuda.mbarrier_wait_acquire_cluster")
 def _cuda_mbarrier_wait(m: Machine, call: Any) -> None:
     """TVM's ``T.cuda.mbarrier_wait(bar, phase)`` (its helper in ``backend/cuda/cpp/
     asm.py``): retries ``mbarrier.try_wait.parity.acquire.cta.shared::cta.b64`` on the
     generic address ``bar`` with parity ``phase`` until it succeeds: a thread whose phase
     has not completed waits (other warps run) and then acquires the phase's arrivals; a
     phase nothing can complete any more is a deadlock naming the barrier and what it
-    still waits for."""
+    still waits for. ``T.cuda.mbarrier_wait_acquire_cluster`` is the same loop with
+    ``.acquire.cluster`` (for arrivals from other CTAs of the cluster): the simulator
+    orders the waiter after every arrival of the phase either way."""
     bar_node, phase_node = call.args
-    what = "mbarrier_wait (mbarrier.try_wait.parity.acquire.cta)"
+    scope = "cluster" if call.op.name.endswith("cluster") else "cta"
+    what = f"mbarrier_wait (mbarrier.try_wait.parity.acquire.{scope})"
     values = _ints(m, phase_node)
     waits = []
     for bar, threads in _barriers(m, PtxOperands([], [], ""), bar_node, what):

@@ -454,6 +454,10 @@ class Scheduler:
             where = ", ".join(where)
             state = u.wait.state()
             who = threads_text(u.members)
+            if self.m.cluster > 1:  # the threads of a cluster: name their CTA
+                ranks = np.unique(np.flatnonzero(u.members) // self.m.cta_threads)
+                who += f" ({'CTAs of ranks' if ranks.size > 1 else 'the CTA of rank'} "
+                who += ", ".join(map(str, ranks.tolist())) + ")"
             verb = "waits" if " " in who and who.split(" ")[0] in ("warp", "thread") else "wait"
             lines.append(
                 f"{who} {verb} at {u.wait.what} ({where})" + (f" for {state}" if state else "")

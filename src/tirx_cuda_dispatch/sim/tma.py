@@ -48,6 +48,7 @@ from .values import Pointer, TensorMapValue
 TABLE = Table()
 
 _TOKENS = {"async", "bulk", "tensor", "shared::cluster", "global", "tile"}
+_MULTICAST = "multicast::cluster"
 _COMPLETE_TX = "mbarrier::complete_tx::bytes"
 
 
@@ -74,7 +75,7 @@ def _shared_window(m: Machine, operand: Any, what: str, name: str) -> Pointer:
 
 def _thread_box(
     tm: TensorMapValue, coords: list[int], start: int, window: Pointer, what: str, t: int,
-    store: bool,
+    store: bool, target: int | None = None,
 ):  # fmt: skip
     """Thread ``t``'s box (:func:`box_copy`) at ``coords`` and shared byte ``start`` of
     ``window``, after the checks the hardware makes: the shared address 128-byte aligned,
@@ -93,6 +94,11 @@ def _thread_box(
             "the kernel)"
         )
     shared, cells, inside, nbytes = box_copy(tm, coords, start)
+    memory = window.memory
+    if memory.window is not None:  # a cluster's: within the window of the CTA it lands in
+        ends = np.array([shared.min(), shared.max()])
+        ranks = None if target is None else np.full(2, target)
+        memory.check_window(np.full(2, t), ends, 1, what, ranks)
     if shared.max() >= window.memory.nbytes:
         raise SimError(
             f"{what} (thread {t}) {verb} past the {window.memory.nbytes} bytes of shared "
@@ -135,19 +141,24 @@ def _bulk_tensor_load(m: Machine, call: Any) -> None:
     (128-byte aligned) laid out box row after box row, swizzled by the map's mode on the
     shared address bits; the copy performs a complete-tx of the box's bytes on ``mbar``'s
     current phase and lands when that phase completes. In one CTA its ``shared::cluster``
-    addresses are the CTA's own shared addresses. Multicast, cache hints, im2col and
-    gather4 are not modeled (an error naming them)."""
+    addresses are the CTA's own shared addresses. ``.multicast::cluster`` (a trailing
+    16-bit ``ctaMask``) copies the box into every CTA of the cluster whose rank's bit is
+    set, at dstMem's offset in its shared memory, and performs the complete-tx on the
+    mbarrier at mbar's offset in that CTA. Cache hints, im2col and gather4 are not
+    modeled (an error naming them)."""
     parsed, guard = guarded_ptx_operands(call, "cp.async.bulk.tensor")
     if guard is not None:
         raise NotModeled("cp.async.bulk.tensor under a guard predicate")
     tokens = [t for t in parsed.tokens if t]
     what = ".".join(["cp", *tokens])
     dims = [t for t in tokens if t.endswith("d") and t[:-1].isdigit()]
-    unknown = set(tokens) - _TOKENS - {_COMPLETE_TX, *dims}
+    unknown = set(tokens) - _TOKENS - {_COMPLETE_TX, _MULTICAST, *dims}
     if unknown or _COMPLETE_TX not in tokens or len(dims) != 1:
         raise NotModeled(f"{what}: only the .tile load completing on an mbarrier is modeled")
     rank = int(dims[0][:-1])
-    dst_node, map_node, *coord_nodes, bar_node = parsed.operands
+    operands = list(parsed.operands)
+    mask_node = operands.pop() if _MULTICAST in tokens else None
+    dst_node, map_node, *coord_nodes, bar_node = operands
     if len(coord_nodes) != rank:
         raise SimError(f"{what}: {len(coord_nodes)} coordinates for a {rank}d copy")
     tm = _tensor_map(m, map_node, what)
@@ -159,34 +170,80 @@ def _bulk_tensor_load(m: Machine, call: Any) -> None:
     coords = [m.per_thread(np.asarray(m.eval(c)).astype(np.int64)) for c in coord_nodes]
     dst_off = m.per_thread(dst.offsets)
     bar_off = m.per_thread(bar_ptr.offsets)
+    masks = None
+    if mask_node is not None:
+        masks = m.per_thread(np.asarray(m.eval(mask_node)).astype(np.int64)) & 0xFFFF
     for t in threads.tolist():
-        one = np.array([t])
-        bar = m.asynchrony.barrier(m, bar_ptr.memory, int(bar_off[t]), one, what)
-        shared, source, inside, nbytes = _thread_box(
-            tm, [int(c[t]) for c in coords], int(dst_off[t]), dst, what, t, store=False
-        )
-        cells = shared[None, :]
-        values = np.zeros(source.shape, dtype=np.uint8)
-        if inside.any():
-            read = source[inside]
-            values[inside] = tm.memory.load(
-                np.full(read.shape[0], t), read[:, 0], tm.elem_bytes, m.clocks
+        coord = [int(c[t]) for c in coords]
+        values = None
+        for target in _targets(m, t, masks, what):
+            one = np.array([t])
+            at = _in_cta(m, dst.memory, int(dst_off[t]), t, target)
+            bar = m.asynchrony.barrier(
+                m, bar_ptr.memory, _in_cta(m, bar_ptr.memory, int(bar_off[t]), t, target),
+                one, what,
+            )  # fmt: skip
+            shared, source, inside, nbytes = _thread_box(
+                tm, coord, at, dst, what, t, store=False, target=target
             )
-        agent = m.clocks.bulk_unit(t // 32)
-        effect = Effect(
-            "cp.async.bulk.tensor", what, issued_at(m, call), m.call, dst.memory, one,
-            dst.memory.index(one, cells), values.reshape(1, -1),
-            source=tm.memory, source_cells=source.reshape(1, -1),
-            source_read=np.repeat(inside, tm.elem_bytes).reshape(1, -1),
-            agent=agent, snapshot=m.clocks.issue(agent, [t // 32]),
-        )  # fmt: skip
-        # the copy's writes belong to the async proxy: ordered after what the issuing
-        # thread knows, before only the waiters of the phase it completes
-        dst.memory.track(one, cells, m.clocks, write=True, stamp=False, agents=np.array([agent]))
-        m.asynchrony.issue_on_barrier(m, effect, bar, nbytes)
-        m.counters.instructions["cp.async.bulk.tensor"] += 1
-        m.counters.bytes["global.load"] += int(inside.sum()) * tm.elem_bytes
-        m.counters.bytes["shared.store"] += nbytes
+            if values is None:  # the box is read from global memory once
+                values = np.zeros(source.shape, dtype=np.uint8)
+                if inside.any():
+                    read = source[inside]
+                    values[inside] = tm.memory.load(
+                        np.full(read.shape[0], t), read[:, 0], tm.elem_bytes, m.clocks
+                    )
+                m.counters.instructions["cp.async.bulk.tensor"] += 1
+                m.counters.bytes["global.load"] += int(inside.sum()) * tm.elem_bytes
+            _land_box(m, call, what, tm, dst, one, shared, source, inside, values, bar, nbytes)
+
+
+def _targets(m: Machine, t: int, masks: np.ndarray | None, what: str) -> list[int | None]:
+    """The CTAs thread ``t``'s copy lands in: its own (None) without multicast, else the
+    ranks of ``ctaMask``'s set bits, each one a CTA of the cluster."""
+    if masks is None:
+        return [None]
+    mask = int(masks[t])
+    ranks = [r for r in range(16) if mask >> r & 1]
+    if not ranks:
+        raise SimError(f"{what} (thread {t}): ctaMask 0 names no CTA to copy to")
+    if ranks[-1] >= m.cluster:
+        raise SimError(
+            f"{what} (thread {t}): ctaMask {mask:#x} names CTA rank {ranks[-1]}, but the "
+            f"cluster has {m.cluster} CTA{'s' if m.cluster > 1 else ''}"
+        )
+    return ranks
+
+
+def _in_cta(m: Machine, memory: Any, offset: int, t: int, target: int | None) -> int:
+    """Byte ``offset`` of thread ``t``'s own window of ``memory``, in CTA ``target``'s."""
+    if target is None or memory.window is None:
+        return offset
+    return offset + (target - int(m.rank(t))) * memory.window
+
+
+def _land_box(
+    m: Machine, call: Any, what: str, tm: TensorMapValue, dst: Pointer, one: np.ndarray,
+    shared: np.ndarray, source: np.ndarray, inside: np.ndarray, values: np.ndarray,
+    bar: Any, nbytes: int,
+) -> None:  # fmt: skip
+    """Thread ``one``'s copy of a box into shared memory (``shared``: its bytes there),
+    landing when the phase of ``bar`` it completes its bytes on completes."""
+    t = int(one[0])
+    cells = shared[None, :]
+    agent = m.clocks.bulk_unit(t // 32)
+    effect = Effect(
+        "cp.async.bulk.tensor", what, issued_at(m, call), m.call, dst.memory, one,
+        dst.memory.index(one, cells), values.reshape(1, -1),
+        source=tm.memory, source_cells=source.reshape(1, -1),
+        source_read=np.repeat(inside, tm.elem_bytes).reshape(1, -1),
+        agent=agent, snapshot=m.clocks.issue(agent, [t // 32]),
+    )  # fmt: skip
+    # the copy's writes belong to the async proxy: ordered after what the issuing thread
+    # knows, before only the waiters of the phase it completes
+    dst.memory.track(one, cells, m.clocks, write=True, stamp=False, agents=np.array([agent]))
+    m.asynchrony.issue_on_barrier(m, effect, bar, nbytes)
+    m.counters.bytes["shared.store"] += nbytes
 
 
 _STORE_TOKENS = {"async", "bulk", "tensor", "global", "shared::cta", "tile", "bulk_group"}

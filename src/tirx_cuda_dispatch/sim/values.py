@@ -15,6 +15,13 @@ import numpy as np
 from .errors import NotModeled, SimError
 from .memory import Memory
 
+CLUSTER_WINDOW = 1 << 24
+"""``.shared::cluster`` addresses as numbers: below it, the executing CTA's own shared
+window (a ``.shared::cta`` address is a ``.shared::cluster`` address of the executing
+CTA, PTX ISA 5.1.5.1); ``(r + 1) * CLUSTER_WINDOW + a``, byte ``a`` of the window of the
+cluster's CTA of rank ``r`` (what ``mapa`` returns). Only dynamic shared memory has
+numbers in the simulator (``Machine.shared_address``)."""
+
 
 @dataclass(frozen=True)
 class Pointer:

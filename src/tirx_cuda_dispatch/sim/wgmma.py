@@ -230,13 +230,17 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
         if len({int(x) for x in da[mine]}) != 1 or len({int(x) for x in db[mine]}) != 1:
             raise SimError(f"{what}: the descriptors differ between the warpgroup's threads")
         memory = _shared_memory(m, what)
+        # a descriptor's address is in the issuing CTA's window (of a cluster's memory)
+        base = 0 if memory.window is None else int(m.rank(mine[0])) * memory.window
         if registers_a:
             a_at = np.zeros((0,), dtype=np.int64)  # no shared bytes: A is in registers
         else:
-            a_at = operand_bytes(
+            a_at = base + operand_bytes(
                 decode(int(da[mine[0]])), bool(flags[0]), 64, kk, _ELEMENT_BYTES[at]
             )
-        b_at = operand_bytes(decode(int(db[mine[0]])), bool(flags[1]), n, kk, _ELEMENT_BYTES[bt])
+        b_at = base + operand_bytes(
+            decode(int(db[mine[0]])), bool(flags[1]), n, kk, _ELEMENT_BYTES[bt]
+        )
         reader = np.full(a_at.size + b_at.size, mine[0])
         cells = np.concatenate([a_at.ravel(), b_at.ravel()])
         # the operand reads belong to the async proxy (the warpgroup's wgmma unit): ordered

@@ -1,0 +1,178 @@
+"""The simulator runs the CTAs of a cluster together (a ``clusterCtaIdx.x`` launch): one
+window of each shared allocation per CTA, named barriers per CTA, ``barrier.cluster``
+over all of them, ``mapa`` and ``.shared::cluster`` mbarrier arrivals into another CTA,
+and TMA loads multicast to the CTAs of a ``ctaMask``. Each rule with the control it
+catches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+
+from executors import execute
+from tirx_cuda_dispatch import sim
+
+WHERE = ["sim", pytest.param("gpu", marks=pytest.mark.gpu)]
+TILE = 64  # a 64 x 64 float16 tile, half of it loaded by each CTA of a pair
+
+
+def multicast(mask: int = 3, init_sync: str = "cluster", halves: int = 2):
+    """Each CTA of a cluster of two loads its half of A's rows by TMA and multicasts it to
+    the CTAs of ``mask``; every CTA then copies the whole tile to its row of B. Each
+    CTA's barrier expects the bytes of ``halves`` halves."""
+    expect = TILE * TILE // 2 * 2 * halves
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (TILE, TILE), "float16")
+        B = T.match_buffer(B_ptr, (2, TILE, TILE), "float16")
+        T.device_entry()
+        bx = T.cta_id([2])
+        rank = T.cta_id_in_cluster([2])
+        tid = T.thread_id([128])
+        A_s = T.alloc_buffer((TILE, TILE), "float16", scope="shared", align=1024)
+        bar = T.alloc_shared([1], "uint64")
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+            T.ptx["fence.mbarrier_init.release.cluster"]()
+        if init_sync == "cluster":
+            T.cuda.cluster_sync()
+        else:
+            T.cuda.cta_sync()
+        if tid == 0:
+            T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), expect))
+            h = T.meta_var(rank * (TILE // 2))
+            Tx.copy_async(A_s[h : h + TILE // 2, :], A[h : h + TILE // 2, :],
+                          mbar=bar.ptr_to([0]), dispatch="tma_auto", cta_mask=mask)
+        T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+        Tx.cta.copy(B[bx, :, :], A_s[:, :])
+        T.cuda.cluster_sync()
+    # fmt: on
+    return kernel
+
+
+def handshake(peer: int = 1, cta_barrier: bool = True):
+    """CTA 0 arrives, after a CTA barrier of its own, on the mbarrier of CTA ``peer``
+    (``mapa``, ``mbarrier.arrive.shared::cluster``); CTA 1 waits on its mbarrier, then
+    writes its row of B. With ``cta_barrier`` CTA 1 meets a CTA barrier after its wait,
+    which deadlocks if a CTA barrier counted the cluster's threads."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (2, 128), "float32")
+        T.device_entry()
+        bx = T.cta_id([2])
+        rank = T.cta_id_in_cluster([2])
+        tid = T.thread_id([128])
+        pool = T.alloc_buffer((16,), "uint8", scope="shared.dyn", align=16)
+        T.attr({"tirx.dyn_smem_bytes": 16})
+        bar = T.decl_buffer((1,), "uint64", pool.data, scope="shared.dyn")
+        remote = T.alloc_buffer((1,), "uint32", scope="local")
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+            T.ptx["fence.mbarrier_init.release.cluster"]()
+        T.cuda.cluster_sync()
+        if rank == 0:
+            if cta_barrier:
+                T.cuda.cta_sync()
+            if tid == 0:
+                T.evaluate(T.ptx["mapa.shared::cluster.u32"](
+                    remote[0], T.cuda.cvta_generic_to_shared(bar.ptr_to([0])), T.uint32(peer)))
+                T.evaluate(T.ptx["mbarrier.arrive.shared::cluster.b64"](remote[0]))
+        else:
+            T.cuda.mbarrier_wait_acquire_cluster(bar.ptr_to([0]), 0)
+            if cta_barrier:
+                T.cuda.cta_sync()
+        B[bx, tid] = T.float32(1.0) + T.Cast("float32", rank)
+        T.cuda.cluster_sync()
+    # fmt: on
+    return kernel
+
+
+def _tile(rng) -> tuple[np.ndarray, np.ndarray]:
+    a = rng.uniform(-1, 1, (TILE, TILE)).astype(np.float16)
+    return a, np.full((2, TILE, TILE), np.nan, np.float16)
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_multicast_load_lands_in_both_ctas(rng, where, gpu):
+    a, b = _tile(rng)
+    out = execute(multicast(), [a, b], where, gpu)[1]
+    np.testing.assert_array_equal(out, np.stack([a, a]))
+
+
+def test_without_the_multicast_the_peer_half_never_lands():
+    """Control: each CTA loads its half into itself only (ctaMask 0); its barrier still
+    expects both halves, which nothing sends: a deadlock naming the tx-count."""
+    a, b = _tile(np.random.default_rng(1))
+    with pytest.raises(sim.SimError, match=r"deadlock.*tx-count 4096"):
+        sim.run(multicast(mask=0), [a, b])
+
+
+def test_a_mask_naming_a_cta_outside_the_cluster_is_an_error():
+    a, b = _tile(np.random.default_rng(2))
+    with pytest.raises(sim.SimError, match="ctaMask 0x7 names CTA rank 2, but the cluster has 2"):
+        sim.run(multicast(mask=7), [a, b])
+
+
+def test_a_multicast_before_the_peer_initialized_its_barrier_is_a_race():
+    """Control: a CTA barrier, not a cluster one, between the mbarrier init and the
+    multicast that completes bytes on the other CTA's barrier."""
+    a, b = _tile(np.random.default_rng(3))
+    with pytest.raises(
+        sim.SimError, match=r"race on bar byte 0 of the CTA of rank 1: warp 0 reads it after warp 4"
+    ):
+        sim.run(multicast(init_sync="cta"), [a, b])
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_remote_arrival_releases_the_other_cta(where, gpu):
+    b = np.full((2, 128), np.nan, np.float32)
+    out = execute(handshake(), [b], where, gpu)[0]
+    np.testing.assert_array_equal(out, np.stack([np.full(128, 1.0), np.full(128, 2.0)]))
+
+
+def test_an_arrival_on_its_own_barrier_leaves_the_peer_waiting():
+    """Control: CTA 0 maps the barrier into itself (rank 0), so CTA 1's barrier never
+    completes its phase: the deadlock names CTA 1's warps, its barrier and CTA 0's warps
+    waiting at the cluster barrier."""
+    b = np.full((2, 128), np.nan, np.float32)
+    with pytest.raises(
+        sim.SimError,
+        match=r"deadlock: no warp can run: warps 4-7 \(the CTA of rank 1\) wait at mbarrier_wait "
+        r".*for the mbarrier at byte 0 of shared pool of the CTA of rank 1 .*warps 0-3 \(the "
+        r"CTA of rank 0\) wait at barrier.cluster",
+    ):
+        sim.run(handshake(peer=0), [b])
+
+
+def test_a_cta_barrier_waits_for_its_own_cta_only():
+    """CTA 0 passes its CTA barrier while CTA 1 still waits for CTA 0's arrival: a CTA
+    barrier that counted the cluster's threads would deadlock here."""
+    b = np.full((2, 128), np.nan, np.float32)
+    out = sim.run(handshake(cta_barrier=True), [b])[0]
+    assert (out[1] == 2.0).all()
+
+
+def test_a_shared_access_outside_its_own_cta_is_an_error():
+    """A thread's shared address reaches its own CTA's window only."""
+
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (2, 128), "float32")
+        T.device_entry()
+        bx = T.cta_id([2])
+        T.cta_id_in_cluster([2])
+        tid = T.thread_id([128])
+        S_ = T.alloc_buffer((64,), "float32", scope="shared")
+        S_[tid] = T.float32(1.0)  # threads 64-127 write past the 64 floats
+        T.cuda.cta_sync()
+        B[bx, tid] = S_[tid % 64]
+
+    b = np.full((2, 128), np.nan, np.float32)
+    with pytest.raises(sim.SimError, match=r"of its own CTA's window of shared S_ \(256 bytes\)"):
+        sim.run(kernel, [b])
