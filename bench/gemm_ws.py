@@ -6,7 +6,9 @@ against ``torch.relu(torch.addmm(bias, A, B))``, each of ours checked first agai
 float64 product (C NaN-poisoned; max |C - ref| / max |ref| at most ``GEMM_TOL``), then
 all contenders of the shape timed in one interleaved run (``norms.time_queued``). Ratios
 are speeds (torch's time over ours): above 1, ours is faster. The examples/gemm_hopper.py
-row (tiles only, float16) is the non-specialized design on the same tiles. Float8 (e4m3,
+row (tiles only, float16) is the non-specialized design on the same tiles. Where the
+example pairs its CTAs by default (``default_cluster``: clusters of two, B multicast), the
+"ws c1" row (float16, plain) is the same kernel unpaired. Float8 (e4m3,
 per-tensor scales, bfloat16 out; B K-major) against ``torch._scaled_mm`` at
 ``FP8_SHAPES``: its default (cuBLAS adds partial sums into float32 outside the tensor
 core, the ratio's twin) and ``use_fast_accum=True`` (the whole K in the wgmma
@@ -46,21 +48,26 @@ def contender(design: str, epilogue: str) -> str:
 
 
 def build(design: str, shape, dtype: str, epilogue: str, sms: int):
-    """The example's kernel for ``shape`` (``design``: "ws" or "hopper"), built strict."""
-    if design == "ws":
+    """The example's kernel for ``shape`` (``design``: "ws", "ws c1" (no cluster) or
+    "hopper"), built strict."""
+    if design.startswith("ws"):
+        cluster = {"cluster": 1} if design == "ws c1" else {}
         func = norms.example("gemm_hopper_ws").gemm_kernel(
-            *shape, dtype=dtype, epilogue=epilogue, grid=sms, **WS_CONFIG
+            *shape, dtype=dtype, epilogue=epilogue, grid=sms, **WS_CONFIG, **cluster
         )
     else:
         func = norms.example("gemm_hopper").gemm_kernel(*shape, stages=4, epilogue=epilogue)
     return runtime.build(func, runtime.gpu_arch(), STRICT)[runtime.entry_name(func)]
 
 
-def designs_for(shape, dtype: str) -> list[str]:
-    """examples/gemm_hopper.py takes float16 tiles only."""
+def designs_for(shape, dtype: str, epilogue: str) -> list[str]:
+    """examples/gemm_hopper.py takes float16 tiles only; "ws c1" where the example pairs
+    CTAs (float16, plain)."""
     m, n, k = shape
     hopper = dtype == "float16" and not (m % 128 or n % 256 or k % 64)
-    return ["ws", "hopper"] if hopper else ["ws"]
+    paired = norms.example("gemm_hopper_ws").default_cluster(m, n) == 2
+    unpaired = paired and dtype == "float16" and epilogue == "plain"
+    return ["ws"] + (["ws c1"] if unpaired else []) + (["hopper"] if hopper else [])
 
 
 def measure(gpu, shape, dtype: str, args) -> list[dict]:
@@ -77,7 +84,7 @@ def measure(gpu, shape, dtype: str, args) -> list[dict]:
     import tvm
 
     for epilogue in EPILOGUES:
-        for design in designs_for(shape, dtype):
+        for design in designs_for(shape, dtype, epilogue):
             name = contender(design, epilogue)
             _log(f"build gemm_ws {m}x{n}x{k} {dtype} {name}")
             try:
@@ -155,7 +162,7 @@ def rows_of(shape, dtype: str, ms: dict, errors: dict, notes: dict) -> list[dict
     m, n, k = shape
     flops = 2 * m * n * k
     rows = []
-    names = [contender(d, e) for e in (*EPILOGUES, "scaled") for d in ("ws", "hopper")]
+    names = [contender(d, e) for e in (*EPILOGUES, "scaled") for d in ("ws", "ws c1", "hopper")]
     names += [*TORCH.values(), FAST_ACCUM]
     for name in names:
         t = ms.get(name)

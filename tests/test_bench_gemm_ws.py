@@ -25,9 +25,12 @@ def test_the_part_is_registered(bench):
 
 def test_the_shapes_are_the_issues(bench):
     assert (4000, 4000, 4000) in bench.SHAPES and (1024, 16384, 4096) in bench.SHAPES
-    assert bench.designs_for((4000, 4000, 4000), "float16") == ["ws"]  # gemm_hopper: tiles only
-    assert bench.designs_for((4096, 4096, 4096), "bfloat16") == ["ws"]
-    assert bench.designs_for((4096, 4096, 4096), "float16") == ["ws", "hopper"]
+    # gemm_hopper: tiles only; "ws c1": the paired kernel unpaired (float16, plain)
+    assert bench.designs_for((4000, 4000, 4000), "float16", "plain") == ["ws", "ws c1"]
+    assert bench.designs_for((4096, 4096, 4096), "bfloat16", "plain") == ["ws"]
+    assert bench.designs_for((4096, 4096, 4096), "float16", "bias_relu") == ["ws", "hopper"]
+    assert bench.designs_for((4096, 4096, 4096), "float16", "plain") == ["ws", "ws c1", "hopper"]
+    assert bench.designs_for((16384, 1024, 4096), "float16", "plain") == ["ws", "hopper"]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -193,3 +193,20 @@ def test_a_loop_whose_extent_depends_on_the_cta_counts_its_mean_over_the_grid():
     assert [c.trips for c in view.calls] == [2.5, 2.5] and not view.shape.notes
     one = _triangle(1)
     assert [c.trips for c in kernel_cost(explain(one, "sm_90a"), one, registers=32).calls] == [1, 1]
+
+
+def test_a_multicast_reads_l2_once_and_lands_in_every_cta():
+    """examples/gemm_hopper_ws.py paired (B multicast, each CTA issuing half of B): a third
+    less L2 traffic than unpaired, the same shared-memory bytes (each CTA still receives
+    all of B: the multicast's landings count twice), and the tensor pipe now binds."""
+    ws = load_file("gemm_hopper_ws_for_cost", ROOT / "examples" / "gemm_hopper_ws.py")
+    views = {}
+    for cluster in (1, 2):
+        func = ws.gemm_kernel(4096, 4096, 4096, grid=132, epilogue="plain", cluster=cluster)
+        views[cluster] = kernel_cost(explain(func, "sm_90a"), func, registers=168)
+    alone, paired = views[1].resource_us, views[2].resource_us
+    assert paired["l2"] == pytest.approx(alone["l2"] * 2 / 3, rel=0.02)  # C stores: once
+    assert paired["shared"] == pytest.approx(alone["shared"], rel=0.01)
+    assert views[1].bound == "l2" and views[2].bound == "tensor"
+    casts = [c for c in views[2].calls if "lands in 2 CTAs" in " ".join(c.demand.notes)]
+    assert len(casts) == 1

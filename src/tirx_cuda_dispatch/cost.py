@@ -375,6 +375,13 @@ def demand_of(
             else:
                 waves = nbytes / 128
                 notes.append(f"{o.role}: one wavefront per 128 bytes (the plan lists no accesses)")
+            landings = getattr(plan, "landings", 1)  # a multicast lands in several CTAs
+            if landings > 1 and o.access == "write":
+                waves *= landings
+                notes.append(
+                    f"{o.role}: lands in {landings} CTAs (multicast): its shared bytes count "
+                    f"{landings} times, its global bytes once"
+                )
             shared.append((o.name, waves))
             issue += accesses
     flop, path, dtype = 0.0, "", ""

@@ -241,6 +241,14 @@ class TmaPlan:
         return not (isinstance(self.cta_mask, int) and self.cta_mask == 0)
 
     @property
+    def landings(self) -> int:
+        """The CTAs one issue's box lands in: the mask's bits (1 without multicast, or
+        where the mask is not a constant)."""
+        if not self.multicast or not isinstance(self.cta_mask, int):
+            return 1
+        return bin(self.cta_mask).count("1")
+
+    @property
     def rank(self) -> int:
         return len(self.dims)
 
