@@ -28,7 +28,7 @@ from ..codegen import access_view, impl_prim_func
 from ..errors import Decline
 from ..irfacts import as_int
 from ..layout.atoms import common_refinement, memory_view
-from ..layout.partition import Dim, dims_offset
+from ..layout.partition import Dim, dims_offset, fuse_contiguous
 from ..layout.vector import vector_candidates, vector_misfit
 from ..predicates import (
     requires_cuda,
@@ -127,7 +127,7 @@ def plan(call: TileCall) -> LocalPlan:
     if src.elem_bits < 8:
         raise Decline(f"{src.dtype} elements are narrower than a byte; needs 8 bits or more")
     views = [memory_view(dst), memory_view(src)]
-    dims = _fuse(
+    dims = fuse_contiguous(
         [Dim(ext, strides) for ext, strides in common_refinement(*(v.atoms for v in views))]
     )
     if not dims:
@@ -158,19 +158,6 @@ def plan(call: TileCall) -> LocalPlan:
             src.dtype, src.elem_bits, bits, tuple(words), bases, refusals[0] if refusals else None
         )
     raise Decline("no copy width fits: " + "; ".join(refusals))  # the element width always does
-
-
-def _fuse(dims: list[Dim]) -> list[Dim]:
-    """Merge neighbours contiguous on both operands (outer stride = inner extent x stride)."""
-    fused: list[Dim] = []
-    for d in dims:
-        if fused and all(
-            ps == d.extent * s for ps, s in zip(fused[-1].strides, d.strides, strict=True)
-        ):
-            fused[-1] = Dim(fused[-1].extent * d.extent, d.strides)
-        else:
-            fused.append(d)
-    return fused
 
 
 @variant(

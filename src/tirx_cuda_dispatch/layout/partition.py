@@ -147,8 +147,9 @@ def _product(values) -> int:
     return n
 
 
-def _fuse(dims: list[Dim]) -> list[Dim]:
-    """Merge neighbours that are contiguous on every operand (outer stride = inner span)."""
+def fuse_contiguous(dims: list[Dim]) -> list[Dim]:
+    """Merge neighbours that are contiguous on every operand (outer stride = inner span):
+    the fewest loops that walk the same offsets."""
     fused: list[Dim] = []
     for d in dims:
         if fused:
@@ -195,7 +196,7 @@ def synthesize_partition(
     dims = [Dim(ext, strides) for ext, strides in rows]
     # Stable: equal driver strides keep their logical order.
     dims.sort(key=lambda d: -d.strides[driver])
-    dims = _fuse(dims)
+    dims = fuse_contiguous(dims)
     if not dims:
         dims = [Dim(1, tuple(1 for _ in views))]
     total = _product(d.extent for d in dims)
@@ -410,7 +411,7 @@ def synthesize_pieces(
     rows = common_refinement(*(v.atoms for v in views))
     dims = [Dim(ext, strides) for ext, strides in rows]
     dims.sort(key=lambda d: -d.strides[driver])
-    dims = _fuse(dims) or [Dim(1, tuple(1 for _ in views))]
+    dims = fuse_contiguous(dims) or [Dim(1, tuple(1 for _ in views))]
     caps = [v.swizzle.unit for v in views if v.swizzle is not None]
     cap = min(caps) if caps else None
     inner, body = dims[-1], dims[:-1]

@@ -43,7 +43,7 @@ from ..errors import Decline
 from ..irfacts import as_int
 from ..scopes import SCOPES, THREAD_AXES
 from .atoms import MemoryView, mixed_radix_digits, refine_tagged
-from .partition import Dim, ScopePartition, _fuse
+from .partition import Dim, ScopePartition, fuse_contiguous
 from .vector import vector_misfit
 from .view import TileView
 
@@ -382,7 +382,7 @@ def induced_partition(
 
     # Registers in the anchor's order (stable for equal strides), contiguous runs fused.
     bundle.sort(key=lambda d: -d.strides[anchor])
-    bundle = _fuse(bundle) or [Dim(1, tuple(1 for _ in views))]
+    bundle = fuse_contiguous(bundle) or [Dim(1, tuple(1 for _ in views))]
     tail = bundle[-1]
     address_strides = [
         (f"{names[i]} {what}", d.strides[i])

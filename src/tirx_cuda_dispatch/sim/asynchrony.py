@@ -50,6 +50,10 @@ _HINTS = {
     "tcgen05.ld": "tcgen05.wait::ld is missing before the use",
     "tcgen05.st": "tcgen05.wait::st is missing between them",
     "cp.async.bulk.tensor": "wait for the mbarrier phase its bytes complete before the access",
+    "cp.async.bulk.shared::cluster": (
+        "the destination CTA waits for the mbarrier phase the bytes complete before the "
+        "access; the source is written again only after that phase"
+    ),
     "cp.async.bulk": (
         "bulk async-group not waited: the issuing thread commits it "
         "(cp.async.bulk.commit_group) and waits (cp.async.bulk.wait_group.read before the "
@@ -65,6 +69,7 @@ _HINTS = {
 MECHANISMS = {
     "cp.async": "cp.async group",
     "cp.async.bulk.tensor": "mbarrier complete-tx",
+    "cp.async.bulk.shared::cluster": "mbarrier complete-tx",
     "cp.async.bulk": "bulk async-group",
     "wgmma": "wgmma group",
     "tcgen05.ld": "tcgen05.ld",

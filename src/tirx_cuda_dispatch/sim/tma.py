@@ -43,6 +43,7 @@ from .errors import NotModeled, SimError
 from .interpreter import Machine
 from .memory import swizzled_address
 from .numerics import cast, is_float, parse_dtype
+from .ptx import cluster_address
 from .values import Pointer, TensorMapValue
 
 TABLE = Table()
@@ -354,3 +355,68 @@ def _bulk_wait(m: Machine, call: Any) -> None:
     reads = "read" in tokens
     m.asynchrony.wait_groups(m, m.active_threads(), n, "cp.async.bulk", reads=reads)
     m.counters.instructions[f"cp.async.bulk.wait_group{'.read' if reads else ''}"] += len(m.warps())
+
+
+_S2C_TOKENS = {"async", "bulk", "shared::cluster", "shared::cta", _COMPLETE_TX}
+BULK_ALIGN = 16  # bytes: a bulk copy's size and both of its addresses
+
+
+@TABLE.entry("tirx.ptx.cp_async_bulk_s2c")
+def _bulk_shared_to_cluster(m: Machine, call: Any) -> None:
+    """``cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [dstMem],
+    [srcMem], size, [mbar]`` (PTX ISA 9.7.9.25.4.1, sm_90): each executing thread starts
+    the copy of ``size`` bytes (a multiple of 16; both addresses 16-byte aligned) from
+    ``srcMem``, its own CTA's shared memory, to ``dstMem``, a ``.shared::cluster``
+    address (another CTA's shared memory through ``mapa``), and performs a complete-tx of
+    ``size`` bytes on the mbarrier at ``mbar``, a ``.shared::cluster`` address in the
+    CTA of ``dstMem``. The source is read by the async proxy (a plain write to it needs
+    ``fence.proxy.async`` first); the bytes land when that phase completes, and until then
+    a write over the source or the destination is an error naming the copy."""
+    parsed, guard = guarded_ptx_operands(call, "cp.async.bulk")
+    tokens = [t for t in parsed.tokens if t]
+    what = ".".join(["cp", *tokens])
+    if guard is not None or set(tokens) != _S2C_TOKENS or len(parsed.operands) != 4:
+        raise NotModeled(f"{what}: the simulator models {'.'.join(['cp', *sorted(_S2C_TOKENS)])}")
+    dst_node, src_node, size_node, bar_node = parsed.operands
+    dst = cluster_address(m, dst_node, what)
+    bar_ptr = cluster_address(m, bar_node, what)
+    src = _shared_window(m, src_node, what, "srcMem")
+    sizes = m.per_thread(np.asarray(m.eval(size_node)).astype(np.int64))
+    dst_off, src_off = m.per_thread(dst.offsets), m.per_thread(src.offsets)
+    bar_off = m.per_thread(bar_ptr.offsets)
+    for t in m.active_threads().tolist():
+        size, d, s, b = int(sizes[t]), int(dst_off[t]), int(src_off[t]), int(bar_off[t])
+        if size <= 0 or size % BULK_ALIGN or d % BULK_ALIGN or s % BULK_ALIGN:
+            raise SimError(
+                f"{what} (thread {t}): size {size} bytes from srcMem byte {s} to dstMem byte "
+                f"{d}; the size and both addresses must be multiples of {BULK_ALIGN}"
+            )
+        window = dst.memory.window
+        target = d // window if window is not None else 0
+        if window is not None and b // bar_ptr.memory.window != target:
+            raise SimError(
+                f"{what} (thread {t}): dstMem lies in the CTA of rank {target} and mbar in "
+                f"the CTA of rank {b // bar_ptr.memory.window}; the copy completes its bytes "
+                "on an mbarrier of the destination CTA"
+            )
+        one = np.array([t])
+        bar = m.asynchrony.barrier(m, bar_ptr.memory, b, one, what)
+        ranks = None if window is None else np.full(size, target)
+        cells = dst.memory.cells(np.full(size, t), d + np.arange(size), 1, what, ranks)[:, 0]
+        read = s + np.arange(size)
+        agent = m.clocks.bulk_unit(t // 32)
+        snapshot = m.clocks.issue(agent, [t // 32])  # ordered after what the issuer knows
+        values = src.memory.load(np.full(size, t), read, 1, m.clocks, np.full(size, agent))
+        effect = Effect(
+            "cp.async.bulk.shared::cluster", what, issued_at(m, call), m.call, dst.memory, one,
+            dst.memory.index(one, cells[None, :]), values.reshape(1, -1),
+            source=src.memory, source_cells=read[None, :],
+            source_read=np.ones((1, size), dtype=bool),
+            agent=agent, snapshot=snapshot,
+        )  # fmt: skip
+        dst.memory.track(one, cells[None, :], m.clocks, write=True, stamp=False,
+                         agents=np.array([agent]))  # fmt: skip
+        m.asynchrony.issue_on_barrier(m, effect, bar, size)
+        m.counters.instructions["cp.async.bulk.shared::cluster"] += 1
+        m.counters.bytes["shared.load"] += size
+        m.counters.bytes["shared.store"] += size
