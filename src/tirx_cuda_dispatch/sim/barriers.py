@@ -15,6 +15,10 @@ count the launch allows each of its threads (65,536 registers over the CTA's thr
 steps of 8, at most 256: the count ptxas gives a kernel whose launch bounds name its
 threads, which ``setmaxnreg`` needs); ``.dec`` gives registers back to the pool and
 ``.inc`` takes them from it, waiting until the pool has them.
+
+In a cluster (:mod:`.interpreter`) each CTA has its own named barriers and its own pool
+(its own SM); the cluster barrier (``barrier.cluster``) is one more barrier, over all of
+the cluster's threads, counted by thread.
 """
 
 from __future__ import annotations
@@ -136,10 +140,6 @@ class RegisterFile:
         self.entry = entry
         self.per_thread = np.full(warps, entry, dtype=np.int64)
         self.pools = [0] * m.cluster  # each CTA's
-
-    @property
-    def pool(self) -> int:
-        return self.pools[0]
 
     def setmaxnreg(
         self, action: str, count: int, warps: list[int], what: str

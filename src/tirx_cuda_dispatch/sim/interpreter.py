@@ -1,4 +1,4 @@
-"""SIMT execution of a lowered device function, one CTA at a time.
+"""SIMT execution of a lowered device function, one CTA (or one cluster) at a time.
 
 The function is the TIR a pipeline (ours or TVM's built-in) hands to CUDA codegen: flat
 statements (``Bind``, ``DeclBuffer``, ``AllocBuffer``), thread launches, serial and
@@ -12,6 +12,13 @@ waits for another. Asynchronous writes wait in the CTA's queue of pending effect
 any still pending. Calls run through the instruction table the machine is given
 (:mod:`.calls`): the interpreter knows no instruction itself. Anything the simulator does
 not know raises :class:`SimError` naming it: no node, call or attribute is skipped.
+
+A cluster launch (``clusterCtaIdx.x`` around ``blockIdx.x``) runs each cluster's CTAs
+together: their threads are one array, CTA after CTA (a thread's CTA is its *rank*),
+each one's ``threadIdx``, ``blockIdx`` and ``clusterCtaIdx`` values its own; each shared
+allocation holds a window per CTA (a thread's pointer starts at its CTA's window, and
+an access outside it is an error); named barriers and the register pool are each CTA's
+(:mod:`.barriers`).
 """
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ def named_barrier(
             )
         groups.setdefault(int(mine[0]), []).append(w)
     waits = []
-    per_cta = m.cta_threads // 32  # in a cluster, each CTA has barriers of its own
+    per_cta = max(1, -(-m.cta_threads // 32))  # in a cluster, each CTA has barriers of its own
     by_cta: dict[tuple[int, int], list[int]] = {}
     for barrier, warps in groups.items():
         for w in warps:
