@@ -184,3 +184,23 @@ def requires_byte_elements(call: TileCall) -> Result:
     if src.elem_bits < 8:
         return False, f"{src.dtype} elements are narrower than a byte; needs 8 bits or more"
     return True, None
+
+
+def unknown_config(call: TileCall, keys: dict[str, str], what: str) -> str | None:
+    """The decline reason for config keys outside ``keys`` (name -> what it means), naming
+    the accepted ones; None where every key is known. ``what`` names the copy ("this TMA
+    copy")."""
+    cfg = call.config
+    unknown = [k for k in cfg if str(k) not in keys]
+    if not unknown:
+        return None
+    seen = ", ".join(f"{k}={cfg[k]}" for k in unknown)
+    accepted = "; ".join(f"{k} ({v})" for k, v in keys.items())
+    return f"config {seen} is not a key {what} takes; accepted: {accepted}"
+
+
+def issuer_text(call: TileCall) -> str:
+    """Which thread issues a single-thread instruction for the call, in words."""
+    if call.scope == "thread":
+        return "the calling thread"
+    return f"the first participating thread of the {call.scope}"

@@ -44,12 +44,14 @@ from ..irfacts import prove_multiple
 from ..layout.atoms import common_refinement, memory_view
 from ..layout.partition import Dim, dims_offset, fuse_contiguous
 from ..predicates import (
+    issuer_text,
     requires_cuda,
     requires_known_participants,
     requires_memory_pair,
     requires_scope,
     requires_valid_copy,
     sm_at_least,
+    unknown_config,
 )
 from ..registry import variant
 from ..resources import Completion
@@ -77,11 +79,9 @@ def requires_dsmem_arch(call: TileCall) -> tuple[bool, str | None]:
 def requires_remote_config(call: TileCall) -> tuple[bool, str | None]:
     """``mbar=`` and ``remote_cta_id=``, and no key this copy does not take."""
     cfg = call.config
-    unknown = [k for k in cfg if str(k) not in CONFIG_KEYS]
+    unknown = unknown_config(call, CONFIG_KEYS, "this DSMEM copy")
     if unknown:
-        seen = ", ".join(f"{k}={cfg[k]}" for k in unknown)
-        accepted = "; ".join(f"{k} ({v})" for k, v in CONFIG_KEYS.items())
-        return False, f"config {seen} is not a key this DSMEM copy takes; accepted: {accepted}"
+        return False, unknown
     for key in CONFIG_KEYS:
         if cfg.get(key) is None:
             return False, (
@@ -195,12 +195,7 @@ def plan(call: TileCall) -> DsmemPlan:
         f"the copy takes {count} bulk copies of {run * size} bytes; at most {MAX_ISSUES} "
         "per call (keep longer runs contiguous in both layouts)",
     )
-    issuer = (
-        "the calling thread"
-        if call.scope == "thread"
-        else f"the first participating thread of the {call.scope}"
-    )
-    return DsmemPlan(src.dtype, src.elem_bits, run, tuple(dims), bases, issuer)
+    return DsmemPlan(src.dtype, src.elem_bits, run, tuple(dims), bases, issuer_text(call))
 
 
 # -- emission --------------------------------------------------------------------------------

@@ -77,6 +77,7 @@ from ..layout.atoms import memory_view, refine_tagged
 from ..layout.swizzle import Swizzle, byte_swizzle
 from ..predicates import (
     allocation_alignment,
+    issuer_text,
     requires_cuda,
     requires_known_participants,
     requires_memory_pair,
@@ -84,6 +85,7 @@ from ..predicates import (
     requires_valid_copy,
     sm_at_least,
     tma_coordinates,
+    unknown_config,
 )
 from ..registry import variant
 from ..resources import Alignment, Completion, TensorMap
@@ -128,11 +130,9 @@ def requires_completion(call: TileCall) -> tuple[bool, str | None]:
     """The config names how the copy completes, and no key it does not take: a load's
     ``mbar=``, a store's bulk async-group (no ``mbar``; ``use_tma_reduce=`` optional)."""
     cfg = call.config
-    unknown = [k for k in cfg if str(k) not in CONFIG_KEYS]
+    unknown = unknown_config(call, CONFIG_KEYS, "this TMA copy")
     if unknown:
-        seen = ", ".join(f"{k}={cfg[k]}" for k in unknown)
-        accepted = "; ".join(f"{k} ({v})" for k, v in CONFIG_KEYS.items())
-        return False, f"config {seen} is not a key this TMA copy takes; accepted: {accepted}"
+        return False, unknown
     if direction_of(call) == "load":
         if cfg.get("mbar") is None:
             return False, (
@@ -459,12 +459,6 @@ def _box(glob: Operand, shared: Operand) -> tuple[dict[int, int], list[IssueAxis
     return box, [IssueAxis(ext, axis, step, stride) for ext, axis, step, stride in rows]
 
 
-def _issuer(call: TileCall) -> str:
-    if call.scope == "thread":
-        return "the calling thread"
-    return f"the first participating thread of the {call.scope}"
-
-
 def plan(call: TileCall) -> TmaPlan:
     direction = direction_of(call)
     glob, shared = (
@@ -535,7 +529,7 @@ def plan(call: TileCall) -> TmaPlan:
     raised = _check_shared_alignment(call, shared, view.base, issues, align, elem_bytes)
     reduce = call.config.get("use_tma_reduce") if direction == "store" else None
     return TmaPlan(
-        glob.dtype, glob.elem_bits, tuple(dims), tuple(issues), swizzle, align, _issuer(call),
+        glob.dtype, glob.elem_bits, tuple(dims), tuple(issues), swizzle, align, issuer_text(call),
         direction, None if reduce is None else str(reduce), _l2_promotion(call), raised,
         cta_mask_of(call) if direction == "load" else 0,
     )  # fmt: skip
