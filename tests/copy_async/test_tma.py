@@ -721,3 +721,34 @@ def test_a_zero_cta_mask_is_no_multicast():
 )
 def test_a_cta_mask_the_isa_does_not_take_declines(mask, store, why):
     assert why in _reason(_multicast_load(mask, store))
+
+
+# -- CTA pairs (cta_group=2, Blackwell) -------------------------------------------------------
+def test_cta_group_2_names_the_pairs_barrier_on_blackwell():
+    """TVM's gemm_async tests pass cta_group=2 with an mbarrier mapa'd into the pair's
+    first CTA: the load is .cta_group::2 (mbar may be the peer's), sm_100a."""
+    func = tvm_style_load(align=1024, cta_group=2)
+    plan = _plan(func, "sm_100a")
+    assert plan.cta_group == 2 and plan.instruction.endswith("complete_tx::bytes.cta_group::2")
+    assert "this CTA's or its pair's" in " ".join(_report(func, "sm_100a").resources)
+    source = toolchain.cuda_source(func, "sm_100a")
+    assert "mbarrier::complete_tx::bytes.cta_group::2 [%0]" in source
+    ops = toolchain.opcodes(toolchain.kernel_sass(func, "sm_100a"))
+    assert any(op.startswith("UTMALDG") for op in ops), ops
+
+
+def test_cta_group_1_is_the_plain_load():
+    """Control: cta_group=1 (TVM's default) emits no .cta_group token."""
+    plan = _plan(tvm_style_load(align=1024, cta_group=1), "sm_100a")
+    assert plan.cta_group == 1 and "cta_group" not in plan.instruction
+
+
+@pytest.mark.parametrize(
+    "group, arch, why",
+    [
+        (2, "sm_90a", "cp.async.bulk.tensor .cta_group::2"),
+        (3, "sm_100a", "cta_group=3: a tensor copy's CTA group is 1 or 2"),
+    ],
+)
+def test_a_cta_group_the_target_does_not_have_declines(group, arch, why):
+    assert why in _reason(tvm_style_load(align=1024, cta_group=group), arch)

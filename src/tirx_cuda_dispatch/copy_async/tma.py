@@ -38,7 +38,9 @@ elements are filled or clipped).
 A load may multicast (TVM's ``cta_mask=``, a 16-bit mask of the cluster's CTA ranks): the
 box lands at dst's offset in the shared memory of every CTA of the mask and completes its
 bytes on the mbarrier at mbar's offset in each (PTX ISA ``.multicast::cluster``; a mask of
-one bit names that CTA, which need not be the issuer; 0 is no multicast).
+one bit names that CTA, which need not be the issuer; 0 is no multicast). On Blackwell,
+TVM's ``cta_group=2`` makes it ``.cta_group::2``: mbar may name the barrier of either CTA
+of a pair (a shared::cluster address, mapa'd into the pair's first CTA).
 
 Emits, per issue, ``cp.async.bulk.tensor.<r>d.shared::cluster.global.mbarrier::
 complete_tx::bytes{.multicast::cluster} [dst], [tensorMap, {c0, ..}], [mbar]{, ctaMask}``
@@ -107,7 +109,10 @@ CONFIG_KEYS = {
     "cta_mask": "a load's multicast: the CTAs of the cluster (bit r: the CTA of rank r) that "
     "receive the box, each at dst's offset in its own shared memory and completing the bytes "
     "on its own mbarrier at mbar's offset (0, the default: this CTA only)",
+    "cta_group": "a load's CTA group on Blackwell: 2 lets mbar name the barrier of either CTA "
+    "of the pair (.cta_group::2, sm_100+); 1, the default, this CTA's",
 }
+CTA_GROUP_MIN_SM = 100  # .cta_group::2 on a tensor copy
 MAX_CTA_MASK = 0xFFFF  # ctaMask is a .u16 operand: at most 16 CTAs a cluster
 # tensormap_l2_promotion as TVM 0.27 writes it -> bytes (CU_TENSOR_MAP_L2_PROMOTION_*)
 L2_PROMOTIONS = {"0": 0, "1": 64, "2": 128, "3": 256, "none": 0, "L2::64B": 64,
@@ -141,7 +146,13 @@ def requires_completion(call: TileCall) -> tuple[bool, str | None]:
             )
         if cfg.get("use_tma_reduce") is not None:
             return False, "use_tma_reduce= is a store's (shared -> global); this copy loads"
-        return requires_cta_mask(call)
+        ok, why = requires_cta_group(call)
+        return (ok, why) if not ok else requires_cta_mask(call)
+    if cta_group_of(call) != 1:
+        return False, (
+            f"cta_group={cfg.get('cta_group')} on a store (shared -> global): a CTA group "
+            "names where a load's mbarrier lies; drop cta_group="
+        )
     if cta_mask_of(call) != 0:
         return False, (
             f"cta_mask={cfg.get('cta_mask')} on a store (shared -> global): a TMA store "
@@ -177,6 +188,30 @@ def cta_mask_of(call: TileCall) -> Any:
         return 0
     number = as_int(value)
     return value if number is None else number
+
+
+def cta_group_of(call: TileCall) -> int | None:
+    """The load's CTA group (1 where the config has none; None where it is not a
+    constant)."""
+    value = call.config.get("cta_group")
+    return 1 if value is None else as_int(value)
+
+
+def requires_cta_group(call: TileCall) -> tuple[bool, str | None]:
+    """``cta_group=`` 1 or 2 (PTX ISA 9.7.9.25.5.1: ``.cta_group::2``, sm_100+, lets the
+    mbarrier be the peer CTA's of a CTA pair)."""
+    group = cta_group_of(call)
+    if group not in (1, 2):
+        return False, (
+            f"cta_group={call.config.get('cta_group')}: a tensor copy's CTA group is 1 or 2 "
+            "(a constant)"
+        )
+    if group == 2:
+        return sm_at_least(
+            call, CTA_GROUP_MIN_SM, "cp.async.bulk.tensor .cta_group::2",
+            "a cluster's CTAs each complete their own barrier there (cta_group=1)",
+        )  # fmt: skip
+    return True, None
 
 
 def requires_cta_mask(call: TileCall) -> tuple[bool, str | None]:
@@ -235,6 +270,7 @@ class TmaPlan:
     l2_promotion: int = L2_PROMOTION  # bytes
     alignment: Alignment | None = None  # the shared allocation's alignment, raised by the bridge
     cta_mask: Any = 0  # a load's multicast: the cluster's CTAs receiving the box (0: none)
+    cta_group: int = 1  # 2: mbar may be the peer CTA's barrier (sm_100+)
 
     @property
     def multicast(self) -> bool:
@@ -278,7 +314,9 @@ class TmaPlan:
         if self.direction == "load":
             return (
                 f"cp.async.bulk.tensor.{self.rank}d.shared::cluster.global.mbarrier::"
-                "complete_tx::bytes" + (".multicast::cluster" if self.multicast else "")
+                "complete_tx::bytes"
+                + (".multicast::cluster" if self.multicast else "")
+                + (f".cta_group::{self.cta_group}" if self.cta_group != 1 else "")
             )
         if self.reduce is not None:
             return (
@@ -312,6 +350,15 @@ class TmaPlan:
                 "into a stage only after every receiving CTA has freed it (the cluster's "
                 "consumers arrive on each issuer's empty barrier, remote arrivals through "
                 "mapa)",
+            )
+        if self.direction == "load" and self.cta_group == 2:
+            return Completion(
+                "mbarrier complete-tx",
+                f"the copy completes {self.total_bytes} bytes on the current phase of the "
+                "mbarrier mbar names, this CTA's or its pair's (.cta_group::2: mbar is a "
+                "shared::cluster address, e.g. mapa'd into the pair's first CTA) and does "
+                "not arrive: one thread of that CTA announces every byte that completes "
+                "there (T.ptx.mbarrier.arrive.expect_tx) and its readers wait for the phase",
             )
         if self.direction == "load":
             return Completion(
@@ -366,6 +413,8 @@ class TmaPlan:
         }
         if self.direction == "load":
             facts["expect_tx_bytes"] = self.total_bytes
+        if self.cta_group != 1:
+            facts["cta_group"] = self.cta_group
         if self.multicast:
             facts["cta_mask"] = str(self.cta_mask)
             facts["ptx"] = facts["ptx"].replace("[mbar]", "[mbar], ctaMask")
@@ -532,6 +581,7 @@ def plan(call: TileCall) -> TmaPlan:
         glob.dtype, glob.elem_bits, tuple(dims), tuple(issues), swizzle, align, issuer_text(call),
         direction, None if reduce is None else str(reduce), _l2_promotion(call), raised,
         cta_mask_of(call) if direction == "load" else 0,
+        cta_group_of(call) if direction == "load" else 1,
     )  # fmt: skip
 
 
