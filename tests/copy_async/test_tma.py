@@ -213,11 +213,11 @@ def test_an_unknown_config_key_declines_naming_the_accepted_ones():
         pool = T.alloc_buffer((64 * 64 + 4,), "float16", scope="shared.dyn", align=1024)
         A_s = T.decl_buffer((64, 64), "float16", pool.data, scope="shared.dyn")
         bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=1024, scope="shared.dyn")
-        Tx.cta.copy_async(A_s[:, :], A[0:64, 0:64], mbar=bar.ptr_to([0]), cta_group=2)
+        Tx.cta.copy_async(A_s[:, :], A[0:64, 0:64], mbar=bar.ptr_to([0]), tma_dtype="tf32")
         Tx.cta.copy(A[0:64, 0:64], A_s[:, :])
 
     why = _reason(kernel)
-    assert "cta_group=2 is not a key this TMA copy takes" in why and "accepted: mbar" in why
+    assert "tma_dtype=tf32 is not a key this TMA copy takes" in why and "accepted: mbar" in why
 
 
 # -- emitted code -----------------------------------------------------------------------------
