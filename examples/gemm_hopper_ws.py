@@ -172,6 +172,10 @@ def gemm_kernel(
         )
     # the schedule walks units of `cluster` tiles one above the other (a pair shares B)
     units_m, units = tiles_m // cluster, tiles_m * tiles_n // cluster
+    if grid < cluster:
+        raise ValueError(
+            f"grid={grid}: a grid of clusters of {cluster} CTAs needs {cluster} or more"
+        )
     grid = min(grid, units * cluster) // cluster * cluster
     rounds = -(-units // (grid // cluster))  # units a CTA walks, the last one maybe not
 

@@ -176,3 +176,108 @@ def test_a_shared_access_outside_its_own_cta_is_an_error():
     b = np.full((2, 128), np.nan, np.float32)
     with pytest.raises(sim.SimError, match=r"of its own CTA's window of shared S_ \(256 bytes\)"):
         sim.run(kernel, [b])
+
+
+def _exchange(barrier: bool):
+    """CTA 0 writes a row of B; CTA 1 reads it back into its own row, after a cluster
+    barrier (``barrier``) or without one."""
+
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (2, 128), "float32")
+        T.device_entry()
+        T.cta_id([2])
+        rank = T.cta_id_in_cluster([2])
+        tid = T.thread_id([128])
+        if rank == 0:
+            B[0, tid] = T.float32(3.0)
+        if barrier:
+            T.cuda.cluster_sync()
+        if rank == 1:
+            B[1, tid] = B[0, tid] + T.float32(1.0)
+        T.cuda.cluster_sync()
+
+    return kernel
+
+
+def test_global_bytes_pass_between_ctas_of_a_cluster_across_a_cluster_barrier():
+    b = np.full((2, 128), np.nan, np.float32)
+    out = sim.run(_exchange(barrier=True), [b])[0]
+    assert (out[0] == 3.0).all() and (out[1] == 4.0).all()
+
+
+def test_without_the_cluster_barrier_the_global_read_is_a_race():
+    """Control: nothing orders CTA 1's read after CTA 0's write."""
+    b = np.full((2, 128), np.nan, np.float32)
+    with pytest.raises(
+        sim.SimError,
+        match=r"the CTA of rank 1 reads byte 0 of global B_ptr .* which the CTA of rank 0 of "
+        r"its cluster wrote with no cluster barrier between",
+    ):
+        sim.run(_exchange(barrier=False), [b])
+
+
+def test_an_mbarrier_address_past_its_own_window_is_an_error():
+    """A CTA's .shared address of an mbarrier array indexed past its end reaches the next
+    CTA's window in the simulator's memory; it is an error there, not the peer's barrier."""
+
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (2, 128), "float32")
+        T.device_entry()
+        bx = T.cta_id([2])
+        T.cta_id_in_cluster([2])
+        tid = T.thread_id([128])
+        bar = T.alloc_shared([2], "uint64")
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+        T.cuda.cluster_sync()
+        if tid == 0:
+            T.evaluate(T.ptx["mbarrier.arrive.shared.b64"](bar.ptr_to([128])))
+        B[bx, tid] = T.float32(1.0)
+        T.cuda.cluster_sync()
+
+    b = np.full((2, 128), np.nan, np.float32)
+    with pytest.raises(sim.SimError, match=r"byte 1024 of its own CTA's window of shared bar"):
+        sim.run(kernel, [b])
+
+
+def test_a_barrier_of_a_cta_whose_threads_are_not_whole_warps_still_completes():
+    """48 threads (one warp and a half), no cluster: __syncthreads counts whole warps."""
+
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (48,), "float32")
+        T.device_entry()
+        tid = T.thread_id([48])
+        S_ = T.alloc_buffer((48,), "float32", scope="shared")
+        S_[tid] = T.Cast("float32", tid)
+        T.cuda.cta_sync()
+        B[tid] = S_[(tid + 1) % 48]
+
+    out = sim.run(kernel, [np.full(48, np.nan, np.float32)])[0]
+    np.testing.assert_array_equal(out, (np.arange(48) + 1) % 48)
+
+
+def test_tensor_memory_in_a_cluster_is_not_modeled():
+    """Each CTA of a cluster has its own tensor memory; the simulator models one CTA's and
+    says so, rather than letting the pair share one."""
+
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (2, 128), "uint32")
+        T.device_entry()
+        bx = T.cta_id([2])
+        T.cta_id_in_cluster([2])
+        warp = T.warp_id([4])
+        tid = T.thread_id([128])
+        tmem_addr = T.alloc_shared([1], "uint32")
+        if warp == 0:
+            T.ptx["tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32"](
+                T.address_of(tmem_addr[0]), 32
+            )
+        T.cuda.cta_sync()
+        B[bx, tid] = tmem_addr[0]
+
+    with pytest.raises(sim.SimError, match="tcgen05.alloc.* in a cluster: the simulator models"):
+        sim.run(kernel, [np.zeros((2, 128), np.uint32)], target="sm_100a")

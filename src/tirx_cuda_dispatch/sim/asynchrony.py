@@ -451,18 +451,25 @@ class Asynchrony:
         del self.barriers[(id(bar.memory), bar.offset)]
         self.version += 1
 
-    def barrier(self, m: Any, memory: Any, offset: int, threads: np.ndarray, what: str):
+    def barrier(
+        self, m: Any, memory: Any, offset: int, threads: np.ndarray, what: str,
+        remote: bool = False,
+    ):  # fmt: skip
         """The live mbarrier at ``offset`` (every thread of ``threads`` names it); using
-        it is a read of its object for the race tracker (it must be initialized before)."""
+        it is a read of its object for the race tracker (it must be initialized before).
+        In a cluster the address lies in the threads' own CTA's window unless ``remote``
+        (a ``.shared::cluster`` address, a multicast's target: the window it lies in)."""
+        ranks = None  # in a cluster: the threads' own CTA's window, or the one named
+        if memory.window is not None and remote:
+            ranks = np.full(threads.size, offset // memory.window)
+        cells = memory.cells(threads, np.full(threads.size, offset), 8, what, ranks)
         bar = self.barriers.get((id(memory), offset))
         if bar is None:
             raise SimError(
-                f"{what} on byte {offset} of {memory.space} {memory.name} (thread "
+                f"{what} on {memory.byte_text(offset)} of {memory.space} {memory.name} (thread "
                 f"{int(threads[0])}), where no mbarrier is initialized: mbarrier.init it "
                 f"first (and order the init before the use with a barrier)"
             )
-        ranks = None if memory.window is None else np.full(threads.size, offset // memory.window)
-        cells = memory.cells(threads, np.full(threads.size, offset), 8, what, ranks)
         memory.track(threads, cells, m.clocks, write=False, stamp=True)
         return bar
 

@@ -151,8 +151,7 @@ class RegisterFile:
             raise SimError(
                 f"{what}: {count} registers per thread, must be a multiple of 8 in [24, 256]"
             )
-        if self.m.cluster > 1 and self.per_cta % 4:
-            raise SimError(f"{what} in a cluster of CTAs of {self.per_cta} warps: whole warpgroups")
+        self.m.require_whole_warpgroups(what)
         groups: dict[int, list[int]] = {}
         for w in warps:
             groups.setdefault(w // 4, []).append(w)

@@ -406,6 +406,9 @@ class Machine:
                 rank = (self.tid // extent).astype(np.int32)
                 self.env[self.block_var] = self.cluster_first + rank
                 self.env[self.cluster_var] = rank
+                for g in self.globals:  # ordered between CTAs by cluster barriers only
+                    g.cta_threads, g.epoch = extent, self._cluster_epoch
+                    g.rank_writer = g.epoch_writer = None
             outer = (self.env, self.call, self.counters)
             try:
                 self._run_threads(s.body)
@@ -417,6 +420,10 @@ class Machine:
                 self.tid = np.zeros(1, dtype=np.int64)
         else:
             raise SimError(f"the simulator launches threadIdx.x and blockIdx.* only, not {tag}")
+
+    def _cluster_epoch(self) -> int:
+        """The cluster barriers the running cluster has completed."""
+        return 0 if self.barriers is None else self.barriers.completed.get("cluster", 0)
 
     def _launch_clusters(self, s: Any, tag: str, extent: int, var: Any) -> None:
         """A ``blockIdx.x`` launch inside a ``clusterCtaIdx.x`` one: the grid's clusters run
@@ -665,6 +672,13 @@ class Machine:
                 f"of {self.cluster}"
             )
         window = mem.window if mem.window is not None else 0
+        outside = (local < 0) | (local >= (mem.window_bytes if window else mem.nbytes))
+        if outside.any():
+            i = int(np.argmax(outside))
+            raise SimError(
+                f"{what}: thread {int(threads[i])}'s address names byte {int(local[i])} of a "
+                f"CTA's dynamic shared memory, past its {mem.window_bytes} bytes"
+            )
         return Pointer(mem, target * window + local, 0, shared_window=True)
 
     def _e_Ramp(self, e: Any) -> np.ndarray:
@@ -812,6 +826,15 @@ class Machine:
     def warps(self) -> list[int]:
         """The warps with at least one active thread."""
         return sorted({int(t) // 32 for t in self.active_threads()})
+
+    def require_whole_warpgroups(self, what: str) -> None:
+        """Warpgroup instructions in a cluster: a warpgroup is four warps of one CTA, and
+        the simulator numbers warps over the cluster, so each CTA must hold whole ones."""
+        if self.cluster > 1 and self.cta_threads % 128:
+            raise NotModeled(
+                f"{what} in a cluster of CTAs of {self.cta_threads} threads: the simulator "
+                "runs warpgroup instructions in clusters of CTAs of whole warpgroups"
+            )
 
     def require_full_warps(self, what: str) -> None:
         """``.sync.aligned`` instructions: every thread of each issuing warp executes them."""

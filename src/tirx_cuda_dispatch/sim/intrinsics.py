@@ -201,7 +201,7 @@ def named_barrier(
         if not 0 <= barrier < 16:
             raise SimError(f"{spelling} {barrier}: a CTA has barriers 0-15")
         if counts is None:
-            expected = m.cta_threads
+            expected = 32 * per_cta  # warps arrive whole
             what = f"{spelling} {barrier} (all {expected} threads of the CTA)"
         else:
             mine = counts[threads]

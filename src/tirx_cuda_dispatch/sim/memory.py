@@ -223,6 +223,12 @@ class Memory:
         self.window: int | None = None
         self.window_bytes = self.nbytes
         self.cta_threads = 0
+        # global memory in a cluster: the CTAs of a cluster are ordered by its cluster
+        # barriers only: which rank wrote each byte, in which interval between them
+        # (``epoch()``: the cluster barriers completed so far)
+        self.epoch: Any = None
+        self.rank_writer: np.ndarray | None = None
+        self.epoch_writer: np.ndarray | None = None
 
     def enter_cta(self, number: int, name: str) -> None:
         """CTA ``number`` (``name`` in messages) runs from now on."""
@@ -250,8 +256,52 @@ class Memory:
                 f"the CTAs of one launch are not ordered, so two that touch one byte race "
                 f"(give each CTA its own part of the output)"
             )
+        if self.epoch is not None:
+            self._check_cluster(threads, cells, flat, write)
         if write:
             self.cta_writer[flat] = self.cta
+
+    def _check_cluster(
+        self, threads: np.ndarray, cells: np.ndarray, flat: np.ndarray, write: bool
+    ) -> None:
+        """Global memory in a cluster: a byte another CTA of the cluster wrote since the
+        last cluster barrier is a race (nothing else orders two CTAs' global accesses); a
+        write stamps the byte with the writer's rank and the interval."""
+        if self.rank_writer is None:
+            self.rank_writer = np.full(self.nbytes, -1, dtype=np.int32)
+            self.epoch_writer = np.full(self.nbytes, -1, dtype=np.int64)
+        row = np.broadcast_to(threads.reshape(-1, *([1] * (cells.ndim - 1))), cells.shape)
+        rank = row.reshape(-1) // self.cta_threads
+        now = self.epoch()
+        other = (
+            (self.cta_writer[flat] == self.cta)
+            & (self.rank_writer[flat] >= 0)
+            & (self.rank_writer[flat] != rank)
+            & (self.epoch_writer[flat] == now)
+        )
+        if write and not other.any():  # two CTAs writing one byte in this very access
+            lo = np.full(self.nbytes, np.iinfo(np.int32).max, dtype=np.int64)
+            np.minimum.at(lo, flat, rank)
+            other = lo[flat] != rank
+            if other.any():
+                i = int(np.argmax(other))
+                raise SimError(
+                    f"the CTAs of ranks {int(lo[flat[i]])} and {int(rank[i])} of a cluster "
+                    f"write byte {int(flat[i])} of global {self.name} at once (thread "
+                    f"{int(row.reshape(-1)[i])}): nothing orders them ({self.cta_name})"
+                )
+        if other.any():
+            i = int(np.argmax(other))
+            raise SimError(
+                f"the CTA of rank {int(rank[i])} {'writes' if write else 'reads'} byte "
+                f"{int(flat[i])} of global {self.name} (thread {int(row.reshape(-1)[i])}), "
+                f"which the CTA of rank {int(self.rank_writer[flat[i]])} of its cluster "
+                "wrote with no cluster barrier between (only a cluster barrier orders two "
+                f"CTAs' global accesses; {self.cta_name})"
+            )
+        if write:
+            self.rank_writer[flat] = rank
+            self.epoch_writer[flat] = now
 
     def describe(self, cell: tuple[int, ...]) -> str:
         """A cell of :meth:`index` in words (``byte 12 of shared S``)."""
@@ -279,6 +329,8 @@ class Memory:
         ranks: np.ndarray | None = None,
     ):  # fmt: skip
         """Byte indices ``(n, size)`` of an access, after bounds and alignment checks."""
+        if self.window is not None:  # a cluster's: named in the CTA's own window
+            self.check_window(threads, offsets, size, what, ranks)
         bad = (offsets < 0) | (offsets + size > self.nbytes)
         if bad.any():
             i = int(np.argmax(bad))
@@ -286,8 +338,6 @@ class Memory:
                 f"{what} of {size} bytes at byte {int(offsets[i])} of {self.space} "
                 f"{self.name} ({self.nbytes} bytes) is out of bounds ({self._who(threads[i])})"
             )
-        if self.window is not None:
-            self.check_window(threads, offsets, size, what, ranks)
         # an access is aligned to its own size, up to the widest one (PTX's 256-bit .v8)
         align = min(size if size & (size - 1) == 0 else 1, 32)
         misaligned = offsets % align != 0

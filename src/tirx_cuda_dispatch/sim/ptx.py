@@ -417,6 +417,8 @@ def _uniform_in_warp(m: Machine, value: Any, warp: int, what: str) -> int:
 def _tensor_memory(m: Machine, what: str):
     if m.tmem is None:
         raise SimError(f"{what} outside a CTA")
+    if m.cluster > 1:
+        raise NotModeled(f"{what} in a cluster: the simulator models tensor memory of one CTA")
     return m.tmem
 
 
@@ -879,7 +881,8 @@ def _barriers(m: Machine, parsed: PtxOperands, operand: Any, what: str):
         if what == "mbarrier.init":
             groups.append(((ptr.memory, off), mine))
         else:
-            groups.append((m.asynchrony.barrier(m, ptr.memory, off, mine, what), mine))
+            remote = "shared::cluster" in parsed.tokens
+            groups.append((m.asynchrony.barrier(m, ptr.memory, off, mine, what, remote), mine))
     return groups
 
 

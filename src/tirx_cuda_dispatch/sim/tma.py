@@ -180,9 +180,11 @@ def _bulk_tensor_load(m: Machine, call: Any) -> None:
         for target in _targets(m, t, masks, what):
             one = np.array([t])
             at = _in_cta(m, dst.memory, int(dst_off[t]), t, target)
+            if target is not None and bar_ptr.memory.window is not None:  # its own first
+                bar_ptr.memory.check_window(one, bar_off[t : t + 1], 8, what)
             bar = m.asynchrony.barrier(
                 m, bar_ptr.memory, _in_cta(m, bar_ptr.memory, int(bar_off[t]), t, target),
-                one, what,
+                one, what, remote=target is not None,
             )  # fmt: skip
             shared, source, inside, nbytes = _thread_box(
                 tm, coord, at, dst, what, t, store=False, target=target
@@ -400,7 +402,7 @@ def _bulk_shared_to_cluster(m: Machine, call: Any) -> None:
                 "on an mbarrier of the destination CTA"
             )
         one = np.array([t])
-        bar = m.asynchrony.barrier(m, bar_ptr.memory, b, one, what)
+        bar = m.asynchrony.barrier(m, bar_ptr.memory, b, one, what, remote=True)
         ranks = None if window is None else np.full(size, target)
         cells = dst.memory.cells(np.full(size, t), d + np.arange(size), 1, what, ranks)[:, 0]
         read = s + np.arange(size)

@@ -202,6 +202,7 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
     if len(regs) != n // 2:
         raise SimError(f"{what}: {len(regs)} D registers, needs {n // 2}")
     threads = m.active_threads()
+    m.require_whole_warpgroups(what)
     groups = np.unique(threads // WARPGROUP)
     if threads.size != groups.size * WARPGROUP:
         raise SimError(f"{what}: every thread of a warpgroup executes it (.sync.aligned)")
