@@ -26,7 +26,14 @@ from .scopes import SCOPES
 
 # Element type of a ``vec_bits``-wide access: the bits only travel, so the element type of
 # the data does not matter. Vector types print as CUDA's uint4 / uint2.
-_ACCESS_DTYPES = {128: "uint32x4", 64: "uint32x2", 32: "uint32", 16: "uint16", 8: "uint8"}
+_ACCESS_DTYPES = {
+    256: "uint32x8",  # sm_100+, global memory only: through a helper (load_global_hinted)
+    128: "uint32x4",
+    64: "uint32x2",
+    32: "uint32",
+    16: "uint16",
+    8: "uint8",
+}
 _ACCESS_CTYPES = {
     128: "uint4",
     64: "uint2",
@@ -288,12 +295,18 @@ def cache_hints(config: Any, access: str, sm: int | None) -> CacheHints:
 # of a variable ``v``, their asm constraint): 8-bit accesses travel in a 16-bit register,
 # which ld.u8 / st.u8 accept (PTX ISA 9.7.10.8: the register may be wider than the type).
 _HINTED_FORMS = {
+    # 256 bits (sm_100+): eight registers, moved through two uint4 halves (a 32-byte C
+    # vector type compiles to two 16-byte accesses; the PTX .v8 form is one)
+    256: ("uint4", "v8.u32", tuple(f"v[{i // 4}].{'xyzw'[i % 4]}" for i in range(8)), "r"),
     128: ("uint4", "v4.u32", ("v.x", "v.y", "v.z", "v.w"), "r"),
     64: ("uint2", "v2.u32", ("v.x", "v.y"), "r"),
     32: ("unsigned int", "u32", ("v",), "r"),
     16: ("unsigned short", "u16", ("v",), "h"),
     8: ("unsigned short", "u8", ("v",), "h"),
 }
+
+
+WIDE_BITS = 256  # a global access this wide (sm_100+) goes through the helpers below
 
 
 def _hinted_helper_name(hints: CacheHints, op: str, vec_bits: int) -> str:
@@ -324,7 +337,7 @@ def load_global_hinted(dst_ptr: Any, src_ptr: Any, vec_bits: int, hints: CacheHi
     several rounds may be in flight at once. An ``l2_evict`` hint makes its policy with
     ``createpolicy`` in the helper (no inputs, not volatile: the compiler may hoist and share it).
     """
-    if hints.empty:
+    if hints.empty and vec_bits != WIDE_BITS:
         raise ValueError("load_global_hinted needs hints; use load_global_l2_only without")
     ctype, tail, regs, con = _HINTED_FORMS[vec_bits]
     name = _hinted_helper_name(hints, "ld", vec_bits)
@@ -332,10 +345,14 @@ def load_global_hinted(dst_ptr: Any, src_ptr: Any, vec_bits: int, hints: CacheHi
     n = len(regs)
     outs = ", ".join(f'"={con}"({r})' for r in regs)
     store = f"*({ctype}*)dst = v;" if vec_bits != 8 else "*(unsigned char*)dst = (unsigned char)v;"
+    declare = f"{ctype} v;"
+    if vec_bits == WIDE_BITS:
+        store = f"(({ctype}*)dst)[0] = v[0]; (({ctype}*)dst)[1] = v[1];"
+        declare = f"{ctype} v[2];"
     source = (
         f"__forceinline__ __device__ void {name}(void* dst, const void* src) {{\n"
         f"{make}"
-        f"  {ctype} v;\n"
+        f"  {declare}\n"
         f'  asm volatile("{hints.qualifiers("ld")}.{tail} {_asm_operands(regs, 0)}, [%{n}]'
         f'{suffix.format(n=n + 1)};"\n'
         f'               : {outs} : "l"(src){extra});\n'
@@ -350,7 +367,7 @@ def store_global_hinted(dst_ptr: Any, src_ptr: Any, vec_bits: int, hints: CacheH
     access reads at ``src`` (shared memory or registers). Stores take ``l1_evict`` and
     ``l2_evict`` only (:data:`CACHE_HINT_KEYS`); ``asm volatile`` with a memory clobber,
     as CUDA's ``__stcs``."""
-    if hints.empty:
+    if hints.empty and vec_bits != WIDE_BITS:
         raise ValueError("store_global_hinted needs hints; store plainly without")
     if hints.nc or hints.prefetch_size:
         raise ValueError(f"a store has no place for {hints}")
@@ -364,6 +381,8 @@ def store_global_hinted(dst_ptr: Any, src_ptr: Any, vec_bits: int, hints: CacheH
         if vec_bits != 8
         else "unsigned short v = *(const unsigned char*)src;"
     )
+    if vec_bits == WIDE_BITS:
+        load = f"{ctype} v[2] = {{(({ctype} const*)src)[0], (({ctype} const*)src)[1]}};"
     source = (
         f"__forceinline__ __device__ void {name}(void* dst, const void* src) {{\n"
         f"{make}"

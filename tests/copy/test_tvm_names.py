@@ -79,3 +79,27 @@ def test_an_alias_may_not_shadow_a_variant():
     with pytest.raises(ValueError, match="is a variant of 'copy': it cannot be an alias too"):
         registry.alias("copy", "reg", lambda plan: (True, None))
     assert "vec_256b" in registry.names_for("copy") and "reg" in registry.names_for("copy")
+
+
+def test_vec_256b_is_one_v8_access_on_blackwell():
+    """32 bytes a thread (8 float32) on sm_100a: one ld.global.v8 and one st.global.v8
+    (a C vector of 32 bytes would compile to two 16-byte accesses); the simulator round
+    trip and the SASS (one 256-bit LDG and STG per thread)."""
+    func = thread_copy("vec_256b", dtype="float32")
+    for report in tcd.explain(func, "sm_100a"):
+        assert report.variant == "reg" and report.plan_object.vec_bits == 256
+    src = toolchain.cuda_source(func, "sm_100a", tcd.STRICT_PIPELINE)
+    assert "ld.global.v8.u32 {%0, %1, %2, %3, %4, %5, %6, %7}, [%8];" in src
+    assert "st.global.v8.u32 [%0], {%1, %2, %3, %4, %5, %6, %7, %8};" in src
+    ops = toolchain.opcodes(toolchain.kernel_sass(func, "sm_100a", tcd.STRICT_PIPELINE))
+    assert ops.get("LDG.E.ENL2.256") == 1 and ops.get("STG.E.ENL2.256") == 1, ops
+    a = np.random.default_rng(2).standard_normal(1024).astype(np.float32)
+    out = sim.run(func, [a, np.full_like(a, np.nan)], target="sm_100a")
+    assert np.array_equal(out[1], a)
+
+
+def test_vec_256b_before_blackwell_declines_naming_the_target():
+    """Control: on sm_90a the same copy is two 16-byte accesses, which vec_256b refuses."""
+    report = tcd.explain(thread_copy("vec_256b", dtype="float32"), "sm_90a")[0]
+    reason = dict((c.variant, c.reason) for c in report.candidates)["reg"]
+    assert "2 round(s) of 16-byte accesses" in reason and "needs sm_100 or newer" in reason

@@ -41,6 +41,7 @@ from tvm.script import tirx as T
 
 from ..call import Operand, TileCall
 from ..codegen import (
+    WIDE_BITS,
     CacheHints,
     access_dtype,
     access_view,
@@ -71,6 +72,8 @@ from ..predicates import (
     requires_valid_copy,
 )
 from ..registry import variant
+
+WIDE_MIN_SM = 100  # ld/st.global.v8 (256 bits a thread): sm_100 and newer (PTX ISA 8.8)
 
 REG_PAIRS = (("shared", "local"), ("global", "local"), ("local", "shared"), ("local", "global"))
 
@@ -114,6 +117,12 @@ class RegPlan(OnPartition):
     loop_offset: LoopOffset | None = None  # the register start's part that moves with loops
     register_base: int = 0  # the register start's constant part
     hints: CacheHints = CacheHints()  # global memory only: the copy's cache hints
+
+    @property
+    def through_helper(self) -> bool:
+        """Each access is an ``ld``/``st.global`` of ours: the cache hints name a form, or
+        it is 256 bits wide (PTX's ``.v8``: a C vector type would be two accesses)."""
+        return not self.hints.empty or self.vec_bits == WIDE_BITS
 
     @property
     def rotation(self) -> Rotation | None:
@@ -188,12 +197,15 @@ def plan(call: TileCall) -> RegPlan:
     if reg.elem_bits < 8:
         raise Decline(f"{reg.dtype} elements are narrower than a byte; needs 8 bits or more")
     view = register_view(reg, _loops(call))
+    widths = vector_candidates(reg.elem_bits)
+    if mem.memory == "global" and (call.sm or 0) >= WIDE_MIN_SM:  # .v8 global accesses
+        widths = [(WIDE_BITS, WIDE_BITS // reg.elem_bits), *widths]
     partition = induced_partition(
         [view, memory_view(mem)],
         anchor=0,
         scope=call.scope,
         threads=call.thread_count,
-        widths=vector_candidates(reg.elem_bits),
+        widths=widths,
     )
     src = call.operand("src")
     direction = f"{src.memory}->{call.operand('dst').memory}"
@@ -246,7 +258,7 @@ def emit(plan: RegPlan, call: TileCall, given: Mapping[str, Any]):
     r_buf, m_buf = reg.buffer, mem.buffer
     vec_bits, elem_bits, rounds = plan.vec_bits, plan.elem_bits, plan.outer
     load = plan.direction.endswith("->local")
-    hinted = not plan.hints.empty
+    hinted = plan.through_helper
 
     # fmt: off
     @impl_prim_func
@@ -357,7 +369,7 @@ def _emit_guarded(plan: RegPlan, call: TileCall):
     load = plan.direction.endswith("->local")
     access = access_dtype(vec_bits)
     choices = moving.count
-    hinted = not plan.hints.empty
+    hinted = plan.through_helper
 
     # fmt: off
     @impl_prim_func

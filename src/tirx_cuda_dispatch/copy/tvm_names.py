@@ -30,6 +30,11 @@ def one_access_of(width: int, plan: Any) -> tuple[bool, str | None]:
             f"asks for one {width}-byte access per thread; the region is {rounds} round(s) "
             f"of {bits // 8}-byte accesses here (give each thread exactly {width} bytes, "
             f"{width}-byte aligned, or leave the width to vec_auto)"
+            + (
+                "; a 32-byte access (ld/st.global.v8) needs sm_100 or newer and global memory"
+                if width == 32
+                else ""
+            )
         )
     return True, None
 

@@ -161,7 +161,7 @@ def _pairwise(op: str, dtype: np.dtype, inputs: list[np.ndarray]) -> np.ndarray:
     raise SimError(f"the simulator has no pairwise op {op!r}")
 
 
-_ACCESS = {128: "uint32x4", 64: "uint32x2", 32: "uint32", 16: "uint16", 8: "uint8"}
+_ACCESS = {256: "uint32x8", 128: "uint32x4", 64: "uint32x2", 32: "uint32", 16: "uint16", 8: "uint8"}
 
 
 @TABLE.entry("tirx.cuda.func_call")
