@@ -752,3 +752,48 @@ def test_cta_group_1_is_the_plain_load():
 )
 def test_a_cta_group_the_target_does_not_have_declines(group, arch, why):
     assert why in _reason(tvm_style_load(align=1024, cta_group=group), arch)
+
+
+def padded_rows_load():
+    """A 128 x 64 float16 tile into shared rows padded to 128 elements: every row is a box
+    of its own (128 boxes), more than are written out."""
+    layout = TileLayout(S[(128, 64) : (128, 1)])
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (128, 64), "float16")
+        B = T.match_buffer(B_ptr, (128, 64), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([128])
+        bar = T.alloc_shared([1], "uint64")
+        A_s = T.alloc_buffer((128, 128), "float16", scope="shared", align=128)
+        tile = T.decl_buffer((128, 64), "float16", A_s.data, scope="shared", layout=layout)
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+        T.cuda.cta_sync()
+        if tid == 0:
+            Tx.copy_async(tile[:, :], A[:, :], mbar=bar.ptr_to([0]), dispatch="tma_auto")
+            T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), 128 * 64 * 2)
+        T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+        Tx.cta.copy(B[:, :], tile[:, :])
+    # fmt: on
+    return kernel
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_more_boxes_than_are_written_out_run_in_a_loop(rng, where, gpu):
+    func = padded_rows_load()
+    report = _report(func)
+    assert report.variant == "tma_auto" and report.plan["issues"] == 128
+    assert "a loop of 128 issues of 128 bytes" in report.plan["issue_loop"]
+    a = rng.uniform(-2, 2, (128, 64)).astype(np.float16)
+    out = execute(func, [a, np.full_like(a, np.nan)], where, gpu)[1]
+    np.testing.assert_array_equal(out, a)
+
+
+def test_a_call_of_few_boxes_is_written_out():
+    """Control: the plain 64 x 64 tile is one box and names no loop."""
+    plan_facts = _report(tvm_style_load(align=1024)).plan
+    assert plan_facts["issues"] == 1 and "issue_loop" not in plan_facts

@@ -99,7 +99,7 @@ MAX_STRIDE = 1 << 40  # globalStrides < 2^40 bytes
 STRIDE_ALIGN = 16  # globalStrides and the global address: multiples of 16 bytes
 INNER_BOX_ALIGN = 16  # boxDim[0] * element size: a multiple of 16 bytes
 L2_PROMOTION = 256  # bytes: the L2 sector promotion of every descriptor
-MAX_ISSUES = 64  # unrolled instructions of one call
+MAX_UNROLLED = 64  # issues of one call written out; more run in a loop
 
 CONFIG_KEYS = {
     "mbar": "a load's mbarrier (a pointer, bar.ptr_to([0])) whose phase the copy's bytes complete",
@@ -420,6 +420,12 @@ class TmaPlan:
             facts["ptx"] = facts["ptx"].replace("[mbar]", "[mbar], ctaMask")
         if self.reduce is not None:
             facts["reduce"] = self.reduce
+        if self.count > MAX_UNROLLED:
+            facts["issue_loop"] = (
+                f"a loop of {self.count} issues of {self.box_bytes} bytes (more than "
+                f"{MAX_UNROLLED}: not unrolled); a shared layout that keeps global rows "
+                "together takes fewer, larger boxes"
+            )
         return facts
 
     def __str__(self) -> str:
@@ -567,13 +573,6 @@ def plan(call: TileCall) -> TmaPlan:
         "buffer's dimension order",
     )
     _check_coordinates(call, glob, inner, issues, direction)
-    count = math.prod(a.count for a in issues)
-    check(
-        count <= MAX_ISSUES,
-        f"the region takes {count} TMA boxes of {'x'.join(str(d.box) for d in dims)}; at most "
-        f"{MAX_ISSUES} per call: the shared layout of {shared.name} breaks the box early "
-        "(keep each global row's elements contiguous and rows dense)",
-    )
     align = shared_align(swizzle)
     raised = _check_shared_alignment(call, shared, view.base, issues, align, elem_bytes)
     reduce = call.config.get("use_tma_reduce") if direction == "store" else None
@@ -701,11 +700,12 @@ def emit(plan: TmaPlan, call: TileCall, given: Mapping[str, Any]):
             T.evaluate(instruction(T.address_of(tensor_map), *coords, ptr))
 
     count = plan.count
+    loop = T.unroll if count <= MAX_UNROLLED else T.serial
     if issuing:
 
         @impl_prim_func
         def by_caller():
-            for i in T.unroll(count):
+            for i in loop(count):
                 issue(i)
 
         return by_caller
@@ -713,7 +713,7 @@ def emit(plan: TmaPlan, call: TileCall, given: Mapping[str, Any]):
     @impl_prim_func
     def by_first():
         if first == 0:
-            for i in T.unroll(count):
+            for i in loop(count):
                 issue(i)
 
     return by_first
