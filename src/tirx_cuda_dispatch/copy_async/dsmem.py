@@ -41,6 +41,7 @@ from ..call import TileCall
 from ..codegen import impl_prim_func, participant_index
 from ..errors import check
 from ..irfacts import prove_multiple
+from ..isa.bulk import BULK_ALIGN
 from ..layout.atoms import common_refinement, memory_view
 from ..layout.partition import Dim, dims_offset, fuse_contiguous
 from ..predicates import (
@@ -57,7 +58,6 @@ from ..registry import variant
 from ..resources import Completion
 
 DSMEM_MIN_SM = 90
-BULK_ALIGN = 16  # bytes: a bulk copy's size and both addresses are multiples of it
 MAX_ISSUES = 64  # unrolled instructions of one call
 CONFIG_KEYS = {
     "mbar": "this CTA's pointer to the mbarrier (bar.ptr_to([0])); the copy completes its "

@@ -74,7 +74,7 @@ from ..call import Operand, TileCall
 from ..codegen import impl_prim_func, participant_index
 from ..errors import Decline, check
 from ..irfacts import as_int, prove_multiple
-from ..isa.bulk import COORD_ALIGN, REDUCE_TYPES, shared_align
+from ..isa.bulk import COORD_ALIGN, CTA_MASK_BITS, REDUCE_TYPES, shared_align
 from ..layout.atoms import memory_view, refine_tagged
 from ..layout.swizzle import Swizzle, byte_swizzle
 from ..predicates import (
@@ -113,7 +113,6 @@ CONFIG_KEYS = {
     "of the pair (.cta_group::2, sm_100+); 1, the default, this CTA's",
 }
 CTA_GROUP_MIN_SM = 100  # .cta_group::2 on a tensor copy
-MAX_CTA_MASK = 0xFFFF  # ctaMask is a .u16 operand: at most 16 CTAs a cluster
 # tensormap_l2_promotion as TVM 0.27 writes it -> bytes (CU_TENSOR_MAP_L2_PROMOTION_*)
 L2_PROMOTIONS = {"0": 0, "1": 64, "2": 128, "3": 256, "none": 0, "L2::64B": 64,
                  "L2::128B": 128, "L2::256B": 256}  # fmt: skip
@@ -219,7 +218,7 @@ def requires_cta_mask(call: TileCall) -> tuple[bool, str | None]:
     an expression is an integer."""
     mask = cta_mask_of(call)
     if isinstance(mask, int):
-        if not 0 <= mask <= MAX_CTA_MASK:
+        if not 0 <= mask < 1 << CTA_MASK_BITS:
             return False, (
                 f"cta_mask={mask} does not fit the 16-bit ctaMask operand (one bit per CTA "
                 "of the cluster, at most 16); write a mask of the cluster's ranks"

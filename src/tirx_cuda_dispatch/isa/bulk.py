@@ -23,6 +23,8 @@ REDUCE_TYPES = {
 COORD_ALIGN = 16  # bytes: the innermost coordinate times the element size is a multiple
 STORE_MIN_COORD = 0  # a store's coordinates are never below it
 SHARED_ALIGN = 128  # bytes: a box's shared address without a swizzle
+BULK_ALIGN = 16  # bytes: a non-tensor bulk copy's size and both of its addresses (9.7.9.25.4)
+CTA_MASK_BITS = 16  # ctaMask is a .u16 operand: one bit per CTA, so at most 16 a cluster
 
 
 def shared_align(swizzle: int) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..codegen import CALL_MARK, COMPLETION_MARK
+from ..isa.bulk import CTA_MASK_BITS
 from .asynchrony import Asynchrony
 from .barriers import NamedBarriers, RegisterFile
 from .errors import NotModeled, SimError
@@ -51,7 +52,7 @@ from .tmem import TensorMemory
 from .values import CLUSTER_WINDOW, Binding, Pointer, TensorMapArg
 
 DYNAMIC_SHARED_BYTES = 232448  # the most a CTA may have on sm_90 / sm_100 (227 KB)
-MAX_CLUSTER = 16  # CTAs of a cluster (a non-portable size; ctaMask has 16 bits)
+MAX_CLUSTER = CTA_MASK_BITS  # CTAs of a cluster (16 is a non-portable size)
 
 
 _LEAVES = frozenset(

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..isa.bulk import SHARED_ALIGN, coordinate_fault
+from ..isa.bulk import BULK_ALIGN, CTA_MASK_BITS, SHARED_ALIGN, coordinate_fault
 from .asynchrony import Effect
 from .calls import Table, guarded_ptx_operands, issued_at, plain_ptx_operands
 from .errors import NotModeled, SimError
@@ -173,7 +173,8 @@ def _bulk_tensor_load(m: Machine, call: Any) -> None:
     bar_off = m.per_thread(bar_ptr.offsets)
     masks = None
     if mask_node is not None:
-        masks = m.per_thread(np.asarray(m.eval(mask_node)).astype(np.int64)) & 0xFFFF
+        masks = m.per_thread(np.asarray(m.eval(mask_node)).astype(np.int64))
+        masks = masks & ((1 << CTA_MASK_BITS) - 1)
     for t in threads.tolist():
         coord = [int(c[t]) for c in coords]
         values = None
@@ -207,7 +208,7 @@ def _targets(m: Machine, t: int, masks: np.ndarray | None, what: str) -> list[in
     if masks is None:
         return [None]
     mask = int(masks[t])
-    ranks = [r for r in range(16) if mask >> r & 1]
+    ranks = [r for r in range(CTA_MASK_BITS) if mask >> r & 1]
     if not ranks:
         raise SimError(f"{what} (thread {t}): ctaMask 0 names no CTA to copy to")
     if ranks[-1] >= m.cluster:
@@ -360,7 +361,6 @@ def _bulk_wait(m: Machine, call: Any) -> None:
 
 
 _S2C_TOKENS = {"async", "bulk", "shared::cluster", "shared::cta", _COMPLETE_TX}
-BULK_ALIGN = 16  # bytes: a bulk copy's size and both of its addresses
 
 
 @TABLE.entry("tirx.ptx.cp_async_bulk_s2c")
