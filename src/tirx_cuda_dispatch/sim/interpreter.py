@@ -111,7 +111,7 @@ class Machine:
         self.block_index: dict[str, int] = {}  # the running CTA's block index, by blockIdx tag
         # A cluster of CTAs (a clusterCtaIdx launch) runs together: its threads are one
         # array, CTA after CTA (``cta_threads`` each; a thread's CTA is its rank), and each
-        # shared allocation holds one window per CTA (:meth:`shared_base`).
+        # shared allocation holds one window per CTA (:meth:`window_base`).
         self.cluster = 1
         self.cluster_var: Any = None
         self.block_var: Any = None
@@ -673,7 +673,7 @@ class Machine:
                 f"of {self.cluster}"
             )
         window = mem.window if mem.window is not None else 0
-        outside = (local < 0) | (local >= (mem.window_bytes if window else mem.nbytes))
+        outside = (local < 0) | (local >= mem.window_bytes)  # nbytes outside a cluster
         if outside.any():
             i = int(np.argmax(outside))
             raise SimError(
