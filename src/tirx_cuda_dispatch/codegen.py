@@ -21,6 +21,7 @@ from tvm.script.parser._core import utils as parser_utils
 
 from .call import TileCall
 from .errors import Decline
+from .isa.bulk import TFLOAT32
 from .resources import TensorMap
 from .scopes import SCOPES
 
@@ -534,6 +535,7 @@ def encode_tensor_map(var: Any, buffer: Any, tm: TensorMap) -> Any:
         rank=tm.rank,
         swizzle=_SWIZZLE_ENUM[tm.swizzle],
         l2_promotion=_L2_PROMOTION_ENUM[tm.l2_promotion],
+        force_cu_dtype=TFLOAT32 if tm.tf32 else -1,
     )
     return tirx.SeqStmt(
         [

@@ -250,14 +250,19 @@ def tma_roundtrip(
     align: int = 1024,
     expect: bool = True,
     wait: bool | str = True,
+    global_layout: Any = None,
+    config: dict | None = None,
 ) -> Any:
     """A[start : start + tile] -> a shared tile with ``copy_async`` (TMA: ``mbar=``) at
     ``scope`` (thread: under ``if tid == 0``), completed on an mbarrier (one thread's
     ``arrive.expect_tx`` of the tile's bytes, every thread's wait), then the tile -> B
     (arguments A, B). ``expect=False`` leaves out the expect-tx, ``wait=False`` the wait,
     ``wait="cta_sync"`` puts a CTA barrier in its place (broken kernels); ``start`` may put
-    the tile partly outside A (TMA reads zeros there)."""
+    the tile partly outside A (TMA reads zeros there); ``global_layout`` is A's layout in
+    global memory (e.g. column-major), ``config`` more keys for the copy (``tma_dtype``)."""
     rows, cols = tile
+    a_kw = {} if global_layout is None else {"layout": global_layout}
+    extra = dict(config or {})
     threads = 32 if scope == "warp" else 128
     layout = shared_layout if shared_layout is not None else tma_shared_layout(dtype, tile, swizzle)
     size = np.dtype(dtype if dtype != "bfloat16" else "uint16").itemsize
@@ -268,7 +273,7 @@ def tma_roundtrip(
     # fmt: off
     @T.prim_func
     def tma_copy(A_ptr: T.handle, B_ptr: T.handle):
-        A = T.match_buffer(A_ptr, shape, dtype)
+        A = T.match_buffer(A_ptr, shape, dtype, **a_kw)
         B = T.match_buffer(B_ptr, (rows, cols), dtype)
         T.device_entry()
         T.cta_id([1])
@@ -284,9 +289,10 @@ def tma_roundtrip(
         T.cuda.cta_sync()
         if scope == "thread":
             if tid == 0:
-                copy_async(A_s[:, :], A[r0:r0 + rows, c0:c0 + cols], mbar=bar.ptr_to([0]))
+                copy_async(A_s[:, :], A[r0:r0 + rows, c0:c0 + cols], mbar=bar.ptr_to([0]),
+                           **extra)
         else:
-            copy_async(A_s[:, :], A[r0:r0 + rows, c0:c0 + cols], mbar=bar.ptr_to([0]))
+            copy_async(A_s[:, :], A[r0:r0 + rows, c0:c0 + cols], mbar=bar.ptr_to([0]), **extra)
         if expect:
             if tid == 0:
                 T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), nbytes)
@@ -314,6 +320,7 @@ def tma_store_roundtrip(
     fence: bool = True,
     wait: str | None = "full",
     rewrite: bool = False,
+    config: dict | None = None,
 ) -> Any:
     """A (a ``tile``) -> a shared tile (plain stores: ``Tx.cta.copy``), then the tile ->
     B[start : start + tile] with ``copy_async`` (a TMA store; ``reduce``: a reduction into
@@ -321,13 +328,14 @@ def tma_store_roundtrip(
     store clips). The writers fence (``fence.proxy.async``) and meet at a CTA barrier
     first; thread 0, which issues, commits the bulk async-group and waits (``wait``:
     "full" ``wait_group 0``, "read" ``wait_group.read 0``, None: no wait). ``fence=False``
-    leaves out the fence (a broken kernel). Arguments A, B."""
+    leaves out the fence (a broken kernel); ``config`` more keys for the copy. Arguments
+    A, B."""
     rows, cols = tile
     threads = 32 if scope == "warp" else 128
     layout = tma_shared_layout(dtype, tile, swizzle)
     r0, c0 = start
     copy_async = Tx.copy_async if scope == "thread" else getattr(Tx, scope).copy_async
-    config = {} if reduce is None else {"use_tma_reduce": reduce}
+    config = dict(config or {}) | ({} if reduce is None else {"use_tma_reduce": reduce})
 
     # fmt: off
     @T.prim_func

@@ -140,13 +140,32 @@ def allocation_alignment(call: TileCall, opnd: Operand, align: int, needs: str) 
     return Alignment(opnd.role, str(allocation.name), declared, align, needs)
 
 
+def tensor_map_order(glob: Operand) -> list[int]:
+    """``glob``'s buffer dimensions in a tensor map's order, dimension 0 first: the
+    contiguous one (stride 1; the last such of extent above 1), then the others by growing
+    stride (equal strides: the buffer's later dimension first). Where the layout gives no
+    constant stride per dimension, the buffer's own order reversed (the plan says why
+    that layout cannot be mapped)."""
+    shard = getattr(glob.layout, "shard", None)
+    rank = len(glob.shape)
+    if shard is None or len(shard) != rank:
+        return list(reversed(range(rank)))
+    strides = [as_int(it.stride) for it in shard]
+    if any(s is None for s in strides):
+        return list(reversed(range(rank)))
+    unit = [d for d in range(rank) if strides[d] == 1 and as_int(glob.shape[d]) != 1]
+    inner = unit[-1] if unit else rank - 1
+    rest = sorted((d for d in range(rank) if d != inner), key=lambda d: (strides[d], -d))
+    return [inner, *rest]
+
+
 def tma_coordinates(call: TileCall, glob: Operand, store: bool) -> Result:
     """Whether a tile-mode TMA copy of ``glob``'s region starts at coordinates the hardware
     takes (:mod:`.isa.bulk`): the innermost at a multiple of 16 bytes, a store's never
     negative, provably so where the call runs."""
     g, size = f"{glob.role} {glob.name}", glob.elem_bits // 8
     unit = max(1, COORD_ALIGN // size)
-    inner = len(glob.region) - 1
+    inner = tensor_map_order(glob)[0]
     lo = glob.region[inner][0]
     if not (prove_multiple(lo, unit) or proves(EQ(floormod(lo, unit), 0), call.enclosing)):
         return False, (

@@ -183,8 +183,9 @@ class TensorMap(Kind):
     (``globalDim``), ``strides`` the byte strides of dimensions 1 and up
     (``globalStrides``; dimension 0 is contiguous), ``box`` the box one instruction moves
     (``boxDim``); every element stride is 1. ``swizzle`` is 0 (none), 32, 64 or 128
-    bytes; ``l2_promotion`` 0, 64, 128 or 256 bytes. Elements out of the tensor read as
-    zeros."""
+    bytes; ``l2_promotion`` 0, 64, 128 or 256 bytes; ``tf32``: a float32 tensor encoded
+    as ``CU_TENSOR_MAP_DATA_TYPE_TFLOAT32`` (a load rounds each element to tf32). Elements
+    out of the tensor read as zeros."""
 
     name: str
     operand: str  # the role of the global operand whose buffer's data is the base
@@ -195,6 +196,7 @@ class TensorMap(Kind):
     swizzle: int
     l2_promotion: int
     why: str
+    tf32: bool = False
 
     @property
     def rank(self) -> int:
@@ -204,7 +206,9 @@ class TensorMap(Kind):
     def key(self) -> tuple:
         """Equal keys over the same buffer are one descriptor."""
         dims = tuple(str(d) for d in self.dims)
-        return (self.dtype, dims, self.strides, self.box, self.swizzle, self.l2_promotion)
+        return (
+            self.dtype, dims, self.strides, self.box, self.swizzle, self.l2_promotion, self.tf32
+        )  # fmt: skip
 
     def provide(self, bridge: Bridge, call: Any) -> Any:
         return bridge.tensor_map_var(self, call)
@@ -218,8 +222,9 @@ class TensorMap(Kind):
         box = "x".join(str(b) for b in self.box)
         strides = ", ".join(str(s) for s in self.strides)
         swz = f"{self.swizzle}B swizzle" if self.swizzle else "no swizzle"
+        dtype = f"{self.dtype} as tf32" if self.tf32 else self.dtype
         return (
-            f"tensor map {self.name}: {self.dtype} over {self.operand} (dims {dims}, byte "
+            f"tensor map {self.name}: {dtype} over {self.operand} (dims {dims}, byte "
             f"strides [{strides}], box {box}, {swz}; encoded by the host before the launch; "
             f"{self.why})"
         )

@@ -22,6 +22,7 @@ from typing import Any
 import tvm
 
 from .irfacts import evaluated_calls
+from .isa.bulk import TFLOAT32
 from .targets import as_target, describe
 
 
@@ -271,7 +272,8 @@ def encoded_tensor_maps(host: Any) -> dict[str, dict]:
     """The tensor maps a host module encodes before the launch (``tensormap_encode_tiled``),
     by the name of the variable the kernel receives each in: the data variable of the
     mapped buffer (its name), dtype, and the driver's arrays (dims, byte strides of
-    dimensions 1 and up, box, element strides), swizzle and L2 promotion (bytes) as ints."""
+    dimensions 1 and up, box, element strides), swizzle and L2 promotion (bytes) as ints,
+    and whether the descriptor is TFLOAT32 (``tf32``)."""
     found: dict[str, dict] = {}
     for func in host.functions.values():
         for call in evaluated_calls(getattr(func, "body", None)):
@@ -289,6 +291,7 @@ def encoded_tensor_maps(host: Any) -> dict[str, dict]:
                 "element_strides": tuple(ints[3 * rank - 1 :]),
                 "swizzle": SWIZZLE_BYTES[int(call.attrs.swizzle)],
                 "l2_promotion": (0, 64, 128, 256)[int(call.attrs.l2_promotion)],
+                "tf32": int(call.attrs.force_cu_dtype) == TFLOAT32,
             }
     return found
 

@@ -213,11 +213,11 @@ def test_an_unknown_config_key_declines_naming_the_accepted_ones():
         pool = T.alloc_buffer((64 * 64 + 4,), "float16", scope="shared.dyn", align=1024)
         A_s = T.decl_buffer((64, 64), "float16", pool.data, scope="shared.dyn")
         bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=1024, scope="shared.dyn")
-        Tx.cta.copy_async(A_s[:, :], A[0:64, 0:64], mbar=bar.ptr_to([0]), tma_dtype="tf32")
+        Tx.cta.copy_async(A_s[:, :], A[0:64, 0:64], mbar=bar.ptr_to([0]), oob="nan")
         Tx.cta.copy(A[0:64, 0:64], A_s[:, :])
 
     why = _reason(kernel)
-    assert "tma_dtype=tf32 is not a key this TMA copy takes" in why and "accepted: mbar" in why
+    assert "oob=nan is not a key this TMA copy takes" in why and "accepted: mbar" in why
 
 
 # -- emitted code -----------------------------------------------------------------------------
@@ -797,3 +797,140 @@ def test_a_call_of_few_boxes_is_written_out():
     """Control: the plain 64 x 64 tile is one box and names no loop."""
     plan_facts = _report(tvm_style_load(align=1024)).plan
     assert plan_facts["issues"] == 1 and "issue_loop" not in plan_facts
+
+
+# -- a global operand in another dimension order ----------------------------------------------
+COLUMN_MAJOR = TileLayout(S[(256, 256) : (1, 256)])  # A[i, j] at i + 256 j
+MN_MAJOR_TILE = ComposeLayout(3, 3, 3, TileLayout(S[(64, 128) : (1, 64)]))
+
+
+def _column_major(raw: np.ndarray) -> np.ndarray:
+    """The logical A a column-major kernel reads from ``raw``'s bytes."""
+    return raw.reshape(-1).reshape(raw.shape[::-1]).T
+
+
+def test_a_column_major_global_maps_its_contiguous_dimension_first():
+    """The tensor map's dimension 0 is the global dimension of stride 1 (A's rows here),
+    whatever its place in the buffer's shape; the box is the shared tile's dense block."""
+    plan = _plan(roundtrip(shared_layout=MN_MAJOR_TILE, global_layout=COLUMN_MAJOR))
+    assert [(d.axis, d.stride, d.box) for d in plan.dims] == [(0, 2, 64), (1, 512, 128)]
+    assert plan.count == 1
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_column_major_global_round_trips(rng, where, gpu):
+    raw = runtime.random_array((256, 256), "float16", rng)
+    func = roundtrip(shared_layout=MN_MAJOR_TILE, global_layout=COLUMN_MAJOR)
+    out = execute(func, [raw, runtime.poison_like(np.zeros((64, 128), raw.dtype))], where, gpu)[1]
+    np.testing.assert_array_equal(out, _column_major(raw)[64:128, 128:256])
+    assert not np.array_equal(out, raw[64:128, 128:256])  # control: the bytes as row-major
+
+
+def test_a_global_without_a_contiguous_dimension_declines():
+    strided = TileLayout(S[(256, 256) : (512, 2)])  # every other element
+    why = _reason(roundtrip(global_layout=strided))
+    assert "has no dimension of stride 1" in why and "dimension 0 is contiguous" in why
+
+
+def transposed_3d_load():
+    """TVM's gemm_async test case "mn_major": A (3, 128, 128) whose middle dimension is
+    contiguous in global memory, into an MN-major 128-byte swizzled tile (64-element
+    columns of 8-row atoms): 96 boxes of 64 x 8, issued in a loop."""
+    glob = TileLayout(S[(3, 128, 128) : (16384, 1, 128)])
+    tile = ComposeLayout(3, 3, 3, TileLayout(S[(3, 2, 64, 16, 8) : (16384, 512, 1, 1024, 64)]))
+    n = 3 * 128 * 128
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (3, 128, 128), "float16", layout=glob)
+        B = T.match_buffer(B_ptr, (3, 128, 128), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([128])
+        pool = T.alloc_buffer((n + 4,), "float16", scope="shared.dyn", align=1024)
+        A_s = T.decl_buffer((3, 128, 128), "float16", pool.data, scope="shared.dyn", layout=tile)
+        bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=n // 4, scope="shared.dyn")
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+        T.cuda.cta_sync()
+        if tid == 0:
+            Tx.copy_async(A_s[:, :, :], A[:, :, :], mbar=bar.ptr_to([0]), dispatch="tma_auto")
+            T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), n * 2)
+        T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+        Tx.cta.copy(B[:, :, :], A_s[:, :, :])
+    # fmt: on
+    return kernel
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_tvms_mn_major_load_of_a_transposed_operand_round_trips(rng, where, gpu):
+    func = transposed_3d_load()
+    plan = _plan(func)
+    assert [d.axis for d in plan.dims] == [1, 2, 0] and plan.count == 96
+    assert "x".join(str(d.box) for d in plan.dims) == "64x8x1"
+    raw = runtime.random_array((3, 128, 128), "float16", rng)
+    out = execute(func, [raw, runtime.poison_like(raw)], where, gpu)[1]
+    logical = raw.reshape(3, 128, 128).transpose(0, 2, 1)  # A[b, i, j] at 16384 b + i + 128 j
+    np.testing.assert_array_equal(out, logical)
+
+
+# -- tma_dtype="tf32": a float32 load rounded to tf32 -----------------------------------------
+def _tf32(a: np.ndarray) -> np.ndarray:
+    """float32 rounded to tf32's 11 significant bits, to nearest, ties to even (float64
+    arithmetic: numpy's round is half-to-even)."""
+    mantissa, exponent = np.frexp(a.astype(np.float64))
+    return np.ldexp(np.round(mantissa * 2**11) / 2**11, exponent).astype(np.float32)
+
+
+def _tf32_load(**config):
+    return roundtrip("float32", (32, 64), start=(0, 32), config={"tma_dtype": "tf32", **config})
+
+
+def _with_ties(a: np.ndarray) -> np.ndarray:
+    """Every fourth element a tie between two tf32 values (its 13 dropped bits 0x1000),
+    half of them with an odd kept bit: round-half-even and round-half-away differ there."""
+    bits = a.view(np.uint32).copy()
+    bits.reshape(-1)[::4] = (bits.reshape(-1)[::4] & ~np.uint32(0x1FFF)) | np.uint32(0x1000)
+    return bits.view(np.float32)
+
+
+def test_a_tf32_load_names_the_descriptor_and_the_rounding():
+    report = _report(_tf32_load())
+    assert report.variant == "tma_auto"
+    assert "ties to even" in report.plan["tma_dtype"]
+    assert report.plan_object.tensor_map().tf32
+    host, _ = toolchain.lowered(_tf32_load())
+    [fields] = toolchain.encoded_tensor_maps(host).values()
+    assert fields["tf32"] and fields["dtype"] == "float32"
+    [plain] = toolchain.encoded_tensor_maps(toolchain.lowered(roundtrip("float32"))[0]).values()
+    assert not plain["tf32"]  # control
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_tf32_load_rounds_every_element_to_nearest_even(rng, where, gpu):
+    a = _with_ties(rng.uniform(-4, 4, (256, 256)).astype(np.float32))
+    out = execute(_tf32_load(), [a, np.full((32, 64), np.nan, np.float32)], where, gpu)[1]
+    np.testing.assert_array_equal(out, _tf32(a)[0:32, 32:96])
+    plain = execute(roundtrip("float32", (32, 64), start=(0, 32)), [a, np.full_like(out, np.nan)],
+                    where, gpu)[1]  # fmt: skip
+    np.testing.assert_array_equal(plain, a[0:32, 32:96])  # control: no rounding without it
+    assert not np.array_equal(plain, _tf32(a)[0:32, 32:96])
+
+
+@pytest.mark.parametrize(
+    "dtype, config, why",
+    [
+        ("float16", {"tma_dtype": "tf32"}, "needs a float32 global buffer"),
+        ("float32", {"tma_dtype": "fp8"}, "is not a descriptor type this copy takes"),
+    ],
+)
+def test_a_tma_dtype_the_descriptor_cannot_take_declines(dtype, config, why):
+    assert why in _reason(roundtrip(dtype, (32, 64), config=config))
+
+
+def test_a_tma_dtype_on_a_store_declines():
+    report = _report(store("float32", (32, 64), config={"tma_dtype": "tf32"}))
+    [cand] = [c for c in report.candidates if c.variant == "tma_auto"]
+    assert not cand.accepted and "tma_dtype=tf32 on a store" in cand.reason
+    assert _report(store("float32", (32, 64))).variant == "tma_auto"  # control

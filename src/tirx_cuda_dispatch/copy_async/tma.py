@@ -15,8 +15,9 @@ others skip it); a valid copy between global and shared memory:
   the PTX ISA lists for that operation.
 
 Plans the box from the shared layout, as the variant name says, the same way in both
-directions: the tensor map's dimensions are the global buffer's (innermost first,
-dimension 0 contiguous, byte strides multiples of 16), and its box takes, from the
+directions: the tensor map's dimensions are the global buffer's (dimension 0 the
+contiguous one, the others by growing stride, so a transposed global operand maps as
+well; byte strides multiples of 16), and its box takes, from the
 innermost shared element outwards, each dimension's innermost run of the region while the
 shared offsets stay dense (a box lies in shared memory row after row, dimension 0
 fastest), at most 256 elements a dimension. What the box leaves of the region (the
@@ -86,6 +87,7 @@ from ..predicates import (
     requires_scope,
     requires_valid_copy,
     sm_at_least,
+    tensor_map_order,
     tma_coordinates,
     unknown_config,
 )
@@ -111,7 +113,10 @@ CONFIG_KEYS = {
     "on its own mbarrier at mbar's offset (0, the default: this CTA only)",
     "cta_group": "a load's CTA group on Blackwell: 2 lets mbar name the barrier of either CTA "
     "of the pair (.cta_group::2, sm_100+); 1, the default, this CTA's",
+    "tma_dtype": "a float32 load's descriptor type: 'tf32' (or 'tfloat32') makes the TMA "
+    "round every element to tf32 (to nearest, ties to even) as it lands, for a tf32 MMA",
 }
+TMA_DTYPES = ("tf32", "tfloat32")  # TVM 0.27's names for CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
 CTA_GROUP_MIN_SM = 100  # .cta_group::2 on a tensor copy
 # tensormap_l2_promotion as TVM 0.27 writes it -> bytes (CU_TENSOR_MAP_L2_PROMOTION_*)
 L2_PROMOTIONS = {"0": 0, "1": 64, "2": 128, "3": 256, "none": 0, "L2::64B": 64,
@@ -123,6 +128,28 @@ def requires_tma_arch(call: TileCall) -> tuple[bool, str | None]:
     """The Tensor Memory Accelerator came with Hopper (sm_90)."""
     instead = "use cp.async (copy_async without mbar=, copy -> ldgsts) there"
     return sm_at_least(call, TMA_MIN_SM, "cp.async.bulk.tensor (TMA)", instead)
+
+
+def requires_tma_dtype(call: TileCall) -> tuple[bool, str | None]:
+    """``tma_dtype=`` (TVM 0.27's) is absent, or 'tf32' / 'tfloat32' over a float32 global
+    operand (CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 has float32's four bytes)."""
+    value = call.config.get("tma_dtype")
+    if value is None:
+        return True, None
+    text = str(getattr(value, "value", value))
+    if text not in TMA_DTYPES:
+        return False, (
+            f"tma_dtype={value!r} is not a descriptor type this copy takes: write "
+            f"{' or '.join(repr(t) for t in TMA_DTYPES)} (a float32 buffer loaded as tf32), or "
+            "drop it (the descriptor takes the buffer's own type)"
+        )
+    glob = call.operand("src")
+    if str(glob.dtype) != "float32":
+        return False, (
+            f"tma_dtype={text!r} needs a float32 global buffer; src {glob.name} holds "
+            f"{glob.dtype} (drop tma_dtype=)"
+        )
+    return True, None
 
 
 def direction_of(call: TileCall) -> str:
@@ -145,6 +172,9 @@ def requires_completion(call: TileCall) -> tuple[bool, str | None]:
             )
         if cfg.get("use_tma_reduce") is not None:
             return False, "use_tma_reduce= is a store's (shared -> global); this copy loads"
+        ok, why = requires_tma_dtype(call)
+        if not ok:
+            return ok, why
         ok, why = requires_cta_group(call)
         return (ok, why) if not ok else requires_cta_mask(call)
     if cta_group_of(call) != 1:
@@ -156,6 +186,12 @@ def requires_completion(call: TileCall) -> tuple[bool, str | None]:
         return False, (
             f"cta_mask={cfg.get('cta_mask')} on a store (shared -> global): a TMA store "
             "writes global memory once, multicast is a load's; drop cta_mask="
+        )
+    if cfg.get("tma_dtype") is not None:
+        return False, (
+            f"tma_dtype={cfg.get('tma_dtype')} on a store (shared -> global): the tf32 "
+            "descriptor rounds what a load lands for a tf32 MMA; store the float32 as it is "
+            "(drop tma_dtype=)"
         )
     if cfg.get("mbar") is not None:
         return False, (
@@ -270,6 +306,7 @@ class TmaPlan:
     alignment: Alignment | None = None  # the shared allocation's alignment, raised by the bridge
     cta_mask: Any = 0  # a load's multicast: the cluster's CTAs receiving the box (0: none)
     cta_group: int = 1  # 2: mbar may be the peer CTA's barrier (sm_100+)
+    tf32: bool = False  # a load through a TFLOAT32 descriptor: elements rounded to tf32
 
     @property
     def multicast(self) -> bool:
@@ -335,6 +372,7 @@ class TmaPlan:
             self.swizzle,
             self.l2_promotion,
             f"the box of every {self.instruction.split('.global')[0]}",
+            self.tf32,
         )
 
     def completion(self) -> Completion:
@@ -414,6 +452,11 @@ class TmaPlan:
             facts["expect_tx_bytes"] = self.total_bytes
         if self.cta_group != 1:
             facts["cta_group"] = self.cta_group
+        if self.tf32:
+            facts["tma_dtype"] = (
+                "tf32: the descriptor is CU_TENSOR_MAP_DATA_TYPE_TFLOAT32; every float32 "
+                "lands rounded to tf32 (10 mantissa bits, to nearest, ties to even)"
+            )
         if self.multicast:
             facts["cta_mask"] = str(self.cta_mask)
             facts["ptx"] = facts["ptx"].replace("[mbar]", "[mbar], ctaMask")
@@ -432,6 +475,7 @@ class TmaPlan:
         swz = f", {self.swizzle}B swizzle" if self.swizzle else ""
         if self.direction == "load":
             cast = f", multicast to cta_mask {self.cta_mask}" if self.multicast else ""
+            cast += ", rounded to tf32" if self.tf32 else ""
             return (
                 f"tma_auto global->shared {self.dtype}: {self.count} x box {box}{swz}{cast} "
                 f"({self.total_bytes} bytes on mbar; {self.issuer} issues)"
@@ -478,9 +522,12 @@ def _swizzle_bytes(view_swizzle: Swizzle | None, elem_bytes: int, shared: Operan
     )
 
 
-def _box(glob: Operand, shared: Operand) -> tuple[dict[int, int], list[IssueAxis]]:
+def _box(
+    glob: Operand, shared: Operand, order: list[int]
+) -> tuple[dict[int, int], list[IssueAxis]]:
     """Each global buffer dimension's box extent and the issue axes that cover the rest,
-    from where the shared layout puts the region's elements (both directions alike)."""
+    from where the shared layout puts the region's elements (both directions alike), the
+    dimensions taken in the tensor map's ``order`` (dimension 0 first)."""
     src = glob
     view = memory_view(shared)
     axes = [d for d, ext in enumerate(src.extents) if ext != 1]
@@ -496,7 +543,7 @@ def _box(glob: Operand, shared: Operand) -> tuple[dict[int, int], list[IssueAxis
     ]  # (extent, buffer dimension, coordinate step, shared stride), outer -> inner
     box = {d: 1 for d in range(len(src.shape))}
     dense = 1
-    for d in reversed(range(len(src.shape))):
+    for d in order:
         if src.extents[d] == 1:
             continue
         # the row that holds dimension d's innermost run where the box has reached in
@@ -531,15 +578,16 @@ def plan(call: TileCall) -> TmaPlan:
         len(axes) <= MAX_RANK,
         f"{g} has {len(axes)} dimensions; a tensor map has at most {MAX_RANK}",
     )
-    inner = len(axes) - 1
+    order = tensor_map_order(glob)
+    inner = order[0]
     check(
         axes[inner][1] == 1,
-        f"{g}'s innermost dimension has stride {axes[inner][1]}; a tensor map's dimension 0 "
-        "is contiguous (stride 1)",
+        f"{g} has no dimension of stride 1 (strides {[a[1] for a in axes]}); a tensor "
+        "map's dimension 0 is contiguous",
     )
     view = memory_view(shared)
     swizzle = _swizzle_bytes(view.swizzle, elem_bytes, shared)
-    box, issues = _box(glob, shared)
+    box, issues = _box(glob, shared, order)
     inner_bytes = box[inner] * elem_bytes
     check(
         inner_bytes % INNER_BOX_ALIGN == 0,
@@ -555,7 +603,7 @@ def plan(call: TileCall) -> TmaPlan:
             f"swizzle of {shared.name}; block the tile into {swizzle}-byte columns",
         )
     dims = []
-    for d in reversed(range(len(axes))):
+    for d in order:
         extent, stride = axes[d]
         bytes_ = stride * elem_bytes
         if d != inner:
@@ -565,12 +613,6 @@ def plan(call: TileCall) -> TmaPlan:
                 f"strides that are multiples of {STRIDE_ALIGN} bytes below 2^40 (pad the rows)",
             )
         dims.append(TmaDim(d, extent if as_int(extent) is None else as_int(extent), bytes_, box[d]))
-    strides = [d.stride for d in dims[1:]]
-    check(
-        strides == sorted(strides),
-        f"{g}'s strides {[a[1] for a in axes]} do not grow outwards; the tensor map keeps the "
-        "buffer's dimension order",
-    )
     _check_coordinates(call, glob, inner, issues, direction)
     align = shared_align(swizzle)
     raised = _check_shared_alignment(call, shared, view.base, issues, align, elem_bytes)
@@ -580,6 +622,7 @@ def plan(call: TileCall) -> TmaPlan:
         direction, None if reduce is None else str(reduce), _l2_promotion(call), raised,
         cta_mask_of(call) if direction == "load" else 0,
         cta_group_of(call) if direction == "load" else 1,
+        call.config.get("tma_dtype") is not None,
     )  # fmt: skip
 
 

@@ -36,7 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from ..isa.bulk import BULK_ALIGN, CTA_MASK_BITS, SHARED_ALIGN, coordinate_fault
+from ..isa.bulk import (
+    BULK_ALIGN,
+    CTA_MASK_BITS,
+    SHARED_ALIGN,
+    TF32_DROPPED_BITS,
+    coordinate_fault,
+)
 from .asynchrony import Effect
 from .calls import Table, guarded_ptx_operands, issued_at, plain_ptx_operands
 from .errors import NotModeled, SimError
@@ -106,6 +112,19 @@ def _thread_box(
             f"{window.memory.name}: its box of {nbytes} bytes starts at byte {start}"
         )
     return shared, cells, inside, nbytes
+
+
+def round_tf32(values: np.ndarray) -> np.ndarray:
+    """A TFLOAT32 descriptor's load: the bytes of float32 elements (rows of 4) rounded to
+    tf32 as they land, to nearest, ties to even (:data:`..isa.bulk.TFLOAT32`, measured);
+    infinities and NaNs kept."""
+    bits = np.ascontiguousarray(values).view("<u4")
+    drop = TF32_DROPPED_BITS
+    odd = (bits >> np.uint32(drop)) & np.uint32(1)
+    half = np.uint32((1 << (drop - 1)) - 1)
+    rounded = (bits + half + odd) & ~np.uint32((1 << drop) - 1)
+    special = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+    return np.where(special, bits, rounded).astype("<u4").view(np.uint8).reshape(values.shape)
 
 
 def box_copy(tm: TensorMapValue, coords: list[int], dst: int):
@@ -197,6 +216,8 @@ def _bulk_tensor_load(m: Machine, call: Any) -> None:
                     values[inside] = tm.memory.load(
                         np.full(read.shape[0], t), read[:, 0], tm.elem_bytes, m.clocks
                     )
+                if tm.tf32:
+                    values = round_tf32(values)
                 m.counters.instructions["cp.async.bulk.tensor"] += 1
                 m.counters.bytes["global.load"] += int(inside.sum()) * tm.elem_bytes
             _land_box(m, call, what, tm, dst, one, shared, source, inside, values, bar, nbytes)

@@ -80,6 +80,7 @@ class TensorMapValue:
     box: tuple[int, ...]
     element_strides: tuple[int, ...]
     swizzle: int
+    tf32: bool = False  # TFLOAT32: a load rounds each float32 to tf32
 
 
 MAX_BOX = 256  # boxDim
@@ -111,6 +112,8 @@ def _checked(
         raise NotModeled(f"{what}: a field is not a constant")
     if not 1 <= len(dims) <= 5:
         raise SimError(f"{what}: rank {len(dims)} is not in 1..5")
+    if fields.get("tf32") and dtype != "float32":
+        raise SimError(f"{what}: a TFLOAT32 descriptor maps float32, not {dtype}")
     if any(d <= 0 or d > 1 << 32 for d in dims):
         raise SimError(f"{what}: globalDim {dims} must lie in (0, 2^32]")
     if any(s % 16 or s >= 1 << 40 for s in strides):
@@ -126,5 +129,5 @@ def _checked(
         raise SimError(f"{what}: the inner box is {inner} bytes, over the {swizzle}-byte swizzle")
     return TensorMapValue(
         name, memory, dtype, elem_bytes, tuple(dims), tuple(strides), tuple(box),
-        tuple(estrides), swizzle,
+        tuple(estrides), swizzle, bool(fields.get("tf32", False)),
     )  # fmt: skip
