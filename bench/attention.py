@@ -58,6 +58,9 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "ws two rings": ("attention", "attention_ws_kernel", {"split_kv": True}),
     "ws n64": ("attention", "attention_ws_kernel", {"block_n": 64}),  # head dim 256's before
     "sm80": ("attention_sm80", "attention_sm80_kernel", {}),  # cp.async + mma.sync
+    # one exponential of P in k on the FMA pipe (FlashAttention-4's emulation)
+    **{f"ws e{k}": ("attention", "attention_ws_kernel", {"ex2_emulation": k}) for k in (3, 4, 6)},
+    "ws e0": ("attention", "attention_ws_kernel", {"ex2_emulation": 0}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there

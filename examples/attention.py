@@ -63,7 +63,9 @@ def k_major(rows: int, d: int) -> ComposeLayout:
     return ComposeLayout(3, 3, 3, TileLayout(S[(rows, d // 64, 64) : (64, rows * 64, 1)]))
 
 
-def softmax_rows(S_r, m_old, m_new, alpha, l_sum, l_tile, scale: float, tx=Tx.wg) -> None:
+def softmax_rows(
+    S_r, m_old, m_new, alpha, l_sum, l_tile, scale: float, tx=Tx.wg, ex2_emulation: int = 0
+) -> None:
     """One key tile's online softmax on the accumulator's rows (S as the wgmma left it,
     masked to -inf), emitted into the kernel being parsed: the tile's row max (``max ->
     local``: in-thread folds and two shuffles over the quad of lanes a row lives in), the
@@ -72,13 +74,15 @@ def softmax_rows(S_r, m_old, m_new, alpha, l_sum, l_tile, scale: float, tx=Tx.wg
     element, the row bias broadcast over the columns), and ``l = l alpha + rowsum(P)``.
     ``l_tile`` holds ``-m_new scale`` before it holds the tile's row sums. ``tx``: the
     scope of the calls (``Tx.wg`` for a wgmma accumulator, ``Tx.warp`` for mma.sync's:
-    examples/attention_sm80.py)."""
+    examples/attention_sm80.py). ``ex2_emulation`` k > 0: one exponential of P in k on
+    the FMA pipe instead of MUFU (elementwise -> reg's ``ex2_emulation=``)."""
     tx.max(m_new[:, :], S_r[:, :], axes=[-1])
     tx.maximum(m_new[:, :], m_new[:, :], m_old[:, :])
     tx.sub(alpha[:, :], m_old[:, :], m_new[:, :])
     tx.exp2(alpha[:, :], alpha[:, :], scale=T.float32(scale))
     tx.mul(l_tile[:, :], m_new[:, :], T.float32(-scale))
-    tx.exp2(S_r[:, :], S_r[:, :], bias=l_tile[:, :], scale=T.float32(scale))
+    emulate = {"ex2_emulation": ex2_emulation} if ex2_emulation else {}
+    tx.exp2(S_r[:, :], S_r[:, :], bias=l_tile[:, :], scale=T.float32(scale), **emulate)
     tx.sum(l_tile[:, :], S_r[:, :], axes=[-1])
     tx.fma(l_sum[:, :], l_sum[:, :], alpha[:, :], l_tile[:, :])
 
@@ -94,11 +98,22 @@ def rescale_and_round(S_r, P16, O_r, m_old, m_new, alpha, rescale: bool, tx=Tx.w
 
 
 def online_softmax(
-    S_r, P16, O_r, m_old, m_new, alpha, l_sum, l_tile, scale: float, rescale: bool, tx=Tx.wg
+    S_r,
+    P16,
+    O_r,
+    m_old,
+    m_new,
+    alpha,
+    l_sum,
+    l_tile,
+    scale: float,
+    rescale: bool,
+    tx=Tx.wg,
+    ex2_emulation: int = 0,
 ) -> None:
     """:func:`softmax_rows` then :func:`rescale_and_round`: one key tile's online softmax,
     P ready for O += P V."""
-    softmax_rows(S_r, m_old, m_new, alpha, l_sum, l_tile, scale, tx)
+    softmax_rows(S_r, m_old, m_new, alpha, l_sum, l_tile, scale, tx, ex2_emulation)
     rescale_and_round(S_r, P16, O_r, m_old, m_new, alpha, rescale, tx)
 
 
@@ -302,6 +317,7 @@ def attention_ws_kernel(
     persistent: bool | None = None,
     sms: int = 132,
     split_kv: bool | None = None,
+    ex2_emulation: int | None = None,
 ):
     """FlashAttention-3's structure: per CTA 64 ``consumers`` query rows of one head and
     ``1 + consumers`` warpgroups. Warpgroup 0, the producer, gives registers back
@@ -359,6 +375,7 @@ def attention_ws_kernel(
     1024 and 4096; at 8192 1-4% slower, the last round part full; at 16384 x 64 a third
     slower: 86 blocks a head, so 86 CTAs); else one CTA a block."""
     kv_heads = heads if kv_heads is None else kv_heads
+    e2e = 0 if ex2_emulation is None else ex2_emulation
     block_n = (80 if d == 256 else 128) if block_n is None else block_n
     stages = (3 if overlap and d < 256 else 2) if stages is None else stages
     if dtype not in DTYPES:
@@ -537,7 +554,7 @@ def attention_ws_kernel(
             free_stage(b.bars, 0, i * kts, tid_wg)
             mask(b.S_r, 0, q0)
             online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile,
-                           scale, rescale)  # fmt: skip
+                           scale, rescale, ex2_emulation=e2e)  # fmt: skip
             for t in T.serial(1, n_tiles):
                 g = T.meta_var(i * kts + t)
                 wait_stage(b.bars, 0, g)
@@ -549,7 +566,8 @@ def attention_ws_kernel(
                 T.ptx["wgmma.wait_group.sync.aligned"](1)  # S is in; P V still runs
                 free_stage(b.bars, 0, g, tid_wg)
                 mask(b.S_r, t, q0)
-                softmax_rows(b.S_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile, scale)
+                softmax_rows(b.S_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile, scale,
+                             ex2_emulation=e2e)  # fmt: skip
                 if omit != "pv_wait":
                     T.ptx["wgmma.wait_group.sync.aligned"](0)  # P V is in: O, P free
                 free_stage(b.bars, 1, g - 1, tid_wg)
@@ -570,7 +588,7 @@ def attention_ws_kernel(
                 free_stage(b.bars, 0, g, tid_wg)
                 mask(b.S_r, t, q0)
                 online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum,
-                               b.l_tile, scale, rescale)  # fmt: skip
+                               b.l_tile, scale, rescale, ex2_emulation=e2e)  # fmt: skip
                 wait_stage(b.bars, 1, g)
                 issue_pv(b, g)
                 T.ptx["wgmma.wait_group.sync.aligned"](0)

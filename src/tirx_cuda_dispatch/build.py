@@ -89,7 +89,7 @@ class Body:
         yield
         body = self._sequence(self._stack.pop())
         if isinstance(condition, bool) or (
-            isinstance(condition, tirx.IntImm) and condition.dtype == "bool"
+            isinstance(condition, tirx.IntImm) and str(condition.ty) == "bool"
         ):
             if bool(condition):
                 self.emit(body)

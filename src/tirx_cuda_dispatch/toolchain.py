@@ -149,6 +149,21 @@ def ptxas_usage(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> d
     return usage
 
 
+# The flags TVM 0.27's NVRTC build adds (tvm.support.nvcc._compile_cuda_nvrtc), so that the
+# code read here is the code tvm.compile runs: half and bfloat16 operators defined, fast
+# math (ex2.approx.ftz for exp2f, flush to zero, contracted multiply-adds) and ptxas's
+# register-usage level (TVM_CUDA_PTXAS_REG_LEVEL, default 10).
+TVM_NVRTC_OPTIONS = [
+    *(f"-U__CUDA_NO_{what}__".encode() for what in (
+        "HALF_OPERATORS", "HALF_CONVERSIONS", "BFLOAT16_OPERATORS", "BFLOAT16_CONVERSIONS",
+        "BFLOAT162_OPERATORS", "BFLOAT162_CONVERSIONS",
+    )),
+    b"--use_fast_math",
+    f"--ptxas-options=--register-usage-level={os.environ.get('TVM_CUDA_PTXAS_REG_LEVEL', '10')}"
+    .encode(),
+]  # fmt: skip
+
+
 def _nvrtc(
     source: str, arch: str, name: str, output: str, extra: list[bytes] | None = None
 ) -> bytes:
@@ -165,7 +180,7 @@ def _nvrtc(
 
     (prog,) = ok(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
     opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-default-device"]
-    opts += extra or []
+    opts += TVM_NVRTC_OPTIONS + (extra or [])
     opts += [b"-I" + str(p).encode() for p in cuda_include_dirs()]
     try:
         result = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)

@@ -134,18 +134,20 @@ def _silu(x: Any) -> Any:
     return x / (_const(str(x.ty), 1.0) + T.exp(_const(str(x.ty), 0.0) - x))
 
 
+def unary_argument(v: dict[str, Any]) -> Any:
+    """``src * scale + bias``: what TVM's unary math (optional scale and bias) applies its
+    function to."""
+    x = v["src"]
+    if "scale" in v:
+        x = x * v["scale"]
+    if "bias" in v:
+        x = x + v["bias"]
+    return x
+
+
 def _unary(fn: Callable[[Any], Any]) -> Callable[[dict[str, Any], str], Any]:
     """``fn(src * scale + bias)``: TVM's unary math takes an optional scale and bias."""
-
-    def compute(v: dict[str, Any], dtype: str) -> Any:
-        x = v["src"]
-        if "scale" in v:
-            x = x * v["scale"]
-        if "bias" in v:
-            x = x + v["bias"]
-        return fn(x)
-
-    return compute
+    return lambda v, dtype: fn(unary_argument(v))
 
 
 def _binary(fn: Callable[[Any, Any], Any]) -> Callable[[dict[str, Any], str], Any]:

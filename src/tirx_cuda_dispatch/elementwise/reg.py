@@ -15,7 +15,10 @@ iteration where the target has an exact pair form for the op and dtypes
 and aligned, else one element per iteration in the op's scalar form. Mixed dtypes (float32
 inputs, a float16 dst: :data:`.ops.MIXED_COMPUTE`) evaluate each element in float32 and
 round it once into dst, two at a time with ``cvt.rn.f16x2.f32``/``cvt.rn.bf16x2.f32``
-where the pairs allow. A predicate's coordinates come from one more partition operand,
+where the pairs allow. ``exp2`` over float32 takes ``ex2_emulation=k`` (FlashAttention-4's
+exponential emulation): every k-th element of each thread's bundle is computed on the FMA
+pipe instead of the MUFU pipe (:func:`ex2_on_fma`), for kernels whose exponentials
+outrun the MUFU pipe (attention at head dim 64). A predicate's coordinates come from one more partition operand,
 the row-major index of dst's region (:mod:`.element`). The statements are built node by
 node (:class:`..build.Body`): one register view per tensor operand, however many.
 """
@@ -23,13 +26,17 @@ node (:class:`..build.Body`): one register view per tensor operand, however many
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from tvm import tirx
+from tvm.script import tirx as T
 
 from ..build import Body, address_of
 from ..call import Operand, TileCall
 from ..codegen import helper_call, storage_words, thread_index
 from ..errors import Decline
+from ..irfacts import as_int
 from ..layout.partition import ScopePartition
 from ..layout.register import (
     RegisterView,
@@ -53,7 +60,66 @@ from .ops import (
     packed_form,
     requires_dtype_rule,
     requires_lambda_predicate,
+    unary_argument,
 )
+
+EX2_EMULATION = "ex2_emulation"  # config key: one element in k of exp2 on the FMA pipe
+# 2^f on [-1/2, 1/2], degree 3 (Horner: three FFMA) with p(0) = 1 exactly, fitted for the
+# least largest relative error (Lawson's iteration over 4,001 Chebyshev points in float64,
+# rounded to float32): at most 1.02e-4 relative (1.1e-4 with float32 rounding), below float16's half ulp (2.4e-4) that P
+# is rounded to after; 2^0 is exactly 1, and 2^-127 (every x <= -127, -inf) exactly +0.
+EX2_POLY = (1.0, 0.6932829, 0.24221097, 0.05500893)
+EX2_POLY_ERROR = 1.1e-4
+ROUND_MAGIC = 12582912.0  # 1.5 * 2^23: x + it holds round(x) in its low mantissa bits
+EX2_MIN = -127.0  # n = -127 only with f >= 0 (p >= 1): the bits stay >= +0
+
+
+def ex2_on_fma(b: Body, x: Any, tmp: Any) -> Any:
+    """2^x in float32 without the MUFU pipe: x (clamped to -127) is split into n = round(x)
+    and f = x - n in [-1/2, 1/2] by one add of 1.5 * 2^23 (FADD: n lands in the low bits,
+    rounded to nearest) and one subtract; 2^f is :data:`EX2_POLY` in f; n << 23 added to
+    its bits scales it by 2^n (SHL, IADD). About 8 instructions on the FMA and integer
+    pipes where MUFU.EX2 takes one MUFU slot of 8 cycles a warp. ``tmp``: two float32
+    registers (the stored intermediates keep the rounding add from being folded)."""
+    b.store(tmp, 0, T.max(x, T.float32(EX2_MIN)))
+    b.store(tmp, 1, tmp[0] + T.float32(ROUND_MAGIC))
+    f = tmp[0] - (tmp[1] - T.float32(ROUND_MAGIC))
+    poly = T.float32(EX2_POLY[3])
+    for c in reversed(EX2_POLY[:3]):
+        poly = poly * f + T.float32(c)
+    scale = T.shift_left(T.reinterpret("int32", tmp[1]), tirx.const(23, "int32"))
+    return T.reinterpret("float32", T.reinterpret("int32", poly) + scale)
+
+
+def requires_ex2_emulation(op: ElementwiseOp):
+    """``ex2_emulation=k`` only on exp2 into float32 from float32, k a constant >= 1."""
+
+    def ex2_emulation(call: TileCall) -> tuple[bool, str | None]:
+        value = call.config.get(EX2_EMULATION)
+        if value is None:
+            return True, None
+        if op.name != "exp2":
+            return False, (
+                f"{EX2_EMULATION}={value} is exp2's (2^x on the FMA pipe); {op.name} has no "
+                f"such form: drop {EX2_EMULATION}="
+            )
+        k = as_int(value)
+        if k is None or k < 1:
+            return False, (
+                f"{EX2_EMULATION}={value}: write a constant k >= 1 (every k-th element of a "
+                "thread's bundle on the FMA pipe; 1: all of them)"
+            )
+        dst = _dst(call)
+        dtypes, _ = input_dtypes(op, call)
+        if str(dst.dtype) != "float32" or any(str(d) != "float32" for d in dtypes.values()):
+            held = ", ".join(f"{role} {d}" for role, d in dtypes.items())
+            return False, (
+                f"{EX2_EMULATION}= computes in float32; dst {dst.name} is {dst.dtype} ({held}): "
+                "exp2 of float32 into a float32 tile, or drop it"
+            )
+        return True, None
+
+    return predicate(ex2_emulation, "ex2_emulation")
 
 
 def _dst(call: TileCall) -> Operand:
@@ -102,6 +168,7 @@ class ElementwisePlan:
     # The partition operand whose offset is an element's row-major index in dst's region
     # (:func:`.element.index_view`), for a predicate over dst's indices; None without one.
     index: int | None = None
+    emulate: int = 0  # exp2: every emulate-th step on the FMA pipe (ex2_on_fma); 0: none
 
     @property
     def vec(self) -> int:
@@ -124,6 +191,14 @@ class ElementwisePlan:
             facts["convert"] = self.convert.key if self.convert else None
         if self.index is not None:
             facts["index_operand"] = self.index
+        if self.emulate:
+            share = "every element" if self.emulate == 1 else f"one element in {self.emulate}"
+            facts[EX2_EMULATION] = (
+                f"{share} of each thread's bundle computed on the FMA pipe (a degree-3 "
+                "polynomial of the fraction, the integer part added to the exponent bits: "
+                f"about 8 instructions, relative error below {EX2_POLY_ERROR}), the rest "
+                "MUFU.EX2"
+            )
         return facts
 
     def __str__(self) -> str:
@@ -159,6 +234,7 @@ def make_plan(op: ElementwiseOp):
         widths = ([(2 * bits, 2)] if form or convert else []) + [(bits, 1)]
         partition = induced_partition(views, 0, call.scope, call.thread_count, widths)
         paired = partition.vec == 2
+        emulate = as_int(call.config.get(EX2_EMULATION, 0)) if op.name == "exp2" else 0
         return ElementwisePlan(
             op.name,
             dst.dtype,
@@ -167,6 +243,7 @@ def make_plan(op: ElementwiseOp):
             arith,
             convert if paired else None,
             index,
+            emulate or 0,
         )
 
     return plan
@@ -201,14 +278,26 @@ def _registers(b: Body, name: str, o: Operand, lanes: int) -> Any:
 def _scalar_steps(
     b: Body, plan: ElementwisePlan, elements: Elements, views: list, tid: Any
 ) -> None:
-    """One element a step, in the op's scalar form."""
-    p = plan.partition
-    with b.loop("rnd", p.rounds) as rnd:
+    """One element a step, in the op's scalar form (exp2 with ``emulate``: every
+    emulate-th step by :func:`ex2_on_fma`, the loop unrolled so each step is one or the
+    other)."""
+    p, every = plan.partition, plan.emulate
+    tmp = b.local("ex2_tmp", "float32", 2) if every else None
+    argument = replace(elements.op, compute=lambda v, dtype: unary_argument(v))
+    with b.loop("rnd", p.rounds, unroll=bool(every)) as rnd:
         values = elements.values(
             lambda k: views[k][p.slot(k, rnd, tid)],
             None if plan.index is None else p.offset(plan.index, rnd, tid),
         )
-        b.store(views[0], p.slot(0, rnd, tid), elements.op.evaluate(values, plan.arith))
+        slot = p.slot(0, rnd, tid)
+        if every:
+            with b.when(rnd % every == every - 1):
+                x = argument.evaluate(values, plan.arith)
+                b.store(views[0], slot, ex2_on_fma(b, x, tmp))
+            with b.when(rnd % every != every - 1):
+                b.store(views[0], slot, elements.op.evaluate(values, plan.arith))
+        else:
+            b.store(views[0], slot, elements.op.evaluate(values, plan.arith))
 
 
 def _packed_steps(b: Body, plan: ElementwisePlan, elements: Elements, views: list, tid: Any):
@@ -253,6 +342,7 @@ def _register(op: ElementwiseOp) -> None:
             requires_register_operands(op),
             requires_dtype_rule(op, mixed=True),
             requires_anchor_layout,
+            requires_ex2_emulation(op),
             *([requires_lambda_predicate(op)] if op.predicate else []),
         ],
         plan=make_plan(op),
