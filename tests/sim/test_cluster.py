@@ -281,3 +281,91 @@ def test_tensor_memory_in_a_cluster_is_not_modeled():
 
     with pytest.raises(sim.SimError, match="tcgen05.alloc.* in a cluster: the simulator models"):
         sim.run(kernel, [np.zeros((2, 128), np.uint32)], target="sm_100a")
+
+
+# -- distributed shared memory: ld/st.shared::cluster ----------------------------------------
+def dsmem_exchange(op: str = "ld", first_sync: str | None = "cluster"):
+    """Each CTA of a pair fills its S with ``100 rank + tid``; ``op`` "ld": each thread then
+    reads the peer's element through mapa and ``ld.shared::cluster``; "st": each thread
+    writes its value into the peer's S with ``st.shared::cluster`` and reads its own. B[bx,
+    tid] gets what was read (the peer's value). ``first_sync``: the barrier between the
+    writes and the reads ("cluster", "cta", or None); a cluster barrier at the end keeps
+    each S alive while the peer may read it."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (2, 32), "uint32")
+        T.device_entry()
+        bx = T.cta_id([2])
+        rank = T.cta_id_in_cluster([2])
+        tid = T.thread_id([32])
+        S = T.alloc_buffer((32,), "uint32", scope="shared.dyn", align=16)
+        T.attr({"tirx.dyn_smem_bytes": 128})
+        remote = T.alloc_buffer((1,), "uint32", scope="local")
+        v = T.alloc_buffer((1,), "uint32", scope="local")
+        mine = T.meta_var(T.uint32(100) * T.Cast("uint32", rank) + T.Cast("uint32", tid))
+        T.evaluate(T.ptx["mapa.shared::cluster.u32"](
+            remote[0], T.cuda.cvta_generic_to_shared(S.ptr_to([tid])), T.Cast("uint32", 1 - rank)))
+        if op == "ld":
+            S[tid] = mine
+        else:
+            T.evaluate(T.ptx["st.shared::cluster.u32"](remote[0], mine))
+        if first_sync == "cluster":
+            T.cuda.cluster_sync()
+        elif first_sync == "cta":
+            T.cuda.cta_sync()
+        if op == "ld":
+            T.evaluate(T.ptx["ld.shared::cluster.u32"](v[0], remote[0]))
+        else:
+            v[0] = S[tid]
+        B[bx, tid] = v[0]
+        T.cuda.cluster_sync()
+    # fmt: on
+    return kernel
+
+
+def _peer_values() -> np.ndarray:
+    tid = np.arange(32, dtype=np.uint32)
+    return np.stack([100 + tid, tid])  # CTA 0 holds the peer's (rank 1), CTA 1 rank 0's
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("op", ["ld", "st"])
+def test_a_cta_reads_and_writes_its_peers_shared_memory(op, where, gpu):
+    out = execute(dsmem_exchange(op), [np.full((2, 32), 7, np.uint32)], where, gpu)[0]
+    np.testing.assert_array_equal(out, _peer_values())
+
+
+@pytest.mark.parametrize("op, first_sync", [("ld", "cta"), ("ld", None), ("st", "cta")])
+def test_without_a_cluster_barrier_the_peers_bytes_are_a_race(op, first_sync):
+    """Control: a CTA barrier (or none) between one CTA's writes and the other's reads
+    orders nothing across the pair."""
+    with pytest.raises(sim.SimError, match=r"race on S byte 0 of the CTA of rank [01]"):
+        sim.run(dsmem_exchange(op, first_sync), [np.zeros((2, 32), np.uint32)])
+
+
+def test_ld_shared_cluster_past_the_window_is_an_error():
+    """A ``.shared::cluster`` address past what the peer wrote is named, not read."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (2, 32), "uint32")
+        T.device_entry()
+        bx = T.cta_id([2])
+        T.cta_id_in_cluster([2])
+        tid = T.thread_id([32])
+        S = T.alloc_buffer((32,), "uint32", scope="shared.dyn", align=16)
+        T.attr({"tirx.dyn_smem_bytes": 128})
+        v = T.alloc_buffer((1,), "uint32", scope="local")
+        S[tid] = T.uint32(1)
+        T.cuda.cluster_sync()
+        T.evaluate(T.ptx["ld.shared::cluster.u32"](v[0], T.uint32((2 << 24) + 128)))
+        B[bx, tid] = v[0]
+    # fmt: on
+
+    with pytest.raises(
+        sim.SimError, match=r"reads byte 128 of the CTA of rank 1 of shared S, which nothing wrote"
+    ):
+        sim.run(kernel, [np.zeros((2, 32), np.uint32)])

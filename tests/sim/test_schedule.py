@@ -180,7 +180,9 @@ def test_a_stage_never_freed_is_a_deadlock_naming_every_waiting_warp(rng):
 
 
 def test_a_consumer_that_does_not_wait_reads_what_nothing_wrote(rng):
-    with pytest.raises(SimError, match="thread 32 reads byte 0 of shared S, which nothing wrote"):
+    with pytest.raises(
+        SimError, match=r"thread 32 of CTA \(x=0\) reads byte 0 of shared S, which nothing wrote"
+    ):
         run_ring(rng, omit="full_wait")
 
 

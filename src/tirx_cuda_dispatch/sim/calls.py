@@ -136,30 +136,42 @@ def plain_ptx_operands(call: Any, what: str) -> PtxOperands:
 
 
 # -- moving bytes -------------------------------------------------------------------------------
-def load_at(m: Any, ptr: Pointer, dtype_text: str) -> np.ndarray:
+def load_at(m: Any, ptr: Pointer, dtype_text: str, remote: bool = False) -> np.ndarray:
     """Each active thread reads one ``dtype_text`` value at its address (counted; reads
-    of registers are not accesses, :meth:`Machine._count_access`)."""
+    of registers are not accesses, :meth:`Machine._count_access`); ``remote``: a
+    ``.shared::cluster`` address, which may name another CTA's window."""
     dtype, lanes = parse_dtype(dtype_text)
     threads = m.active_threads()
     size = dtype.itemsize * lanes
     offs = m.per_thread(ptr.offsets)[threads]
     m.count_access(ptr.memory, "load", threads, offs, size, ptr.memory.name, False)
-    raw = ptr.memory.load(threads, offs, size, m.clocks)
+    ranks = _window_ranks(ptr, offs) if remote else None
+    raw = ptr.memory.load(threads, offs, size, m.clocks, ranks=ranks)
     full = np.zeros((m.threads, size), dtype=np.uint8)
     full[threads] = raw
     return from_bits(full, dtype, lanes)
 
 
-def store_at(m: Any, ptr: Pointer, values: np.ndarray, dtype_text: str) -> None:
+def store_at(
+    m: Any, ptr: Pointer, values: np.ndarray, dtype_text: str, remote: bool = False
+) -> None:
     """Each active thread writes its ``dtype_text`` value at its address (counted as
-    :func:`load_at` is)."""
+    :func:`load_at` is; ``remote`` as there)."""
     dtype, lanes = parse_dtype(dtype_text)
     threads = m.active_threads()
     size = dtype.itemsize * lanes
     offs = m.per_thread(ptr.offsets)[threads]
     raw = to_bits(m.per_thread(values), dtype, lanes, m.threads)[threads]
     m.count_access(ptr.memory, "store", threads, offs, size, ptr.memory.name, False)
-    ptr.memory.store(threads, offs, raw, m.clocks)
+    ranks = _window_ranks(ptr, offs) if remote else None
+    ptr.memory.store(threads, offs, raw, m.clocks, ranks=ranks)
+
+
+def _window_ranks(ptr: Pointer, offsets: np.ndarray) -> np.ndarray | None:
+    """The CTA whose window each offset of a cluster's shared memory lies in (None outside
+    a cluster: one window)."""
+    window = ptr.memory.window
+    return None if window is None else offsets // window
 
 
 def register_operand(m: Any, target: Any, what: str) -> tuple[Any, np.dtype]:

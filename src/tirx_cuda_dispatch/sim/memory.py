@@ -402,18 +402,20 @@ class Memory:
         size: int,
         clocks: Clocks,
         agents: np.ndarray | None = None,
+        ranks: np.ndarray | None = None,
     ) -> np.ndarray:
         """Bytes ``(n, size)`` that ``threads`` read at byte ``offsets`` (for the race
-        tracker: by their warps, or by ``agents``, one clock row per access)."""
-        cells = self._cells(threads, offsets, size, "load")
+        tracker: by their warps, or by ``agents``, one clock row per access; ``ranks``: in
+        a cluster, the CTA whose window each access names, else each thread's own)."""
+        cells = self._cells(threads, offsets, size, "load", ranks)
         index = self._index(threads, cells)
         self._guarded(threads, index, "reads")
         unwritten = ~self.written[index]
         if unwritten.any():
             i = int(np.argwhere(unwritten)[0][0])
             raise SimError(
-                f"thread {int(threads[i])} reads byte {int(cells[i][0])} of {self.space} "
-                f"{self.name}, which nothing wrote"
+                f"{self._who(threads[i])} reads {self.byte_text(int(cells[i][0]))} of "
+                f"{self.space} {self.name}, which nothing wrote"
             )
         if self.space == "shared":
             self._track(_rows(threads, agents), cells, clocks, write=False)
@@ -421,9 +423,10 @@ class Memory:
         return self.data[index]
 
     def store(
-        self, threads: np.ndarray, offsets: np.ndarray, raw: np.ndarray, clocks: Clocks
-    ) -> None:
-        cells = self._cells(threads, offsets, raw.shape[1], "store")
+        self, threads: np.ndarray, offsets: np.ndarray, raw: np.ndarray, clocks: Clocks,
+        ranks: np.ndarray | None = None,
+    ) -> None:  # fmt: skip
+        cells = self._cells(threads, offsets, raw.shape[1], "store", ranks)
         index = self._index(threads, cells)
         self._guarded(threads, index, "writes")
         if self.reading is not None:

@@ -47,7 +47,8 @@ TABLE = Table()
 # -- ld / st (PTX ISA "Data Movement and Conversion Instructions: ld, st") --------------------
 _TYPE_BYTES = {f"{k}{bits}": bits // 8 for k in "bus" for bits in (8, 16, 32, 64)}
 _TYPE_BYTES.update({"f32": 4, "f64": 8, "b128": 16})
-_SPACES = {"": "", "global": "global", "shared": "shared", "shared::cta": "shared"}
+_SPACES = {"": "", "global": "global", "shared": "shared", "shared::cta": "shared",
+           "shared::cluster": "shared::cluster"}  # fmt: skip
 # Hints that change where data is cached or how soon it is evicted, never its value.
 _HINTS = {"ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc", "weak", "L2::cache_hint"} | {
     f"{level}::{p}"
@@ -83,7 +84,10 @@ def memory_form(tokens: list[str], what: str) -> MemoryForm:
         elif t in _TYPE_BYTES:
             type_ = t
         elif t not in _HINTS:
-            raise SimError(f"{what} .{t}: the simulator models weak {what} of global and shared")
+            raise SimError(
+                f"{what} .{t}: the simulator models weak {what} of global and shared memory "
+                "(.shared::cluster: this CTA's or another's of the cluster)"
+            )
     if type_ is None:
         raise SimError(f"{what} {tokens}: no type")
     return MemoryForm(space, lanes, type_, "L2::cache_hint" in tokens)
@@ -91,8 +95,12 @@ def memory_form(tokens: list[str], what: str) -> MemoryForm:
 
 def _address(m: Machine, operand: Any, form: MemoryForm, what: str) -> Pointer:
     """The operand as an address of ``form.space``: ``.shared`` takes a shared-window
-    address (``cvta.to.shared``), ``.global`` and generic take generic addresses, of
-    global memory for ``.global``."""
+    address (``cvta.to.shared``), ``.shared::cluster`` one of any CTA of the cluster
+    (:func:`cluster_address`: a ``mapa`` result, PTX ISA 9.7.9.21; distributed shared
+    memory, sm_90), ``.global`` and generic take generic addresses, of global memory for
+    ``.global``."""
+    if form.space == "shared::cluster":
+        return cluster_address(m, operand, what)
     ptr = m.eval(operand)
     if not isinstance(ptr, Pointer):
         raise SimError(f"{what}: the address {operand} is not an address")
@@ -111,7 +119,10 @@ def _ld(m: Machine, call: Any, what: str = "ld") -> None:
     ``type`` elements at its address (one access, aligned to its whole size) into the
     destination registers in order. A register wider than the type gets the value
     sign-extended for ``.s`` types and zero-extended otherwise. ``.shared`` needs a
-    shared-window address; cache and eviction hints do not change values."""
+    shared-window address, ``.shared::cluster`` names this CTA's or another CTA's shared
+    memory of the cluster (weak: another CTA's write is ordered before it by a cluster
+    barrier, which the race tracker checks); cache and eviction hints do not change
+    values."""
     parsed = plain_ptx_operands(call, what)
     form = memory_form(parsed.tokens, what)
     operands = parsed.operands[: len(parsed.operands) - form.cache_policy]
@@ -120,7 +131,8 @@ def _ld(m: Machine, call: Any, what: str = "ld") -> None:
     *regs, addr = operands
     ptr = _address(m, addr, form, what)
     size = form.elem_bytes
-    raw = load_at(m, ptr, f"uint8x{size * form.lanes}")  # (T, bytes)
+    remote = form.space == "shared::cluster"  # another CTA's window: ordered by the cluster
+    raw = load_at(m, ptr, f"uint8x{size * form.lanes}", remote)  # (T, bytes)
     for k, reg in enumerate(regs):
         _, dtype = register_operand(m, reg, what)
         value = _extend(raw[:, k * size : (k + 1) * size], dtype.itemsize, form.type, what)
@@ -131,7 +143,8 @@ def _st(m: Machine, call: Any, what: str = "st") -> None:
     """``st{.ss}{.vec}.type [a], b`` (PTX ISA "st"): each thread writes ``vec``
     consecutive ``type`` elements from its source registers at its address (one access,
     aligned to its whole size); a register wider than the type gives its low bits.
-    ``.shared`` needs a shared-window address; hints do not change values."""
+    ``.shared`` needs a shared-window address, ``.shared::cluster`` as ``ld``'s; hints do
+    not change values."""
     parsed = plain_ptx_operands(call, what)
     form = memory_form(parsed.tokens, what)
     operands = parsed.operands[: len(parsed.operands) - form.cache_policy]
@@ -147,7 +160,7 @@ def _st(m: Machine, call: Any, what: str = "st") -> None:
             raise SimError(f"{what}.{form.type}: register {v} is narrower than the type")
         parts.append(bits.view(np.uint8).reshape(m.threads, -1)[:, :size])  # little-endian
     raw = np.concatenate(parts, axis=1)
-    store_at(m, ptr, raw, f"uint8x{raw.shape[1]}")
+    store_at(m, ptr, raw, f"uint8x{raw.shape[1]}", form.space == "shared::cluster")
 
 
 def _extend(raw: np.ndarray, width: int, type_: str, what: str) -> np.ndarray:
