@@ -60,7 +60,8 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "sm80": ("attention_sm80", "attention_sm80_kernel", {}),  # cp.async + mma.sync
     # one exponential of P in k on the FMA pipe (FlashAttention-4's emulation)
     **{f"ws e{k}": ("attention", "attention_ws_kernel", {"ex2_emulation": k}) for k in (3, 4, 6)},
-    "ws e0": ("attention", "attention_ws_kernel", {"ex2_emulation": 0}),
+    # the persistent grid's Q behind one full and one empty mbarrier (before q_split)
+    "ws q whole": ("attention", "attention_ws_kernel", {"q_split": False}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there

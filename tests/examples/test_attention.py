@@ -247,6 +247,16 @@ def test_the_persistent_kernel_equals_numpy(shape, where, gpu):
     assert attention.close(o, lse, *args[:3]) is None
 
 
+def test_the_persistent_kernel_with_one_q_barrier_equals_numpy():
+    """``q_split=False`` (Q's rows of every consumer behind one full and one empty
+    mbarrier, the form before the split) still equals float64 numpy."""
+    args = attention.inputs(2, 256, 128, seed=9)
+    func = attention.attention_ws_kernel(2, 256, 128, persistent=True, sms=2, q_split=False)
+    out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3]) is None
+
+
 @pytest.mark.parametrize(
     "omit, expect",
     [
