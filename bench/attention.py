@@ -60,6 +60,9 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "sm80": ("attention_sm80", "attention_sm80_kernel", {}),  # cp.async + mma.sync
     # one exponential of P in k on the FMA pipe (FlashAttention-4's emulation)
     **{f"ws e{k}": ("attention", "attention_ws_kernel", {"ex2_emulation": k}) for k in (3, 4, 6)},
+    # causal on a persistent grid: a CTA takes query blocks p and blocks - 1 - p of a head
+    "ws persistent": ("attention", "attention_ws_kernel", {"persistent": True}),
+    "ws persistent c2": ("attention", "attention_ws_kernel", {"persistent": True, "consumers": 2}),
     # the persistent grid's Q behind one full and one empty mbarrier (before q_split)
     "ws q whole": ("attention", "attention_ws_kernel", {"q_split": False}),
 }

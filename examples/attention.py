@@ -366,15 +366,22 @@ def attention_ws_kernel(
     waited for), ``"store_fence"`` (O's rows stored by TMA with no proxy fence after
     they were written), ``"store_wait"`` (the CTA leaves while the store may still read
     them), ``"q_empty_wait"`` (persistent: the producer loads the next head's Q without
-    waiting for the consumers to be done with the stage). ``persistent`` (non-causal
-    kernels; None: non-causal ones up to 4,096 rows are): a grid of at most ``sms`` CTAs
+    waiting for the consumers to be done with the stage). ``persistent`` (None: non-causal
+    kernels up to 4,096 rows, causal ones up to 4,096 rows at head dim 128 and 2,048 at 64
+    where their blocks pair, below): a grid of at most ``sms`` CTAs
     (one an SM: 132 on an H100 or H200), ``blocks x min(heads, sms // blocks)``, each CTA
     taking one query block of every ``sms // blocks``-th head in turn: its producer loads
     the next head's Q once every consumer has stored its O out of Q's stage (a ``Q empty``
     mbarrier) and the next K/V tiles into the ring while the consumers finish the last head,
     and the ping-pong runs on across heads (on an H200 2-3% faster than one CTA a block at S
     1024 and 4096; at 8192 1-4% slower, the last round part full; at 16384 x 64 a third
-    slower: 86 blocks a head, so 86 CTAs); else one CTA a block. ``q_split`` (None: where
+    slower: 86 blocks a head, so 86 CTAs); else one CTA a block. A causal persistent grid
+    pairs the blocks: a CTA takes block ``blocks - 1 - p`` and then block ``p`` of each of
+    its heads (``blocks - p`` and ``p + 1`` key tiles: every CTA the same work, which one
+    CTA a block does not have), so ``blocks / 2 x min(heads, sms // (blocks / 2))`` CTAs;
+    it takes an even number of whole blocks of whole key tiles (else a ValueError; one CTA
+    a block runs the others); on an H200 at 1,024 rows 1.13-1.14 of cuDNN against
+    0.93-0.995 one CTA a block. ``q_split`` (None: where
     the grid is persistent): each consumer's 64 rows of Q have their own full and empty
     mbarriers, so the producer loads the next head's rows of a consumer as soon as that
     consumer stored its O out of them, not after the last consumer did, and the next
@@ -397,12 +404,17 @@ def attention_ws_kernel(
             f"{block_n} (64, 80 or 128), {consumers} consumers (2 or 3), omit {omit!r} (one of "
             f"{WS_OMITS})"
         )
-    if persistent is None:  # where it measured faster (an H200: S 1024-4096, not 8192+)
-        persistent = not causal and seq <= 4096
-    if persistent and causal:
+    n_blocks = -(-seq // (BM * consumers))
+    pairable = not (seq % (BM * consumers) or n_blocks % 2 or (BM * consumers) % block_n)
+    if persistent is None:  # where it measured faster (an H200: S 1024-4096, not 8192+;
+        # causal, blocks paired: to 4,096 rows at head dim 128, 2,048 at head dim 64)
+        persistent = seq <= 4096 if not causal else pairable and seq <= (4096 if d >= 128 else 2048)
+    if persistent and causal and not pairable:
         raise ValueError(
-            "persistent: a persistent grid takes non-causal kernels (causal blocks differ "
-            "in length and would leave CTAs idle)"
+            "persistent: a causal persistent grid pairs query block p with block "
+            f"{n_blocks} - 1 - p (equal work, p + 1 and {n_blocks} - p key tiles): it takes a "
+            f"sequence of an even number of whole {BM * consumers}-row blocks, each a whole "
+            "number of key tiles (causal blocks of other lengths run one CTA a block)"
         )
     registers = REGISTERS[consumers] if registers is None else registers
     bn = block_n
@@ -441,8 +453,11 @@ def attention_ws_kernel(
     tail = seq - (qbs - 1) * br  # the rows of the last query block: 1 to br
     tails = tuple(min(BM, max(0, tail - c * BM)) for c in range(consumers))  # per consumer
     last = (qbs - 1) * br  # its first row
-    head_ctas = min(heads, max(1, sms // qbs)) if persistent else heads  # a block's CTAs
+    paired = persistent and causal  # a CTA takes blocks p and qbs - 1 - p of a head
+    columns = qbs // 2 if paired else qbs  # CTAs a head's blocks spread over
+    head_ctas = min(heads, max(1, sms // columns)) if persistent else heads  # a column's CTAs
     rounds = -(-heads // head_ctas)  # (persistent) heads a CTA takes at most
+    pair_tiles = (qbs + 1) * (br // bn) if paired else 0  # key tiles of a pair of blocks
     wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
     rescale = omit != "rescale"
     first_turn = omit != "first_turn"
@@ -529,7 +544,9 @@ def attention_ws_kernel(
         T.ptx["wgmma.commit_group.sync.aligned"]()
 
     @T.macro
-    def load_q(b, i, qb, h, c):  # Q's rows of consumer c (all of Q without q_split)
+    def load_q(
+        b, i, qb, h, c
+    ):  # (i: the CTA's block, counted from 0)  # Q's rows of consumer c (all of Q without q_split)
         if i > 0 and omit != "q_empty_wait":  # they stored the last block's O out of them
             T.cuda.mbarrier_wait(b.bars.ptr_to([q_free(c)]), (i - 1) % 2)
         T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
@@ -543,7 +560,7 @@ def attention_ws_kernel(
                           mbar=b.bars.ptr_to([q_full(c)]))  # fmt: skip
 
     @T.macro
-    def produce(b, i, qb, h):
+    def produce(b, i, base, qb, h):
         """The producer's first thread: block i (of this CTA) of query rows qb of head h.
         Tile t is the CTA's tile i kts + t: its stage and the phases follow from that."""
         kv = T.meta_var(h // group)
@@ -551,17 +568,17 @@ def attention_ws_kernel(
         if not q_split:
             load_q(b, i, qb, h, 0)
         for t in T.serial(n_tiles):  # V a tile behind K: P V of tile t - 1 goes with
-            load_tile(b, 0, i * kts + t, kv, t)  # Q K^T of tile t
+            load_tile(b, 0, base + t, kv, t)  # Q K^T of tile t
             if q_split and t == 0:  # each consumer's rows of Q, after tile 0
                 for c in range(consumers):
                     load_q(b, i, qb, h, c)
             if split_kv and t > 0:
-                load_tile(b, 1, i * kts + t - 1, kv, t - 1)
+                load_tile(b, 1, base + t - 1, kv, t - 1)
         if split_kv:
-            load_tile(b, 1, i * kts + n_tiles - 1, kv, n_tiles - 1)
+            load_tile(b, 1, base + n_tiles - 1, kv, n_tiles - 1)
 
     @T.macro
-    def consume(b, i, qb, h, c, tid_wg, more):
+    def consume(b, i, base, qb, h, c, tid_wg, more):
         """Consumer c's 64 rows of block i (of this CTA): query rows qb of head h; ``more``:
         this CTA has a later block (the ping-pong goes on into it)."""
         n_tiles = T.meta_var(tiles_of(qb))
@@ -576,17 +593,17 @@ def attention_ws_kernel(
                     T.ptx.bar.arrive(1, 256)
         if overlap:
             # tile 0: S, its softmax and P; its P V goes with tile 1's Q K^T
-            wait_stage(b.bars, 0, i * kts)
+            wait_stage(b.bars, 0, base)
             turn(c)
-            issue_qk(b, c, i * kts)
+            issue_qk(b, c, base)
             pass_turn(c, 0, n_tiles, more)
             T.ptx["wgmma.wait_group.sync.aligned"](0)
-            free_stage(b.bars, 0, i * kts, tid_wg)
+            free_stage(b.bars, 0, base, tid_wg)
             mask(b.S_r, 0, q0)
             online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile,
                            scale, rescale, ex2_emulation=e2e)  # fmt: skip
             for t in T.serial(1, n_tiles):
-                g = T.meta_var(i * kts + t)
+                g = T.meta_var(base + t)
                 wait_stage(b.bars, 0, g)
                 wait_stage(b.bars, 1, g - 1)
                 turn(c)
@@ -602,14 +619,14 @@ def attention_ws_kernel(
                     T.ptx["wgmma.wait_group.sync.aligned"](0)  # P V is in: O, P free
                 free_stage(b.bars, 1, g - 1, tid_wg)
                 rescale_and_round(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, rescale)
-            g_last = T.meta_var(i * kts + n_tiles - 1)
+            g_last = T.meta_var(base + n_tiles - 1)
             wait_stage(b.bars, 1, g_last)
             issue_pv(b, g_last)
             T.ptx["wgmma.wait_group.sync.aligned"](0)
             free_stage(b.bars, 1, g_last, tid_wg)
         else:
             for t in T.serial(n_tiles):
-                g = T.meta_var(i * kts + t)
+                g = T.meta_var(base + t)
                 wait_stage(b.bars, 0, g)
                 turn(c)
                 issue_qk(b, c, g)
@@ -666,7 +683,7 @@ def attention_ws_kernel(
         LSE = T.match_buffer(LSE_ptr, (heads, seq), "float32")
         LSE_rows = T.decl_buffer((heads, seq, 1), "float32", LSE.data)  # l_tile's shape
         T.device_entry()
-        qx, hx = T.cta_id([qbs, head_ctas])
+        qx, hx = T.cta_id([columns, head_ctas])
         wg = T.warpgroup_id([1 + consumers])
         T.warp_id_in_wg([4])
         T.lane_id([32])
@@ -714,21 +731,35 @@ def attention_ws_kernel(
         if wg == 0:  # the producer
             T.ptx.setmaxnreg.dec.sync.aligned.u32(registers[0])
             if tid_wg == 0:
-                if persistent:  # query block qx of heads hx, hx + head_ctas, ...
+                if paired:  # blocks qbs - 1 - qx, then qx, of heads hx, hx + head_ctas, ...
                     for i in T.serial(rounds):
                         if hx + i * head_ctas < heads:
-                            produce(b, i, qx, hx + i * head_ctas)
+                            produce(b, 2 * i, i * pair_tiles, qbs - 1 - qx, hx + i * head_ctas)
+                            produce(b, 2 * i + 1, i * pair_tiles + tiles_of(qbs - 1 - qx), qx,
+                                    hx + i * head_ctas)  # fmt: skip
+                elif persistent:  # query block qx of heads hx, hx + head_ctas, ...
+                    for i in T.serial(rounds):
+                        if hx + i * head_ctas < heads:
+                            produce(b, i, i * kts, qx, hx + i * head_ctas)
                 else:  # causal: the longest query blocks first
-                    produce(b, 0, qbs - 1 - qx if causal else qx, hx)
+                    produce(b, 0, 0, qbs - 1 - qx if causal else qx, hx)
         if wg >= 1:  # the consumers, 64 query rows each
             T.ptx.setmaxnreg.inc.sync.aligned.u32(registers[1])
-            if persistent:
+            if paired:
                 for i in T.serial(rounds):
                     if hx + i * head_ctas < heads:
-                        consume(b, i, qx, hx + i * head_ctas, wg - 1, tid_wg,
-                                hx + i * head_ctas + head_ctas < heads)
+                        consume(b, 2 * i, i * pair_tiles, qbs - 1 - qx, hx + i * head_ctas,
+                                wg - 1, tid_wg, T.bool(True))  # fmt: skip
+                        consume(b, 2 * i + 1, i * pair_tiles + tiles_of(qbs - 1 - qx), qx,
+                                hx + i * head_ctas, wg - 1, tid_wg,
+                                hx + i * head_ctas + head_ctas < heads)  # fmt: skip
+            elif persistent:
+                for i in T.serial(rounds):
+                    if hx + i * head_ctas < heads:
+                        consume(b, i, i * kts, qx, hx + i * head_ctas, wg - 1, tid_wg,
+                                hx + i * head_ctas + head_ctas < heads)  # fmt: skip
             else:
-                consume(b, 0, qbs - 1 - qx if causal else qx, hx, wg - 1, tid_wg,
+                consume(b, 0, 0, qbs - 1 - qx if causal else qx, hx, wg - 1, tid_wg,
                         T.bool(False))
     # fmt: on
     return attention_ws

@@ -195,7 +195,7 @@ def test_causal_masks_only_the_tiles_that_cross_the_diagonal():
         masks = [i for i, ln in enumerate(lines) if "S_r_ptr[" in ln and "<=" in ln]
         return [lines[i - 2].strip() for i in masks]
 
-    found = guards(attention.attention_ws_kernel(1, 256, 64, causal=True))
+    found = guards(attention.attention_ws_kernel(1, 256, 64, causal=True, persistent=False))
     assert len(found) == 2  # tile 0, and the loop's tiles
     assert all(g.startswith("if (") and "blockIdx.x" in g for g in found)
     assert "t_1 * 128" in found[1]
@@ -247,6 +247,37 @@ def test_the_persistent_kernel_equals_numpy(shape, where, gpu):
     assert attention.close(o, lse, *args[:3]) is None
 
 
+PAIRED = [  # (heads, kv heads, seq, head dim, SMs, keywords): causal, blocks p and 3 - p
+    (3, 1, 512, 64, 4, {}),  # grouped; 2 x 2 CTAs, heads 0 and 2, then 1
+    (2, 2, 512, 128, 2, {}),  # 2 x 1 CTAs: both heads each
+    (1, 1, 768, 64, 2, {"consumers": 3, "block_n": 64}),  # 192-row blocks of 3 key tiles
+]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("shape", PAIRED, ids=lambda s: "h{}-kv{}-s{}-d{}-sms{}".format(*s[:5]))
+def test_the_causal_persistent_kernel_pairs_blocks_and_equals_numpy(shape, where, gpu):
+    """A causal persistent grid (a CTA takes query blocks 3 - p and p of each of its heads:
+    the ring's tiles counted on across the pair and the heads) equals float64 numpy."""
+    heads, kv_heads, seq, d, sms, kw = shape
+    args = attention.inputs(heads, seq, d, seed=9, kv_heads=kv_heads)
+    func = attention.attention_ws_kernel(heads, seq, d, kv_heads=kv_heads, causal=True,
+                                         persistent=True, sms=sms, **kw)  # fmt: skip
+    out = execute(func, args, where, gpu, pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3], causal=True) is None
+
+
+def test_a_paired_producer_that_does_not_wait_for_the_stores_is_caught():
+    """Control: without the Q-empty wait, the next block's Q lands on rows the last
+    block's wgmma still reads (the paired grid's next block follows at once)."""
+    args = attention.inputs(1, 512, 64, seed=5)
+    func = attention.attention_ws_kernel(1, 512, 64, causal=True, persistent=True, sms=2,
+                                         omit="q_empty_wait")  # fmt: skip
+    with pytest.raises(sim.SimError, match=r"race on pool byte 0: warpgroup 1's wgmma reads it"):
+        sim.run(func, args, target="sm_90a")
+
+
 def test_the_persistent_kernel_with_one_q_barrier_equals_numpy():
     """``q_split=False`` (Q's rows of every consumer behind one full and one empty
     mbarrier, the form before the split) still equals float64 numpy."""
@@ -272,8 +303,8 @@ def test_a_persistent_producer_that_does_not_wait_for_the_stores_is_caught(omit,
     func = attention.attention_ws_kernel(2, 256, 64, omit=omit, persistent=True, sms=1)
     with pytest.raises(sim.SimError, match=expect):
         sim.run(func, args, target="sm_90a")
-    with pytest.raises(ValueError, match="persistent grid takes non-causal"):
-        attention.attention_ws_kernel(2, 256, 64, causal=True, persistent=True)
+    with pytest.raises(ValueError, match="a causal persistent grid pairs query block p"):
+        attention.attention_ws_kernel(2, 200, 64, causal=True, persistent=True)  # ragged
 
 
 def test_an_oversubscribed_register_split_is_a_deadlock_the_simulator_names():
