@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -151,8 +152,9 @@ def ptxas_usage(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> d
 
 # The flags TVM 0.27's NVRTC build adds (tvm.support.nvcc._compile_cuda_nvrtc), so that the
 # code read here is the code tvm.compile runs: half and bfloat16 operators defined, fast
-# math (ex2.approx.ftz for exp2f, flush to zero, contracted multiply-adds) and ptxas's
-# register-usage level (TVM_CUDA_PTXAS_REG_LEVEL, default 10).
+# math (ex2.approx.ftz for exp2f, flush to zero, contracted multiply-adds), ptxas's
+# register-usage level (TVM_CUDA_PTXAS_REG_LEVEL, default 10) and the extra flags of
+# TVM_CUDA_PTXAS_EXTRA_OPTS and TVM_CUDA_NVRTC_EXTRA_OPTS (read once, at import).
 TVM_NVRTC_OPTIONS = [
     *(f"-U__CUDA_NO_{what}__".encode() for what in (
         "HALF_OPERATORS", "HALF_CONVERSIONS", "BFLOAT16_OPERATORS", "BFLOAT16_CONVERSIONS",
@@ -161,6 +163,9 @@ TVM_NVRTC_OPTIONS = [
     b"--use_fast_math",
     f"--ptxas-options=--register-usage-level={os.environ.get('TVM_CUDA_PTXAS_REG_LEVEL', '10')}"
     .encode(),
+    *(f"--ptxas-options={t}".encode()
+      for t in shlex.split(os.environ.get("TVM_CUDA_PTXAS_EXTRA_OPTS", ""))),
+    *(t.encode() for t in shlex.split(os.environ.get("TVM_CUDA_NVRTC_EXTRA_OPTS", ""))),
 ]  # fmt: skip
 
 

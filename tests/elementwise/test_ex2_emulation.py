@@ -52,16 +52,20 @@ def _report(func, op="exp2"):
 def _inputs(rng):
     a = rng.uniform(-40, 3, (64, 128)).astype(np.float32)
     a[0, :4] = [-np.inf, 0.0, -200.0, -127.0 / SCALE]  # 0, 1, 0, 2^-127
+    a[0, 4:7] = [np.inf, 200.0, 128.5 / SCALE]  # +inf: past float32's 2^128
     return a
 
 
 def _relative_errors(out, a):
     """|out - 2^x| / 2^x where 2^x is a normal float32; below (flushed to zero under fast
     math) out must be below 2^-126 too (error 0, else 1)."""
-    ref = np.exp2(a.astype(np.float64) * SCALE)
-    normal = ref >= TINY
-    rel = np.abs(out - ref) / np.where(normal, ref, 1)
-    return np.where(normal, rel, (np.abs(out) >= TINY).astype(np.float64))
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = np.exp2(a.astype(np.float64) * SCALE)
+        huge = ref >= 2.0**128  # +inf in float32
+        normal = (ref >= TINY) & ~huge
+        rel = np.abs(out - ref) / np.where(normal, ref, 1)
+    flushed = (np.abs(out) >= TINY).astype(np.float64)
+    return np.where(normal, rel, np.where(huge, (out != np.inf).astype(np.float64), flushed))
 
 
 def test_the_plan_names_the_share_and_the_error():
@@ -106,8 +110,30 @@ def test_values_are_within_the_polynomials_error(emulate, rng, where, gpu):
     errors = _relative_errors(out, a)
     assert errors.max() <= EX2_POLY_ERROR, errors.max()
     assert out[0, 0] == 0 and out[0, 1] == 1 and out[0, 2] == 0
+    assert (out[0, 4:7] == np.inf).all()  # as MUFU: +inf, not a wrapped exponent
     if where == "sim":
         plain = execute(ex2_kernel(), [a, np.full_like(a, np.nan)], "sim", None)[1]
         assert _relative_errors(plain, a).max() <= MUFU_ERROR  # control: no polynomial
         share = (out != plain).mean()  # the polynomial's elements
         assert 0.9 / emulate < share <= 1 / emulate, share
+
+
+def test_the_shared_memory_variant_declines_it_instead_of_dropping_it():
+    """Control of silence: exp2 over a shared tile with ex2_emulation= is not lowered by
+    elementwise -> smem without the emulation; it declines naming the key."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (64, 64), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.thread_id([128])
+        S = T.alloc_buffer((64, 64), "float32", scope="shared")
+        Tx.cta.copy(S[:, :], A[:, :])
+        Tx.cta.exp2(S[:, :], S[:, :], ex2_emulation=4)
+        Tx.cta.copy(A[:, :], S[:, :])
+    # fmt: on
+
+    [smem] = [c for c in _report(kernel).candidates if c.variant == "smem"]
+    assert not smem.accepted and "ex2_emulation= is the register variant's" in smem.reason

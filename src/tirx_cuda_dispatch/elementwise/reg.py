@@ -67,28 +67,32 @@ EX2_EMULATION = "ex2_emulation"  # config key: one element in k of exp2 on the F
 # 2^f on [-1/2, 1/2], degree 3 (Horner: three FFMA) with p(0) = 1 exactly, fitted for the
 # least largest relative error (Lawson's iteration over 4,001 Chebyshev points in float64,
 # rounded to float32): at most 1.02e-4 relative (1.1e-4 with float32 rounding), below float16's half ulp (2.4e-4) that P
-# is rounded to after; 2^0 is exactly 1, and 2^-127 (every x <= -127, -inf) exactly +0.
+# is rounded to after, for x >= -126; 2^0 is exactly 1, 2^-127 (every x <= -127, -inf)
+# exactly +0 and 2^128 (every x >= 128, +inf) +inf. Between -127 and -126 the result is a
+# subnormal that is not 2^x (below 2^-126: every .ftz operation after flushes it to 0).
 EX2_POLY = (1.0, 0.6932829, 0.24221097, 0.05500893)
 EX2_POLY_ERROR = 1.1e-4
 ROUND_MAGIC = 12582912.0  # 1.5 * 2^23: x + it holds round(x) in its low mantissa bits
 EX2_MIN = -127.0  # n = -127 only with f >= 0 (p >= 1): the bits stay >= +0
+EX2_MAX = 128.0  # n = 128 with f = 0: the bits of +inf; above, n << 23 would reach the sign
 
 
 def ex2_on_fma(b: Body, x: Any, tmp: Any) -> Any:
-    """2^x in float32 without the MUFU pipe: x (clamped to -127) is split into n = round(x)
+    """2^x in float32 without the MUFU pipe: x (clamped to [-127, 128]; a NaN becomes
+    -127, so 0, where MUFU.EX2 gives NaN) is split into n = round(x)
     and f = x - n in [-1/2, 1/2] by one add of 1.5 * 2^23 (FADD: n lands in the low bits,
     rounded to nearest) and one subtract; 2^f is :data:`EX2_POLY` in f; n << 23 added to
     its bits scales it by 2^n (SHL, IADD). About 8 instructions on the FMA and integer
     pipes where MUFU.EX2 takes one MUFU slot of 8 cycles a warp. ``tmp``: two float32
     registers (the stored intermediates keep the rounding add from being folded)."""
-    b.store(tmp, 0, T.max(x, T.float32(EX2_MIN)))
+    b.store(tmp, 0, T.min(T.max(x, T.float32(EX2_MIN)), T.float32(EX2_MAX)))
     b.store(tmp, 1, tmp[0] + T.float32(ROUND_MAGIC))
     f = tmp[0] - (tmp[1] - T.float32(ROUND_MAGIC))
     poly = T.float32(EX2_POLY[3])
     for c in reversed(EX2_POLY[:3]):
         poly = poly * f + T.float32(c)
-    scale = T.shift_left(T.reinterpret("int32", tmp[1]), tirx.const(23, "int32"))
-    return T.reinterpret("float32", T.reinterpret("int32", poly) + scale)
+    scale = T.shift_left(T.reinterpret("uint32", tmp[1]), tirx.const(23, "uint32"))
+    return T.reinterpret("float32", T.reinterpret("uint32", poly) + scale)
 
 
 def requires_ex2_emulation(op: ElementwiseOp):

@@ -254,10 +254,22 @@ def _register(op: ElementwiseOp) -> None:
             requires_known_participants,
             requires_shared_operands(op),
             requires_dtype_rule(op, mixed=True),
+            requires_no_ex2_emulation,
             *([requires_lambda_predicate(op)] if op.predicate else []),
         ],
         plan=make_plan(op),
     )(make_emit(op))
+
+
+def requires_no_ex2_emulation(call: TileCall) -> tuple[bool, str | None]:
+    """``ex2_emulation=`` is elementwise -> reg's (register tiles): not silently dropped."""
+    if call.config.get("ex2_emulation") is not None:
+        return False, (
+            "ex2_emulation= is the register variant's (exp2 of a float32 register tile); "
+            "this variant computes from shared memory with MUFU: drop it, or keep the tile "
+            "in registers"
+        )
+    return True, None
 
 
 for _op in OPS.values():

@@ -121,8 +121,9 @@ def _ld(m: Machine, call: Any, what: str = "ld") -> None:
     sign-extended for ``.s`` types and zero-extended otherwise. ``.shared`` needs a
     shared-window address, ``.shared::cluster`` names this CTA's or another CTA's shared
     memory of the cluster (weak: another CTA's write is ordered before it by a cluster
-    barrier, which the race tracker checks); cache and eviction hints do not change
-    values."""
+    barrier or an mbarrier arrival the reader waited for, whatever scope either names:
+    the simulator does not tell .cta from .cluster; the race tracker checks the rest);
+    cache and eviction hints do not change values."""
     parsed = plain_ptx_operands(call, what)
     form = memory_form(parsed.tokens, what)
     operands = parsed.operands[: len(parsed.operands) - form.cache_policy]
