@@ -404,16 +404,16 @@ def attention_ws_kernel(
             f"{block_n} (64, 80 or 128), {consumers} consumers (2 or 3), omit {omit!r} (one of "
             f"{WS_OMITS})"
         )
-    n_blocks = -(-seq // (BM * consumers))
-    pairable = not (seq % (BM * consumers) or n_blocks % 2 or (BM * consumers) % block_n)
+    qbs, kts = -(-seq // br), -(-seq // block_n)  # query blocks, key tiles
+    pairable = not (seq % br or qbs % 2 or br % block_n)  # causal blocks p, qbs - 1 - p
     if persistent is None:  # where it measured faster (an H200: S 1024-4096, not 8192+;
         # causal, blocks paired: to 4,096 rows at head dim 128, 2,048 at head dim 64)
         persistent = seq <= 4096 if not causal else pairable and seq <= (4096 if d >= 128 else 2048)
     if persistent and causal and not pairable:
         raise ValueError(
             "persistent: a causal persistent grid pairs query block p with block "
-            f"{n_blocks} - 1 - p (equal work, p + 1 and {n_blocks} - p key tiles): it takes a "
-            f"sequence of an even number of whole {BM * consumers}-row blocks, each a whole "
+            f"{qbs} - 1 - p (equal work, p + 1 and {qbs} - p key tiles): it takes a "
+            f"sequence of an even number of whole {br}-row blocks, each a whole "
             "number of key tiles (causal blocks of other lengths run one CTA a block)"
         )
     registers = REGISTERS[consumers] if registers is None else registers
@@ -449,7 +449,6 @@ def attention_ws_kernel(
         )
     # a box reaching past the tensor still delivers its whole size (zeros there)
     q_bytes, tile_bytes = br * d * 2 // q_bars, bn * d * 2  # q_bytes: one Q mbarrier's
-    qbs, kts = -(-seq // br), -(-seq // bn)
     tail = seq - (qbs - 1) * br  # the rows of the last query block: 1 to br
     tails = tuple(min(BM, max(0, tail - c * BM)) for c in range(consumers))  # per consumer
     last = (qbs - 1) * br  # its first row

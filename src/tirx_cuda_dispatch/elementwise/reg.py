@@ -286,8 +286,9 @@ def _scalar_steps(
     emulate-th step by :func:`ex2_on_fma`, the loop unrolled so each step is one or the
     other)."""
     p, every = plan.partition, plan.emulate
-    tmp = b.local("ex2_tmp", "float32", 2) if every else None
-    argument = replace(elements.op, compute=lambda v, dtype: unary_argument(v))
+    if every:  # exp2's argument (src * scale + bias) and two registers for ex2_on_fma
+        argument = replace(elements.op, compute=lambda v, dtype: unary_argument(v))
+        tmp = b.local("ex2_tmp", "float32", 2)
     with b.loop("rnd", p.rounds, unroll=bool(every)) as rnd:
         values = elements.values(
             lambda k: views[k][p.slot(k, rnd, tid)],
