@@ -17,7 +17,10 @@ at ``ABLATIONS`` also the kernel with a piece taken away or changed ("direct sto
 from registers; "two rings": a ring each for K and V, head dim 256's default, and "one
 ring", K and V on one ring, at head dim 256; "no overlap"; "n64": 64-row key tiles (at
 head dim 256 against its default, FA3's 80); "c2": two consumers at head dim 64; "per
-block": one CTA a query block) and "wg",
+block": one CTA a query block ("per block c3": with three consumers, causal head dim 64's
+default before its blocks paired); "no obuf" / "obuf": O out through Q's rows or a buffer
+of its own, against the default there; "n176", FA3's 176-key tiles at head dim 128, is no
+ablation: it measured level or slower, docs/performance.md) and "wg",
 ``attention_kernel`` (one warpgroup per 64 rows, no TMA); at ``WIDE`` head dim 256. Ours
 also writes the row log-sum-exp; the torch calls (inference, no grad) do not.
 
@@ -27,6 +30,7 @@ also writes the row log-sum-exp; the torch calls (inference, no grad) do not.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import traceback
 from pathlib import Path
@@ -65,16 +69,31 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "ws persistent c2": ("attention", "attention_ws_kernel", {"persistent": True, "consumers": 2}),
     # the persistent grid's Q behind one full and one empty mbarrier (before q_split)
     "ws q whole": ("attention", "attention_ws_kernel", {"q_split": False}),
+    # FA3's key tile at head dim 128 non-causal: 176 keys, two stages of two rings (O out
+    # through Q's rows: with an O buffer too they need more shared memory than a CTA has)
+    "ws n176": (
+        "attention",
+        "attention_ws_kernel",
+        {"block_n": 176, "stages": 2, "split_kv": True, "o_buffer": False},
+    ),
+    # O out through Q's rows (Q freed after the store) or a buffer of its own (Q freed
+    # after the last Q K^T), against the default there
+    "ws no obuf": ("attention", "attention_ws_kernel", {"o_buffer": False}),
+    "ws obuf": ("attention", "attention_ws_kernel", {"o_buffer": True}),
+    # causal head dim 64 before the blocks paired there: three consumers, one CTA a block
+    "ws per block c3": ("attention", "attention_ws_kernel", {"persistent": False, "consumers": 3}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
     (4096, 128, False, "float16"): ("ws", "ws per block", "ws direct store", "ws two rings",
-                                    "ws no overlap", "ws n64 no overlap", "wg"),
+                                    "ws no overlap", "ws n64 no overlap", "wg", "ws obuf"),
     (4096, 256, False, "float16"): ("ws", "ws one ring", "ws n64"),
     (8192, 256, True, "float16"): ("ws", "ws n64"),
-    (1024, 128, False, "float16"): ("ws", "ws per block"),
-    (1024, 64, False, "float16"): ("ws", "ws per block"),
+    (1024, 128, False, "float16"): ("ws", "ws per block", "ws no obuf"),
+    (1024, 64, False, "float16"): ("ws", "ws per block", "ws obuf"),
     (4096, 64, False, "float16"): ("ws", "ws c2"),
+    (1024, 128, True, "float16"): ("ws", "ws no obuf"),
+    (4096, 64, True, "float16"): ("ws", "ws no obuf", "ws per block c3"),
 }  # fmt: skip
 # head dim 256: float16 only
 WIDE = {(seq, 256, causal, "float16"): ("ws", "sm80") for causal in CAUSAL for seq in SEQS}
@@ -206,11 +225,12 @@ def rows_of(seq, d, causal, dtype, ms, errors, notes, designs) -> list[dict]:
 
 
 def part_attention(gpu, args, seqs=SEQS, dims=DIMS, causals=CAUSAL, dtypes=DTYPES,
-                   designs=MAIN, ablations=ABLATIONS, wide=WIDE) -> list[dict]:  # fmt: skip
-    """Every shape with ``designs``, then each shape of ``wide`` (head dim 256) and of
-    ``ablations`` with its designs: what each piece of the kernel buys."""
+                   designs=MAIN, ablations=ABLATIONS, wide=WIDE, main=True) -> list[dict]:  # fmt: skip
+    """Every shape with ``designs`` (unless not ``main``), then each shape of ``wide``
+    (head dim 256) and of ``ablations`` with its designs: what each piece of the kernel
+    buys."""
     configs = [(seq, d, causal, dtype, designs) for dtype in dtypes for d in dims
-               for causal in causals for seq in seqs]  # fmt: skip
+               for causal in causals for seq in seqs if main]  # fmt: skip
     configs += [(*shape, names) for shape, names in (wide or {}).items()]
     configs += [(*shape, names) for shape, names in (ablations or {}).items()]
     rows = []
@@ -234,7 +254,10 @@ def main() -> int:
     parser.add_argument("--dtypes", default=",".join(DTYPES))
     parser.add_argument("--designs", default=",".join(MAIN), help="comma-separated")
     parser.add_argument("--ablations", action="store_true", help="and the ABLATIONS shapes")
+    parser.add_argument("--wide", action="store_true", help="and head dim 256 (WIDE)")
+    parser.add_argument("--no-main", action="store_true", help="only --ablations / --wide")
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--json", type=Path, help="the rows, for bench/run.py's docs")
     args = parser.parse_args()
     rows = part_attention(
         run.Gpu(), args,
@@ -244,8 +267,11 @@ def main() -> int:
         dtypes=args.dtypes.split(","),
         designs=args.designs.split(","),
         ablations=ABLATIONS if args.ablations else None,
-        wide=None,
+        wide=WIDE if args.wide else None,
+        main=not args.no_main,
     )  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2, default=str))
     print(run.markdown_table(rows))
     return 0
 

@@ -283,10 +283,12 @@ def attention_kernel(
 def default_consumers(d: int, seq: int, causal: bool) -> int:
     """Consumer warpgroups of the warp-specialized kernel (64 query rows each): three at
     head dim 64 (FA3's tile; on an H100 1.05-1.13 of cuDNN from 4,096 rows where two reach
-    0.88-0.96), except causal below 4,096 rows (1,024: 0.82 with three, 0.93 with two: the
-    192-row blocks' diagonal work is uneven); two at head dim 128 (three need more shared
+    0.88-0.96), except causal to 4,096 rows (1,024: 0.82 with three, 0.93 with two: the
+    192-row blocks' diagonal work is uneven; to 4,096 rows two pair their blocks on the
+    persistent grid: on an H200 at 4,096 1.003 of cuDNN against 0.990 with three, one CTA a
+    block); two at head dim 128 (three need more shared
     memory than a CTA has with three stages)."""
-    return 3 if d == 64 and (not causal or seq >= 4096) else 2
+    return 3 if d == 64 and (not causal or seq > 4096) else 2
 
 
 REGISTERS = {2: (40, 232), 3: (24, 160)}  # setmaxnreg by consumers: producer's, consumers'
@@ -319,6 +321,7 @@ def attention_ws_kernel(
     split_kv: bool | None = None,
     ex2_emulation: int | None = None,
     q_split: bool | None = None,
+    o_buffer: bool | None = None,
 ):
     """FlashAttention-3's structure: per CTA 64 ``consumers`` query rows of one head and
     ``1 + consumers`` warpgroups. Warpgroup 0, the producer, gives registers back
@@ -332,7 +335,8 @@ def attention_ws_kernel(
     pipelines): a ring each for K and V, V loaded a tile behind K, K's stage freed as soon
     as S is in and V's after P V (None: at head dim 256, whose two stages are all shared
     memory holds: on an H200 at 4,096 x 256 with 64-key tiles 0.97 of cuDNN against 0.62
-    with one ring; at head dims 64 and 128 one ring measured 3-6% faster). Arguments as
+    with one ring; and at head dim 128 with ``o_buffer``, two stages a ring; elsewhere
+    one ring, which measured 3-6% faster at head dims 64 and 128). Arguments as
     :func:`attention_kernel`'s (head dim 64, 128 or 256); ``seq`` any length: the TMA
     boxes past the end read zeros (the last key tile's keys there masked to -inf) and the store of O
     clips them; the LSE rows of the last block are stored up to the end. Causal kernels
@@ -355,7 +359,8 @@ def attention_ws_kernel(
     ``wait_group.read``); else straight from the registers. Causal kernels take the
     query blocks heaviest first (CTA ``x`` of a head runs block ``blocks - 1 - x``), so
     the last CTAs are short. ``stages``: 3 with the overlap (V's stage is held from
-    one tile's Q K^T to the next tile's P V), else 2; 2 at head dim 256. ``block_n``: 64,
+    one tile's Q K^T to the next tile's P V), else 2; 2 at head dim 256 and at head dim
+    128 with ``o_buffer``. ``block_n``: 64,
     80 or 128 keys a tile (None: 128, 80 at head dim 256: FA3's tile there, two stages of
     it 160 KiB; on an H200 1.018 of cuDNN at 4,096 x 256 and 1.004 causal at 8,192,
     against 0.975 and 0.907 with 64-key tiles). ``omit``
@@ -366,9 +371,8 @@ def attention_ws_kernel(
     waited for), ``"store_fence"`` (O's rows stored by TMA with no proxy fence after
     they were written), ``"store_wait"`` (the CTA leaves while the store may still read
     them), ``"q_empty_wait"`` (persistent: the producer loads the next head's Q without
-    waiting for the consumers to be done with the stage). ``persistent`` (None: non-causal
-    kernels up to 4,096 rows, causal ones up to 4,096 rows at head dim 128 and 2,048 at 64
-    where their blocks pair, below): a grid of at most ``sms`` CTAs
+    waiting for the consumers to be done with the stage). ``persistent`` (None: kernels up
+    to 4,096 rows, causal ones where their blocks pair, below): a grid of at most ``sms`` CTAs
     (one an SM: 132 on an H100 or H200), ``blocks x min(heads, sms // blocks)``, each CTA
     taking one query block of every ``sms // blocks``-th head in turn: its producer loads
     the next head's Q once every consumer has stored its O out of Q's stage (a ``Q empty``
@@ -386,29 +390,36 @@ def attention_ws_kernel(
     mbarriers, so the producer loads the next head's rows of a consumer as soon as that
     consumer stored its O out of them, not after the last consumer did, and the next
     head's first key tile goes before them (its stage is free before the stores are done;
-    on an H200 at 1,024-4,096 rows 0.1-4% faster than one Q barrier)."""
+    on an H200 at 1,024-4,096 rows 0.1-4% faster than one Q barrier). ``o_buffer`` (the
+    TMA store; None: causal persistent grids, and non-causal ones at head dim 128 to 1,024
+    rows): O's rows go out through a buffer of their own, not Q's rows, so a consumer frees
+    its rows of Q for the next block as soon as its block's last Q K^T is in (the next Q
+    loads under the last tile's softmax, P V and the store of O) and waits for its last
+    store to have read the buffer only before it writes the next block's O there; on an
+    H200 at 1,024 x 128 1.013-1.018 of cuDNN against 0.967-0.970 without, causal 1,024 and
+    2,048 rows 5-8% faster, but 0.5-1.3% slower non-causal from 2,048 rows at head dim 128
+    and 1.5-1.8% at head dim 64 (with two stages of two rings at head dim 128)."""
     kv_heads = heads if kv_heads is None else kv_heads
     e2e = 0 if ex2_emulation is None else ex2_emulation
     block_n = (80 if d == 256 else 128) if block_n is None else block_n
-    stages = (3 if overlap and d < 256 else 2) if stages is None else stages
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
     consumers = default_consumers(d, seq, causal) if consumers is None else consumers
     br = BM * consumers  # query rows per CTA
     if (d not in (64, 128, 256) or seq < 1 or (seq % br and not tma_store) or heads % kv_heads
-            or omit not in WS_OMITS or block_n not in (64, 80, 128)
+            or omit not in WS_OMITS or block_n % 16 or not 64 <= block_n <= 256
             or consumers not in REGISTERS):  # fmt: skip
         raise ValueError(
             f"head dim {d} (64, 128 or 256), seq {seq} (1 or more; a multiple of {br} "
             f"without the TMA store), {heads} query heads over {kv_heads} key/value heads, block_n "
-            f"{block_n} (64, 80 or 128), {consumers} consumers (2 or 3), omit {omit!r} (one of "
+            f"{block_n} (a multiple of 16, 64 to 256), {consumers} consumers (2 or 3), omit {omit!r} (one of "
             f"{WS_OMITS})"
         )
     qbs, kts = -(-seq // br), -(-seq // block_n)  # query blocks, key tiles
     pairable = not (seq % br or qbs % 2 or br % block_n)  # causal blocks p, qbs - 1 - p
     if persistent is None:  # where it measured faster (an H200: S 1024-4096, not 8192+;
         # causal, blocks paired: to 4,096 rows at head dim 128, 2,048 at head dim 64)
-        persistent = seq <= 4096 if not causal else pairable and seq <= (4096 if d >= 128 else 2048)
+        persistent = seq <= 4096 and (pairable or not causal)
     if persistent and causal and not pairable:
         raise ValueError(
             "persistent: a causal persistent grid pairs query block p with block "
@@ -416,6 +427,14 @@ def attention_ws_kernel(
             f"sequence of an even number of whole {br}-row blocks, each a whole "
             "number of key tiles (causal blocks of other lengths run one CTA a block)"
         )
+    if o_buffer is None:  # where it measured faster (an H200): causal persistent grids,
+        # non-causal ones at head dim 128 to 1,024 rows
+        o_buffer = persistent and tma_store and (causal or (d == 128 and seq <= 1024))
+    if o_buffer and not tma_store:
+        raise ValueError("o_buffer: O's rows go out through it by TMA; it takes tma_store")
+    narrow = o_buffer and d == 128  # Q, O and 2 stages of K and V fill shared memory
+    stages = (3 if overlap and d < 256 and not narrow else 2) if stages is None else stages
+    split_kv = (d == 256 or narrow) if split_kv is None else split_kv
     registers = REGISTERS[consumers] if registers is None else registers
     bn = block_n
     group = heads // kv_heads
@@ -430,10 +449,10 @@ def attention_ws_kernel(
     )
     q_at, k_at = 0, br * d  # elements of the pool
     v_at = k_at + stages * bn * d
-    lse_at = (v_at + stages * bn * d) // 2  # float32 index: after the tiles
+    o_at = v_at + stages * bn * d  # (o_buffer) O's rows on their way out
+    lse_at = (o_at + (br * d if o_buffer else 0)) // 2  # float32 index: after the tiles
     bars_at = (lse_at + consumers * BM) // 2  # uint64 index: after the LSE rows
     # mbarriers: Q's, then the K ring's and the V ring's full ones, their empty ones
-    split_kv = d == 256 if split_kv is None else split_kv
     rings = 2 if split_kv else 1
     q_split = persistent if q_split is None else q_split
     q_bars = consumers if q_split else 1  # Q's full (and, persistent, empty) mbarriers
@@ -460,6 +479,7 @@ def attention_ws_kernel(
     wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
     rescale = omit != "rescale"
     first_turn = omit != "first_turn"
+    early_q = persistent and (o_buffer or not tma_store)  # Q free after the last Q K^T
 
     def tiles_of(qb):  # key tiles of query block qb: causal, to its diagonal (and the end)
         return T.min((qb * br + br - 1) // bn + 1, kts) if causal else kts
@@ -505,6 +525,13 @@ def attention_ws_kernel(
 
     def q_free(c):  # (persistent) consumer c (every consumer) stored O out of Q's rows
         return q_empty + (c if q_split else 0)
+
+    @T.macro
+    def release_q(b, c, tid_wg, last):  # (O not through Q's rows) Q's rows are free once
+        if early_q:  # the block's last Q K^T is in: the next block's may load
+            if last:
+                if tid_wg == 0:
+                    T.ptx["mbarrier.arrive.shared.b64"](b.bars.ptr_to([q_free(c)]))
 
     @T.macro
     def wait_stage(bars, ring, g):  # (one ring: V came with K)
@@ -598,6 +625,7 @@ def attention_ws_kernel(
             pass_turn(c, 0, n_tiles, more)
             T.ptx["wgmma.wait_group.sync.aligned"](0)
             free_stage(b.bars, 0, base, tid_wg)
+            release_q(b, c, tid_wg, n_tiles == 1)
             mask(b.S_r, 0, q0)
             online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile,
                            scale, rescale, ex2_emulation=e2e)  # fmt: skip
@@ -611,6 +639,7 @@ def attention_ws_kernel(
                 pass_turn(c, t, n_tiles, more)
                 T.ptx["wgmma.wait_group.sync.aligned"](1)  # S is in; P V still runs
                 free_stage(b.bars, 0, g, tid_wg)
+                release_q(b, c, tid_wg, t == n_tiles - 1)
                 mask(b.S_r, t, q0)
                 softmax_rows(b.S_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile, scale,
                              ex2_emulation=e2e)  # fmt: skip
@@ -632,6 +661,7 @@ def attention_ws_kernel(
                 pass_turn(c, t, n_tiles, more)
                 T.ptx["wgmma.wait_group.sync.aligned"](0)
                 free_stage(b.bars, 0, g, tid_wg)
+                release_q(b, c, tid_wg, t == n_tiles - 1)
                 mask(b.S_r, t, q0)
                 online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum,
                                b.l_tile, scale, rescale, ex2_emulation=e2e)  # fmt: skip
@@ -640,13 +670,18 @@ def attention_ws_kernel(
                 T.ptx["wgmma.wait_group.sync.aligned"](0)
                 free_stage(b.bars, 1, g, tid_wg)
         finish(b.O_r, b.O16, b.m_old, b.l_sum, b.l_tile, scale)
-        if tma_store:  # through the consumer's rows of Q's stage (clipped at the end)
-            Tx.wg.copy(b.Q_s[c * BM : c * BM + BM, :], b.O16[:, :])
+        if tma_store:  # through the consumer's rows of Q's stage or of the O buffer
+            if o_buffer and omit != "store_wait":  # (clipped at the end)
+                if i > 0:  # the last block's store has read the rows
+                    if tid_wg == 0:
+                        T.ptx["cp.async.bulk.wait_group.read"](0)
+                    T.cuda.warpgroup_sync(1 + consumers + c)
+            Tx.wg.copy(b.O_s[c * BM : c * BM + BM, :], b.O16[:, :])
             Tx.wg.copy(b.lse_w[c, :, :], b.l_tile[:, :])
             if omit != "store_fence":
                 T.ptx["fence.proxy.async.shared::cta"]()
             T.cuda.warpgroup_sync(1 + consumers + c)
-            Tx.wg.copy_async(b.Out[h, q0 : q0 + BM, :], b.Q_s[c * BM : c * BM + BM, :])
+            Tx.wg.copy_async(b.Out[h, q0 : q0 + BM, :], b.O_s[c * BM : c * BM + BM, :])
             if tid_wg == 0:
                 T.ptx["cp.async.bulk.commit_group"]()
             # LSE: 64 floats, a plain copy (a tensor map needs rows of 16 bytes)
@@ -664,9 +699,12 @@ def attention_ws_kernel(
             Tx.wg.copy(b.Out[h, q0 : q0 + BM, :], b.O16[:, :])
             Tx.wg.copy(b.LSE_rows[h, q0 : q0 + BM, :], b.l_tile[:, :])
         if tid_wg == 0:
-            if tma_store and omit != "store_wait":  # the store has read the stage (before
-                T.ptx["cp.async.bulk.wait_group.read"](0)  # the CTA leaves or refills it)
-            if persistent:  # Q's stage is free for the next block
+            if tma_store and omit != "store_wait":  # the store has read the rows (before
+                if not o_buffer:  # the CTA leaves or refills them; the O buffer's:
+                    T.ptx["cp.async.bulk.wait_group.read"](0)  # before the next block
+                elif not more:  # writes them, or the CTA leaves)
+                    T.ptx["cp.async.bulk.wait_group.read"](0)
+            if persistent and not early_q:  # Q's stage is free for the next block
                 T.ptx["mbarrier.arrive.shared.b64"](b.bars.ptr_to([q_free(c)]))
         if persistent and not pingpong:  # every thread done with lse_s before the next
             T.cuda.warpgroup_sync(1 + consumers + c)  # block writes it
@@ -691,6 +729,8 @@ def attention_ws_kernel(
         pool = T.alloc_buffer((pool_elems,), dtype, scope="shared.dyn", align=1024)
         Q_s = T.decl_buffer((br, d), dtype, pool.data, elem_offset=q_at,
                             scope="shared.dyn", layout=q_l)
+        O_s = T.decl_buffer((br, d), dtype, pool.data, elem_offset=o_at if o_buffer else q_at,
+                            scope="shared.dyn", layout=q_l)  # O's rows out (or Q's)
         K_s = T.decl_buffer((stages, bn, d), dtype, pool.data, elem_offset=k_at,
                             scope="shared.dyn", layout=kv_l)
         V_s = T.decl_buffer((stages, bn, d), dtype, pool.data, elem_offset=v_at,
@@ -711,7 +751,7 @@ def attention_ws_kernel(
         l_sum = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         l_tile = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         b = T.meta_var(SimpleNamespace(
-            Q=Q, K=K, V=V, Out=Out, LSE=LSE, LSE_rows=LSE_rows, Q_s=Q_s, K_s=K_s, V_s=V_s,
+            Q=Q, K=K, V=V, Out=Out, LSE=LSE, LSE_rows=LSE_rows, Q_s=Q_s, O_s=O_s, K_s=K_s, V_s=V_s,
             bars=bars, lse_w=lse_w, lse_s=lse_s, S_r=S_r, P16=P16, O_r=O_r, O16=O16,
             m_old=m_old, m_new=m_new, alpha=alpha, l_sum=l_sum, l_tile=l_tile))
         if tid == 0:

@@ -309,6 +309,25 @@ def test_a_persistent_producer_that_does_not_wait_for_the_stores_is_caught(omit,
         attention.attention_ws_kernel(2, 200, 64, causal=True, persistent=True)  # ragged
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_an_o_buffer_rewritten_before_the_store_read_it_is_caught(causal):
+    """``o_buffer``: Q's rows go free after the last Q K^T and O leaves through rows of its
+    own, which the next block writes only after the last store has read them (the
+    consumer's ``wait_group.read`` before its named barrier); without that wait the next
+    block's O lands on bytes the TMA store still reads (the buffer's first byte, after Q's
+    192 rows and three stages of K and V)."""
+    args = attention.inputs(2, 256, 64, seed=5)
+    func = attention.attention_ws_kernel(2, 256, 64, causal=causal, omit="store_wait",
+                                         persistent=True, sms=1, o_buffer=True)  # fmt: skip
+    with pytest.raises(sim.SimError, match=r"O_s\[.*writes byte 122880 of shared pool while "
+                       r"cp\.async\.bulk\.tensor.* still reads it"):  # fmt: skip
+        sim.run(func, args, target="sm_90a")
+    with pytest.raises(ValueError, match="o_buffer: .* it takes tma_store"):
+        attention.attention_ws_kernel(2, 384, 64, o_buffer=True, tma_store=False)
+    with pytest.raises(ValueError, match=r"3 stages of 128 keys: \d+ bytes of shared memory"):
+        attention.attention_ws_kernel(2, 1024, 128, o_buffer=True, stages=3)
+
+
 def test_an_oversubscribed_register_split_is_a_deadlock_the_simulator_names():
     """Three consumers at 168 registers and a producer at 24 ask 128 (24 + 3 168) = 67,584
     of the SM's 65,536 (on an H100 the kernel hangs); the simulator names the warps waiting
