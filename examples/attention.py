@@ -28,10 +28,12 @@ with TMA on full/empty mbarriers (at head dim 256 a ring each for K and V, 64-ro
 and two consumer warpgroups (``setmaxnreg.inc``) of 64 query rows each, taking turns to
 issue their wgmma at two named barriers (ping-pong), each running tile t's softmax while its
 P V of tile t-1 runs (the intra-warpgroup overlap), O out through shared memory by one TMA
-store (three consumers at head dim 64). Non-causal kernels up to 4,096 rows run on a
-persistent grid: each CTA takes one query block of several heads in turn, its producer
-loading the next head's Q and tiles while the consumers finish the last. The simulator
-schedules the warpgroups apart.
+store (three consumers at head dim 64). Kernels up to 4,096 rows run on a persistent
+grid: each CTA takes one query block of several heads in turn (causal: a pair of blocks
+of equal total work), its producer loading the next head's Q and tiles while the
+consumers finish the last (where O leaves through a buffer of its own, a consumer's rows
+of Q are free as soon as its block's last Q K^T is in). The simulator schedules the
+warpgroups apart.
 
 ``python examples/attention.py`` prints the explain() report and checks small heads of
 both kernels in the CPU simulator against float64 numpy.
@@ -418,7 +420,7 @@ def attention_ws_kernel(
     qbs, kts = -(-seq // br), -(-seq // block_n)  # query blocks, key tiles
     pairable = not (seq % br or qbs % 2 or br % block_n)  # causal blocks p, qbs - 1 - p
     if persistent is None:  # where it measured faster (an H200: S 1024-4096, not 8192+;
-        # causal, blocks paired: to 4,096 rows at head dim 128, 2,048 at head dim 64)
+        # causal: where the blocks pair, to 4,096 rows; at head dim 64 with two consumers)
         persistent = seq <= 4096 and (pairable or not causal)
     if persistent and causal and not pairable:
         raise ValueError(
