@@ -20,7 +20,9 @@ Part 8c, two measurements in one run:
 Part 8d, ``gemm_sustained``: the timings above are medians of short interleaved batches,
 during which the GPU keeps its highest clock. Run for seconds, a GPU at its power limit
 lowers its clock. Each contender (examples/gemm.py plain whole and its two ablations, a
-bare ``torch.matmul``, and the mma.sync limit loop of part 8a's best configuration) runs
+bare ``torch.matmul``, the mma.sync limit loop of part 8a's best configuration, and the
+warp-specialized GEMM of part 8g (examples/gemm_hopper_ws.py, plain) with torch.matmul in
+float16 and bfloat16) runs
 back to back for ``SUSTAIN_S`` seconds, twice, while ``nvidia-smi`` samples the SM clock,
 the power draw, the temperature and the reasons the clock is held down every 50 ms; the
 table gives the sustained rate, the median clock of the window past its first fifth, and
@@ -354,7 +356,41 @@ def sustained_contenders(gpu, args) -> tuple[dict, dict, dict]:
     _, fns[LIMIT_LOOP], ctas = gemm._mma_config(gpu, "float16", tiles, warps, rng)
     warps_launched = ctas * gemm.MMA_CTA_THREADS // 32
     flops[LIMIT_LOOP] = warps_launched * tiles * gemm.MMA_ITERS * gemm.MMA_FLOPS
+    _ws_contenders(gpu, fns, flops, notes)
     return fns, flops, notes
+
+
+def _ws_contenders(gpu, fns: dict, flops: dict, notes: dict) -> None:
+    """examples/gemm_hopper_ws.py (plain, part 8g's build) at :data:`ABLATION_SHAPE` in
+    float16 and bfloat16, each checked first, and torch.matmul in bfloat16."""
+    import gemm_ws
+    import tvm
+
+    torch = gpu.torch
+    m, n, k = ABLATION_SHAPE
+    for dtype, kind in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+        gen = torch.Generator(device="cuda").manual_seed(53)
+        a = (2 * torch.rand(m, k, device="cuda", generator=gen) - 1).to(kind)
+        b = (2 * torch.rand(k, n, device="cuda", generator=gen) - 1).to(kind)
+        bias = torch.zeros(n, dtype=kind, device="cuda")
+        ref = a.double() @ b.double()
+        name = f"ours ws plain {dtype}"
+        try:
+            fn = gemm_ws.build("ws", ABLATION_SHAPE, dtype, "plain", gpu.sms)
+            c = torch.full((m, n), float("nan"), dtype=kind, device="cuda")
+            tensors = [tvm.runtime.from_dlpack(t) for t in (a, b, bias, c)]
+            fn(*tensors)
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001  # a contender that cannot be had is a row
+            notes[name] = gemm.first_line(exc)
+            continue
+        if (err := gemm.rel_error(torch, c, ref)) > gemm.GEMM_TOL:
+            notes[name] = f"wrong result: max err / max ref {err:.3g}"
+            continue
+        fns[name], flops[name] = (lambda fn=fn, t=tensors: fn(*t)), 2 * m * n * k
+        if dtype == "bfloat16":
+            fns[f"{TORCH_MATMUL} bfloat16"] = lambda a=a, b=b: torch.matmul(a, b)
+            flops[f"{TORCH_MATMUL} bfloat16"] = 2 * m * n * k
 
 
 def part_gemm_sustained(gpu, args) -> list[dict]:
