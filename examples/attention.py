@@ -355,30 +355,34 @@ def attention_ws_kernel(
     192 query rows a CTA; :func:`default_consumers` where None). ``registers``: the
     producer's and the consumers' ``setmaxnreg`` counts (``REGISTERS`` by consumers
     where None). ``tma_store``: a consumer's O leaves through its own rows of Q's stage
-    (no wgmma reads them after its last Q K^T) and one TMA store (``copy_async ->
+    (no wgmma reads them after its last Q K^T), or of the O buffer (``o_buffer``), and
+    one TMA store (``copy_async ->
     tma_auto``: the register tile into the swizzled rows, ``fence.proxy.async``, the
     consumer's named barrier, the store, ``cp.async.bulk.commit_group`` and
     ``wait_group.read``); else straight from the registers. Causal kernels take the
     query blocks heaviest first (CTA ``x`` of a head runs block ``blocks - 1 - x``), so
     the last CTAs are short. ``stages``: 3 with the overlap (V's stage is held from
     one tile's Q K^T to the next tile's P V), else 2; 2 at head dim 256 and at head dim
-    128 with ``o_buffer``. ``block_n``: 64,
-    80 or 128 keys a tile (None: 128, 80 at head dim 256: FA3's tile there, two stages of
+    128 with ``o_buffer``. ``block_n``: keys a tile, a multiple of 16 from 64 to 256
+    (None: 128, 80 at head dim 256: FA3's tile there, two stages of
     it 160 KiB; on an H200 1.018 of cuDNN at 4,096 x 256 and 1.004 causal at 8,192,
-    against 0.975 and 0.907 with 64-key tiles). ``omit``
+    against 0.975 and 0.907 with 64-key tiles; FA3's 176 at head dim 128 measured no
+    faster, docs/performance.md). ``omit``
     breaks it:
     ``"full_wait"`` and ``"empty_arrive"`` (every ring), ``"v_wait"`` (V's ring of a
     split kernel), ``"rescale"``, ``"first_turn"`` (nobody grants the first turn: a
     deadlock), ``"pv_wait"`` (the overlap's O and P touched before the P V wgmma is
     waited for), ``"store_fence"`` (O's rows stored by TMA with no proxy fence after
     they were written), ``"store_wait"`` (the CTA leaves while the store may still read
-    them), ``"q_empty_wait"`` (persistent: the producer loads the next head's Q without
+    them; with ``o_buffer``, also the next block writes O there before the last store
+    read them), ``"q_empty_wait"`` (persistent: the producer loads the next head's Q without
     waiting for the consumers to be done with the stage). ``persistent`` (None: kernels up
     to 4,096 rows, causal ones where their blocks pair, below): a grid of at most ``sms`` CTAs
     (one an SM: 132 on an H100 or H200), ``blocks x min(heads, sms // blocks)``, each CTA
     taking one query block of every ``sms // blocks``-th head in turn: its producer loads
-    the next head's Q once every consumer has stored its O out of Q's stage (a ``Q empty``
-    mbarrier) and the next K/V tiles into the ring while the consumers finish the last head,
+    the next head's Q once every consumer is done with Q's stage (a ``Q empty``
+    mbarrier: the consumer stored its O out of it, or with ``o_buffer`` its block's last
+    Q K^T is in) and the next K/V tiles into the ring while the consumers finish the last head,
     and the ping-pong runs on across heads (on an H200 2-3% faster than one CTA a block at S
     1024 and 4096; at 8192 1-4% slower, the last round part full; at 16384 x 64 a third
     slower: 86 blocks a head, so 86 CTAs); else one CTA a block. A causal persistent grid
@@ -394,7 +398,7 @@ def attention_ws_kernel(
     head's first key tile goes before them (its stage is free before the stores are done;
     on an H200 at 1,024-4,096 rows 0.1-4% faster than one Q barrier). ``o_buffer`` (the
     TMA store; None: causal persistent grids, and non-causal ones at head dim 128 to 1,024
-    rows): O's rows go out through a buffer of their own, not Q's rows, so a consumer frees
+    rows, where it fits in shared memory): O's rows go out through a buffer of their own, not Q's rows, so a consumer frees
     its rows of Q for the next block as soon as its block's last Q K^T is in (the next Q
     loads under the last tile's softmax, P V and the store of O) and waits for its last
     store to have read the buffer only before it writes the next block's O there; on an
@@ -429,16 +433,30 @@ def attention_ws_kernel(
             f"sequence of an even number of whole {br}-row blocks, each a whole "
             "number of key tiles (causal blocks of other lengths run one CTA a block)"
         )
-    if o_buffer is None:  # where it measured faster (an H200): causal persistent grids,
-        # non-causal ones at head dim 128 to 1,024 rows
+    bn = block_n
+    q_split = persistent if q_split is None else q_split
+    q_bars = consumers if q_split else 1  # Q's full (and, persistent, empty) mbarriers
+
+    def rings_of(ob):  # (stages, split_kv) with or without the O buffer: at head dim 128
+        narrow = ob and d == 128  # Q, O and two stages of K and V fill shared memory
+        st = (3 if overlap and d < 256 and not narrow else 2) if stages is None else stages
+        return st, (d == 256 or narrow) if split_kv is None else split_kv
+
+    def pool_of(ob, st, sk):  # the pool's parts (elements of dtype; float32 and uint64
+        o_at = br * d + 2 * st * bn * d  # index); Q, K's and V's stages, then O's rows,
+        lse_at = (o_at + (br * d if ob else 0)) // 2  # the LSE rows and the mbarriers:
+        bars_at = (lse_at + consumers * BM) // 2  # Q's full, the rings' full and empty,
+        n_bars = q_bars + 2 * (2 if sk else 1) * st + (q_bars if persistent else 0)  # Q's
+        return o_at, lse_at, bars_at, n_bars, (bars_at + n_bars) * 4  # empty
+
+    if o_buffer is None:  # where it measured faster (an H200) and fits: causal persistent
+        # grids, non-causal ones at head dim 128 to 1,024 rows
         o_buffer = persistent and tma_store and (causal or (d == 128 and seq <= 1024))
+        o_buffer = o_buffer and pool_of(True, *rings_of(True))[-1] * 2 <= SHARED_BYTES
     if o_buffer and not tma_store:
         raise ValueError("o_buffer: O's rows go out through it by TMA; it takes tma_store")
-    narrow = o_buffer and d == 128  # Q, O and 2 stages of K and V fill shared memory
-    stages = (3 if overlap and d < 256 and not narrow else 2) if stages is None else stages
-    split_kv = (d == 256 or narrow) if split_kv is None else split_kv
+    stages, split_kv = rings_of(o_buffer)
     registers = REGISTERS[consumers] if registers is None else registers
-    bn = block_n
     group = heads // kv_heads
     scale = LOG2E / math.sqrt(d)
     acc_s = fragments.wgmma_accumulator_layout(bn, 1)
@@ -451,22 +469,16 @@ def attention_ws_kernel(
     )
     q_at, k_at = 0, br * d  # elements of the pool
     v_at = k_at + stages * bn * d
-    o_at = v_at + stages * bn * d  # (o_buffer) O's rows on their way out
-    lse_at = (o_at + (br * d if o_buffer else 0)) // 2  # float32 index: after the tiles
-    bars_at = (lse_at + consumers * BM) // 2  # uint64 index: after the LSE rows
-    # mbarriers: Q's, then the K ring's and the V ring's full ones, their empty ones
+    o_at, lse_at, bars_at, n_bars, pool_elems = pool_of(o_buffer, stages, split_kv)
     rings = 2 if split_kv else 1
-    q_split = persistent if q_split is None else q_split
-    q_bars = consumers if q_split else 1  # Q's full (and, persistent, empty) mbarriers
     ring_at = q_bars  # the rings' full then empty mbarriers
     q_empty = ring_at + 2 * rings * stages  # (persistent) Q's rows stored out, per q_bars
-    n_bars = q_empty + (q_bars if persistent else 0)
-    pool_elems = (bars_at + n_bars) * 4
     if pool_elems * 2 > SHARED_BYTES:
         raise ValueError(
-            f"{consumers} consumers, head dim {d}, {stages} stages of {bn} keys: "
-            f"{pool_elems * 2} bytes of shared memory, more than {SHARED_BYTES}: take fewer "
-            "stages, consumers or keys a tile"
+            f"{consumers} consumers, head dim {d}, {stages} stages of {bn} keys"
+            f"{', an O buffer' if o_buffer else ''}: {pool_elems * 2} bytes of shared "
+            f"memory, more than {SHARED_BYTES}: take fewer stages, consumers or keys a tile"
+            f"{' (or o_buffer=False)' if o_buffer else ''}"
         )
     # a box reaching past the tensor still delivers its whole size (zeros there)
     q_bytes, tile_bytes = br * d * 2 // q_bars, bn * d * 2  # q_bytes: one Q mbarrier's
@@ -481,7 +493,7 @@ def attention_ws_kernel(
     wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
     rescale = omit != "rescale"
     first_turn = omit != "first_turn"
-    early_q = persistent and (o_buffer or not tma_store)  # Q free after the last Q K^T
+    early_q = persistent and o_buffer  # Q free after the last Q K^T
 
     def tiles_of(qb):  # key tiles of query block qb: causal, to its diagonal (and the end)
         return T.min((qb * br + br - 1) // bn + 1, kts) if causal else kts
@@ -529,7 +541,7 @@ def attention_ws_kernel(
         return q_empty + (c if q_split else 0)
 
     @T.macro
-    def release_q(b, c, tid_wg, last):  # (O not through Q's rows) Q's rows are free once
+    def release_q(b, c, tid_wg, last):  # (the O buffer) Q's rows are free once
         if early_q:  # the block's last Q K^T is in: the next block's may load
             if last:
                 if tid_wg == 0:

@@ -314,8 +314,9 @@ def test_an_o_buffer_rewritten_before_the_store_read_it_is_caught(causal):
     """``o_buffer``: Q's rows go free after the last Q K^T and O leaves through rows of its
     own, which the next block writes only after the last store has read them (the
     consumer's ``wait_group.read`` before its named barrier); without that wait the next
-    block's O lands on bytes the TMA store still reads (the buffer's first byte, after Q's
-    192 rows and three stages of K and V)."""
+    block's O lands on bytes the TMA store still reads (byte 122,880: non-causal, the
+    buffer's first, after Q's 192 rows and three stages of K and V; causal, two
+    consumers, the second consumer's first)."""
     args = attention.inputs(2, 256, 64, seed=5)
     func = attention.attention_ws_kernel(2, 256, 64, causal=causal, omit="store_wait",
                                          persistent=True, sms=1, o_buffer=True)  # fmt: skip
@@ -324,8 +325,29 @@ def test_an_o_buffer_rewritten_before_the_store_read_it_is_caught(causal):
         sim.run(func, args, target="sm_90a")
     with pytest.raises(ValueError, match="o_buffer: .* it takes tma_store"):
         attention.attention_ws_kernel(2, 384, 64, o_buffer=True, tma_store=False)
-    with pytest.raises(ValueError, match=r"3 stages of 128 keys: \d+ bytes of shared memory"):
+    with pytest.raises(ValueError, match=r"3 stages of 128 keys, an O buffer: \d+ bytes"):
         attention.attention_ws_kernel(2, 1024, 128, o_buffer=True, stages=3)
+
+
+def test_the_o_buffer_outside_the_persistent_grid_equals_numpy():
+    """``o_buffer`` on one CTA a block (no next block: the last store's read waited for
+    before the CTA leaves), three consumers, 96-key tiles (a tile the defaults never
+    take), a ragged last block: equal to float64 numpy."""
+    args = attention.inputs(1, 200, 64, seed=3)
+    func = attention.attention_ws_kernel(1, 200, 64, o_buffer=True, block_n=96,
+                                         persistent=False)  # fmt: skip
+    out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3]) is None
+
+
+def test_the_o_buffer_is_the_default_only_where_it_fits():
+    """A causal head-dim-256 kernel of 64-key tiles pairs its blocks on the persistent
+    grid, where the O buffer would take shared memory past 227 KiB: the default leaves it
+    out and the kernel builds; asked for, the error names it."""
+    attention.attention_ws_kernel(2, 1024, 256, causal=True, block_n=64)
+    with pytest.raises(ValueError, match=r"an O buffer: \d+ bytes .*\(or o_buffer=False\)"):
+        attention.attention_ws_kernel(2, 1024, 256, causal=True, block_n=64, o_buffer=True)
 
 
 def test_an_oversubscribed_register_split_is_a_deadlock_the_simulator_names():
