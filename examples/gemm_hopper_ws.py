@@ -65,6 +65,7 @@ OMITS = (
     "store_wait",
     "remote_arrive",
     "cluster_sync",
+    "exit_sync",
 )
 
 
@@ -130,7 +131,9 @@ def gemm_kernel(
     stmatrix), "store_wait" (a staging buffer is written again without waiting for the
     store that reads it); with ``cluster=2`` also "remote_arrive" (a consumer frees a
     stage in its own CTA only, so the peer's producer multicasts into it while it is
-    read) and "cluster_sync" (a CTA barrier, not a cluster one, after the mbarrier init).
+    read), "cluster_sync" (a CTA barrier, not a cluster one, after the mbarrier init) and
+    "exit_sync" (no cluster barrier at the end: a CTA may exit while its peer still
+    arrives on its empty barriers).
 
     ``cluster=2`` pairs the CTAs (a cluster of two): the pair computes two output tiles one
     above the other, which read the same columns of B, and each CTA loads half of the
@@ -217,7 +220,7 @@ def gemm_kernel(
     bias_frag = bias_fragment(BN)
     wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
     fence, store_wait = omit != "proxy_fence", omit != "store_wait"
-    if omit in ("remote_arrive", "cluster_sync") and cluster == 1:
+    if omit in ("remote_arrive", "cluster_sync", "exit_sync") and cluster == 1:
         raise ValueError(f"omit={omit!r} breaks a cluster: with cluster=2")
     peers = 1 if omit == "remote_arrive" else cluster  # the CTAs a consumer frees a stage in
     init_sync = "cluster" if cluster > 1 and omit != "cluster_sync" else "cta"
@@ -380,8 +383,8 @@ def gemm_kernel(
                     store_chunks(C, C_s, D16, c, m0, n0, tid_wg, fence, store_wait)
             if tid_wg == 0:
                 T.ptx["cp.async.bulk.wait_group"](0)
-        if cluster > 1:  # no CTA leaves while a peer may still arrive on its barriers
-            T.cuda.cluster_sync()
+        if cluster > 1 and omit != "exit_sync":  # no CTA leaves while a peer may still
+            T.cuda.cluster_sync()  # arrive on its barriers
     # fmt: on
     return gemm
 

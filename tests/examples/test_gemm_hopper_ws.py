@@ -183,6 +183,11 @@ def test_a_float8_cluster_of_two_equals_numpy(where, gpu):
             r"race on pool byte \d+ of the CTA of rank 1: warp 0 reads it after warp 12 wrote it",
         ),
         (
+            "exit_sync",
+            r"the CTA of rank [01] exits while warp \d+ \(of the CTA of rank [01]\) uses shared "
+            r"pool byte \d+ of the CTA of rank [01] with nothing ordering that before the exit",
+        ),
+        (
             "empty_arrive",
             r"deadlock: no warp can run: thread 384 \(the CTA of rank 1\) waits at mbarrier_wait "
             r"\(mbarrier.try_wait.parity.acquire.cluster\)",
@@ -193,8 +198,9 @@ def test_each_cluster_synchronization_left_out_is_reported(omit, expect):
     """Negative controls of the pair: consumers that free a stage in their own CTA only
     (the peer's producer multicasts into it while its wgmma still reads it), a CTA
     barrier instead of a cluster one after the mbarrier init (the peer's multicast uses
-    a barrier nothing orders after its init), and no arrival at all (a deadlock naming
-    each CTA's producer)."""
+    a barrier nothing orders after its init), no cluster barrier at the end (a CTA exits
+    while its peer's consumers still arrive on its empty barriers), and no arrival at all
+    (a deadlock naming each CTA's producer)."""
     a, b, bias, c = gemm.inputs(512, 256, 192, seed=11)
     func = ws.gemm_kernel(512, 256, 192, stages=2, grid=2, cluster=2, omit=omit)
     with pytest.raises(sim.SimError, match=expect):

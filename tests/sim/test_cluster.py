@@ -284,13 +284,13 @@ def test_tensor_memory_in_a_cluster_is_not_modeled():
 
 
 # -- distributed shared memory: ld/st.shared::cluster ----------------------------------------
-def dsmem_exchange(op: str = "ld", first_sync: str | None = "cluster"):
+def dsmem_exchange(op: str = "ld", first_sync: str | None = "cluster", exit_sync: bool = True):
     """Each CTA of a pair fills its S with ``100 rank + tid``; ``op`` "ld": each thread then
     reads the peer's element through mapa and ``ld.shared::cluster``; "st": each thread
     writes its value into the peer's S with ``st.shared::cluster`` and reads its own. B[bx,
     tid] gets what was read (the peer's value). ``first_sync``: the barrier between the
-    writes and the reads ("cluster", "cta", or None); a cluster barrier at the end keeps
-    each S alive while the peer may read it."""
+    writes and the reads ("cluster", "cta", or None); a cluster barrier at the end
+    (``exit_sync``) keeps each S alive while the peer may read it."""
 
     # fmt: off
     @T.prim_func
@@ -320,7 +320,8 @@ def dsmem_exchange(op: str = "ld", first_sync: str | None = "cluster"):
         else:
             v[0] = S[tid]
         B[bx, tid] = v[0]
-        T.cuda.cluster_sync()
+        if exit_sync:
+            T.cuda.cluster_sync()
     # fmt: on
     return kernel
 
@@ -343,6 +344,24 @@ def test_without_a_cluster_barrier_the_peers_bytes_are_a_race(op, first_sync):
     orders nothing across the pair."""
     with pytest.raises(sim.SimError, match=r"race on S byte 0 of the CTA of rank [01]"):
         sim.run(dsmem_exchange(op, first_sync), [np.zeros((2, 32), np.uint32)])
+
+
+def test_a_cta_that_exits_while_its_peer_reads_its_shared_memory_is_named():
+    """Without the cluster barrier at the end, a CTA may exit (its shared memory gone)
+    while its peer still reads it: named at the exit (the peer's read, before it in the
+    simulator's order, is not ordered before it) or at the read (after the exit),
+    whichever the schedule meets. The control: the stores into the peer's S lie before
+    the first cluster barrier, so the kernel needs no barrier at the end and runs."""
+    args = [np.zeros((2, 32), np.uint32)]
+    with pytest.raises(
+        sim.SimError,
+        match=r"the CTA of rank [01] exits while warp [01] \(of the CTA of rank [01]\) uses "
+        r"shared S byte \d+ of the CTA of rank [01] with nothing ordering that before the "
+        r"exit|warp [01] reads shared S byte \d+ of the CTA of rank [01], whose CTA has exited",
+    ):
+        sim.run(dsmem_exchange("ld", exit_sync=False), args)
+    out = sim.run(dsmem_exchange("st", exit_sync=False), args)[0]
+    np.testing.assert_array_equal(out, _peer_values())
 
 
 def test_ld_shared_cluster_past_the_window_is_an_error():

@@ -114,6 +114,7 @@ class Machine:
         # shared allocation holds one window per CTA (:meth:`window_base`).
         self.cluster = 1
         self.cluster_var: Any = None
+        self.finished = np.zeros(1, dtype=bool)  # (a cluster) threads run to the end
         self.block_var: Any = None
         self.cluster_first = 0  # the block index of the running cluster's first CTA
         # the completion mechanisms each tile call's plan declares, by explain() index
@@ -475,7 +476,22 @@ class Machine:
         self.barriers = NamedBarriers(self)
         self.registers = RegisterFile(self)
         self.mask = np.ones(self.threads, dtype=bool)
+        self.finished = np.zeros(self.threads, dtype=bool)
         Scheduler(self).run(body)
+
+    def threads_finished(self, members: np.ndarray) -> None:
+        """``members`` have run to the end. In a cluster, a CTA whose every thread has
+        finished has exited: its shared memory is gone for its peers (an access to it
+        from now on is an error, :meth:`.Memory.exit_cta`)."""
+        if self.cluster == 1:
+            return
+        before = self.finished.reshape(self.cluster, -1).all(axis=1)
+        self.finished |= members
+        after = self.finished.reshape(self.cluster, -1).all(axis=1)
+        for rank in np.flatnonzero(after & ~before):
+            for mem in [*self.shared.values(), self.dynamic_shared]:
+                if mem is not None:
+                    mem.exit_cta(int(rank), self.clocks)
 
     def _start_cta(self) -> None:
         self.asynchrony.check_drained(self)

@@ -223,6 +223,7 @@ class Memory:
         self.window: int | None = None
         self.window_bytes = self.nbytes
         self.cta_threads = 0
+        self.exited: set[int] = set()  # ranks whose CTA has exited: its window is gone
         # global memory in a cluster: the CTAs of a cluster are ordered by its cluster
         # barriers only: which rank wrote each byte, in which interval between them
         # (``epoch()``: the cluster barriers completed so far)
@@ -302,6 +303,55 @@ class Memory:
         if write:
             self.rank_writer[flat] = rank
             self.epoch_writer[flat] = now
+
+    def exit_cta(self, rank: int, clocks: Clocks) -> None:
+        """The CTA of ``rank`` (of a cluster) exits: every access another CTA made to its
+        window (a load, a store, an mbarrier arrival, a multicast's landing) must be
+        ordered before the exit (the exiting warps are ordered after it: a cluster barrier
+        at the end of the kernel does that), and from now on its window is gone."""
+        if self.window is None:
+            return
+        per = self.cta_threads // 32  # warps of a CTA
+        agents = np.arange(clocks.size)
+        warp_of = np.where(agents < 2 * clocks.warps, agents % clocks.warps,
+                           (agents - 2 * clocks.warps) * 4)  # fmt: skip
+        foreign = warp_of // per != rank  # agents of the other CTAs (their warps and units)
+        exit_known = clocks.known[rank * per : (rank + 1) * per].max(axis=0)
+        lo = rank * self.window
+        span = slice(lo, lo + self.window_bytes)
+        late = np.zeros((self.window_bytes, clocks.size), dtype=bool)
+        if self.r_step is not None and self.r_step.shape[1] == clocks.size:
+            late |= (self.r_step[span] > exit_known[None, :]) & foreign[None, :]
+        writer = self.w_warp[span]
+        wrote = (writer >= 0) & foreign[np.maximum(writer, 0)]
+        late_w = wrote & (self.w_step[span] > exit_known[np.maximum(writer, 0)])
+        late[np.flatnonzero(late_w), writer[late_w]] = True
+        if late.any():
+            byte, agent = (int(v) for v in np.argwhere(late)[0])
+            raise SimError(
+                f"the CTA of rank {rank} exits while {clocks.name(agent)} (of the CTA of rank "
+                f"{int(warp_of[agent]) // per}) uses shared {self.name} "
+                f"{self.byte_text(lo + byte)} with nothing ordering that before the exit: a CTA's shared "
+                "memory (its mbarriers too) is gone once it exits; end the kernel with a "
+                "cluster barrier (T.cuda.cluster_sync()) after the last access to another "
+                "CTA's shared memory"
+            )
+        self.exited.add(rank)
+
+    def _check_exited(self, who: np.ndarray, flat: np.ndarray, clocks: Clocks, write: bool):
+        """A cluster's shared memory: no access reaches the window of a CTA that has exited
+        (PTX ISA, distributed shared memory: a CTA's shared memory lives as long as the
+        CTA; a peer's access after it exited is undefined)."""
+        gone = np.isin(flat // self.window, list(self.exited))
+        if gone.any():
+            i = int(np.argmax(gone))
+            raise SimError(
+                f"{clocks.name(int(who[i]))} {'writes' if write else 'reads'} shared "
+                f"{self.name} {self.byte_text(int(flat[i]))}, whose CTA has exited: a "
+                "CTA's shared memory (its mbarriers too) is gone once it exits, so no peer may "
+                "touch it after that; end the kernel with a cluster barrier "
+                "(T.cuda.cluster_sync()) after the last access to another CTA's shared memory"
+            )
 
     def describe(self, cell: tuple[int, ...]) -> str:
         """A cell of :meth:`index` in words (``byte 12 of shared S``)."""
@@ -492,6 +542,8 @@ class Memory:
         who = np.broadcast_to(np.asarray(agents)[:, None], cells.shape).ravel()
         if who.max() >= clocks.size:
             raise SimError(f"agent {int(who.max())} accesses {self.name} outside the launch")
+        if self.exited:
+            self._check_exited(who, cells.ravel(), clocks, write)
         flat = cells.ravel()
         if self.r_step is None or self.r_step.shape[1] != clocks.size:
             self.r_step = np.zeros((self.nbytes, clocks.size), dtype=np.int64)

@@ -371,6 +371,7 @@ class Scheduler:
                         break
             else:
                 unit.finished = True
+                m.threads_finished(unit.members)
         except SimError as err:
             if getattr(err, "call", None) is None:
                 err.call = m.call
