@@ -388,3 +388,83 @@ def test_ld_shared_cluster_past_the_window_is_an_error():
         sim.SimError, match=r"reads byte 128 of the CTA of rank 1 of shared S, which nothing wrote"
     ):
         sim.run(kernel, [np.zeros((2, 32), np.uint32)])
+
+
+# -- clusters of two dimensions --------------------------------------------------------------
+def neighbours_2d(x_fastest: bool = True):
+    """A grid of 4 x 2 CTAs in clusters of 2 x 2: each CTA fills its S with ``1000 bx +
+    100 by + tid``, and after a cluster barrier reads the S of its neighbour along x
+    (``cx ^ 1``) and along y (``cy ^ 1``) through mapa, naming each by its rank, ``cx + 2
+    cy`` (``%cluster_ctarank`` runs x fastest), or ``2 cx + cy`` where not ``x_fastest``
+    (the control: the wrong CTAs)."""
+
+    def rank_of(x, y):
+        return x + 2 * y if x_fastest else 2 * x + y
+
+    # fmt: off
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (4, 2, 2, 32), "uint32")
+        T.device_entry()
+        bx, by = T.cta_id([4, 2])
+        cx, cy = T.cta_id_in_cluster([2, 2])
+        tid = T.thread_id([32])
+        S = T.alloc_buffer((32,), "uint32", scope="shared.dyn", align=16)
+        T.attr({"tirx.dyn_smem_bytes": 128})
+        remote = T.alloc_buffer((2,), "uint32", scope="local")
+        v = T.alloc_buffer((1,), "uint32", scope="local")
+        S[tid] = T.Cast("uint32", 1000 * bx + 100 * by + tid)
+        T.evaluate(T.ptx["mapa.shared::cluster.u32"](
+            remote[0], T.cuda.cvta_generic_to_shared(S.ptr_to([tid])),
+            T.Cast("uint32", rank_of(1 - cx, cy))))
+        T.evaluate(T.ptx["mapa.shared::cluster.u32"](
+            remote[1], T.cuda.cvta_generic_to_shared(S.ptr_to([tid])),
+            T.Cast("uint32", rank_of(cx, 1 - cy))))
+        T.cuda.cluster_sync()
+        for k in range(2):
+            T.evaluate(T.ptx["ld.shared::cluster.u32"](v[0], remote[k]))
+            B[bx, by, k, tid] = v[0]
+        T.cuda.cluster_sync()
+    # fmt: on
+    return kernel
+
+
+def _neighbour_values() -> np.ndarray:
+    bx, by, tid = np.meshgrid(np.arange(4), np.arange(2), np.arange(32), indexing="ij")
+    along_x = 1000 * (bx ^ 1) + 100 * by + tid
+    along_y = 1000 * bx + 100 * (by ^ 1) + tid
+    return np.stack([along_x, along_y], axis=2).astype(np.uint32)
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_two_dimensional_cluster_ranks_its_ctas_x_fastest(where, gpu):
+    """A 2 x 2 cluster's CTAs run together, each with its own blockIdx and
+    clusterCtaIdx (TVM launches blockIdx.y inside threadIdx.x), and rank ``cx + 2 cy``
+    names the neighbour; the control, ranks numbered y fastest, reads other CTAs."""
+    args = [np.zeros((4, 2, 2, 32), np.uint32)]
+    out = execute(neighbours_2d(), args, where, gpu)[0]
+    np.testing.assert_array_equal(out, _neighbour_values())
+    if where == "sim":
+        wrong = sim.run(neighbours_2d(x_fastest=False), args)[0]
+        assert (wrong != _neighbour_values()).any()
+
+
+def test_a_cluster_dimension_that_does_not_divide_the_grid_is_an_error():
+    """A grid of 6 x 2 CTAs in clusters of 4 x 1: TVM checks the counts (12 and 4), not
+    each axis; 6 CTAs along x are not whole clusters of 4 (CUDA asks each grid dimension
+    to be a multiple of the cluster's), and the simulator says so."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (6, 2, 32), "int32")
+        T.device_entry()
+        bx, by = T.cta_id([6, 2])
+        cx, cy = T.cta_id_in_cluster([4, 1])
+        tid = T.thread_id([32])
+        B[bx, by, tid] = tid + cx + cy
+    # fmt: on
+
+    with pytest.raises(sim.SimError, match=r"the grid's 6 CTAs along blockIdx.x are not whole "
+                                           r"clusters of 4"):  # fmt: skip
+        sim.run(kernel, [np.zeros((6, 2, 32), np.int32)], target="sm_90a")

@@ -13,9 +13,11 @@ any still pending. Calls run through the instruction table the machine is given
 (:mod:`.calls`): the interpreter knows no instruction itself. Anything the simulator does
 not know raises :class:`SimError` naming it: no node, call or attribute is skipped.
 
-A cluster launch (``clusterCtaIdx.x`` around ``blockIdx.x``) runs each cluster's CTAs
-together: their threads are one array, CTA after CTA (a thread's CTA is its *rank*),
-each one's ``threadIdx``, ``blockIdx`` and ``clusterCtaIdx`` values its own; each shared
+A cluster launch (``clusterCtaIdx.x``, and ``.y`` / ``.z`` for a cluster of more
+dimensions, around the ``blockIdx`` launches, which TVM may put inside ``threadIdx.x``)
+runs each cluster's CTAs together: their threads are one array, CTA after CTA in the
+order of ``%cluster_ctarank`` (x fastest; a thread's CTA is its *rank*), each one's
+``threadIdx``, ``blockIdx`` and ``clusterCtaIdx`` values its own; each shared
 allocation holds a window per CTA (a thread's pointer starts at its CTA's window, and
 an access outside it is an error); named barriers and the register pool are each CTA's
 (:mod:`.barriers`).
@@ -112,11 +114,12 @@ class Machine:
         # A cluster of CTAs (a clusterCtaIdx launch) runs together: its threads are one
         # array, CTA after CTA (``cta_threads`` each; a thread's CTA is its rank), and each
         # shared allocation holds one window per CTA (:meth:`window_base`).
-        self.cluster = 1
-        self.cluster_var: Any = None
+        self.cluster = 1  # CTAs of a cluster: the product of its dimensions
+        self.cluster_dims: dict[str, int] = {}  # by axis ("x", "y", "z")
+        self.cluster_vars: dict[str, Any] = {}  # the clusterCtaIdx variables, by axis
         self.finished = np.zeros(1, dtype=bool)  # (a cluster) threads run to the end
-        self.block_var: Any = None
-        self.cluster_first = 0  # the block index of the running cluster's first CTA
+        self.block_vars: dict[str, Any] = {}  # (a cluster) the blockIdx variables, by axis
+        self.cluster_first: dict[str, int] = {}  # the running cluster's first CTA, by axis
         # the completion mechanisms each tile call's plan declares, by explain() index
         self.declared: dict[int | None, tuple[str, ...]] = {}
         self.registers: RegisterFile | None = None
@@ -373,14 +376,20 @@ class Machine:
         tag = s.node.thread_tag
         extent = _as_int(self.eval(s.value), tag)
         var = s.node.var
-        if tag == "clusterCtaIdx.x":  # the CTAs of a cluster run together (class docs)
-            if not 1 <= extent <= MAX_CLUSTER:
-                raise SimError(f"a cluster of {extent} CTAs: 1 to {MAX_CLUSTER}")
-            self.cluster, self.cluster_var = extent, var
+        if tag in ("clusterCtaIdx.x", "clusterCtaIdx.y", "clusterCtaIdx.z"):
+            axis = tag[-1]  # the CTAs of a cluster run together (module docs)
+            size = self.cluster * extent
+            if extent < 1 or size > MAX_CLUSTER:
+                raise SimError(
+                    f"a cluster of {size} CTAs ({tag} {extent}): 1 to {MAX_CLUSTER} in all"
+                )
+            self.cluster_dims[axis], self.cluster_vars[axis] = extent, var
+            self.cluster = size
             try:
                 self.exec(s.body)
             finally:
-                self.cluster, self.cluster_var = 1, None
+                self.cluster //= self.cluster_dims.pop(axis)
+                self.cluster_vars.pop(axis)
             return
         if tag.startswith("blockIdx") and self.cluster > 1:
             self._launch_clusters(s, tag, extent, var)
@@ -406,8 +415,11 @@ class Machine:
             self.env[var] = (self.tid % extent).astype(np.int32)
             if self.cluster > 1:  # each thread's CTA: its block index and rank
                 rank = (self.tid // extent).astype(np.int32)
-                self.env[self.block_var] = self.cluster_first + rank
-                self.env[self.cluster_var] = rank
+                for axis in self.cluster_vars:
+                    self.env[self.cluster_vars[axis]] = self.cluster_coordinate(rank, axis)
+                for axis, block_var in self.block_vars.items():
+                    first = self.cluster_first[axis]
+                    self.env[block_var] = first + self.cluster_coordinate(rank, axis)
                 for g in self.globals:  # ordered between CTAs by cluster barriers only
                     g.cta_threads, g.epoch = extent, self._cluster_epoch
                     g.rank_writer = g.epoch_writer = None
@@ -427,36 +439,55 @@ class Machine:
         """The cluster barriers the running cluster has completed."""
         return 0 if self.barriers is None else self.barriers.completed.get("cluster", 0)
 
-    def _launch_clusters(self, s: Any, tag: str, extent: int, var: Any) -> None:
-        """A ``blockIdx.x`` launch inside a ``clusterCtaIdx.x`` one: the grid's clusters run
-        one after another (those holding the chosen CTAs), the CTAs of each together."""
-        if tag != "blockIdx.x":
-            raise NotModeled(f"a cluster launch over {tag}: the simulator runs 1-D clusters")
-        size = self.cluster
+    def cluster_coordinate(self, rank: np.ndarray, axis: str) -> np.ndarray:
+        """Each rank's ``%cluster_ctaid`` along ``axis`` (the rank runs x fastest)."""
+        below = 1
+        for a in "xyz":
+            if a == axis:
+                return (rank // below % self.cluster_dims.get(a, 1)).astype(np.int32)
+            below *= self.cluster_dims.get(a, 1)
+        raise SimError(f"no cluster axis {axis!r}")
+
+    def _cluster_firsts(self, tag: str, extent: int, var: Any) -> list[int]:
+        """The first block index, along ``tag``'s axis, of each cluster of the grid that
+        holds a chosen CTA (the blockIdx variable recorded for the threads' launch)."""
+        axis = tag[-1]
+        size = self.cluster_dims.get(axis, 1)
         if extent % size:
-            raise SimError(f"the grid's {extent} CTAs are not whole clusters of {size}")
+            raise SimError(f"the grid's {extent} CTAs along {tag} are not whole clusters of {size}")
         chosen = range(extent) if self.blocks is None else self.blocks
         firsts = sorted({b // size * size for b in chosen})
-        for first in firsts:
-            if first >= extent:
-                raise SimError(f"CTA {first} does not exist: the grid has {extent}")
-            self.block_index[tag] = first
-            self.cluster_first, self.block_var = first, var
-            self._start_cta()
-            self.exec(s.body)
-            self._end_cta()
+        if firsts and firsts[-1] >= extent:
+            raise SimError(f"CTA {firsts[-1]} does not exist: the grid has {extent}")
+        self.block_vars[axis] = var
+        return firsts
+
+    def _launch_clusters(self, s: Any, tag: str, extent: int, var: Any) -> None:
+        """A ``blockIdx`` launch inside the ``clusterCtaIdx`` ones: the grid's clusters run
+        one after another (those holding the chosen CTAs), the CTAs of each together. A
+        further ``blockIdx`` launch right inside runs inside each; the CTA starts at the
+        last one before ``threadIdx``."""
+        inner = _is_launch(s.body, "blockIdx")
+        try:
+            for first in self._cluster_firsts(tag, extent, var):
+                self.block_index[tag] = self.cluster_first[tag[-1]] = first
+                if inner:
+                    self.exec(s.body)
+                    continue
+                self._start_cta()
+                self.exec(s.body)
+                self._end_cta()
+        finally:
+            self.block_vars.pop(tag[-1], None)
 
     def _run_threads(self, body: Any) -> None:
         """The launched threads run ``body`` as units (:mod:`.schedule`) until all of them
         have finished; a ``blockIdx`` launch right inside runs it once per CTA."""
-        if (
-            type(body).__name__ == "AttrStmt"
-            and body.attr_key == "thread_extent"
-            and body.node.thread_tag.startswith("blockIdx")
-        ):
-            if self.cluster > 1:
-                raise NotModeled("a cluster launch whose blockIdx is launched inside threadIdx")
+        if _is_launch(body, "blockIdx"):
             extent = _as_int(self.eval(body.value), body.node.thread_tag)
+            if self.cluster > 1:
+                self._clusters_inside_threads(body, extent)
+                return
             chosen = range(extent) if self.blocks is None else self.blocks
             for b in chosen:
                 if b >= extent:
@@ -493,17 +524,35 @@ class Machine:
                 if mem is not None:
                     mem.exit_cta(int(rank), self.clocks)
 
+    def _clusters_inside_threads(self, body: Any, extent: int) -> None:
+        """A ``blockIdx`` launch inside ``threadIdx.x`` in a cluster (TVM puts
+        ``blockIdx.y`` there): each cluster along its axis starts anew (the CTAs a cluster
+        before it ran have exited), its threads' block index their cluster's first plus
+        their coordinate."""
+        tag, var = body.node.thread_tag, body.node.var
+        axis = tag[-1]
+        rank = (self.tid // self.cta_threads).astype(np.int32)
+        try:
+            for first in self._cluster_firsts(tag, extent, var):
+                self.block_index[tag] = self.cluster_first[axis] = first
+                self._start_cta()
+                self.env[var] = first + self.cluster_coordinate(rank, axis)
+                self._run_threads(body.body)
+                self._end_cta()
+        finally:
+            self.block_vars.pop(axis, None)
+
     def _start_cta(self) -> None:
         self.asynchrony.check_drained(self)
         self.cta_count += 1
         label = ", ".join(f"{tag[-1]}={b}" for tag, b in sorted(self.block_index.items()))
         self.cta_label = f"CTA ({label})" if label else "the CTA"
         if self.cluster > 1:
-            first = self.cluster_first
-            self.cta_label = (
-                f"the cluster of CTAs x={first}-{first + self.cluster - 1} (its threads "
-                "numbered CTA after CTA)"
+            spans = ", ".join(
+                f"{tag[-1]}={b}-{b + self.cluster_dims.get(tag[-1], 1) - 1}"
+                for tag, b in sorted(self.block_index.items())
             )
+            self.cta_label = f"the cluster of CTAs {spans} (its threads numbered CTA after CTA)"
         for g in self.globals:  # the grid's CTAs are not ordered: each writes its own bytes
             g.enter_cta(self.cta_count, self.cta_label)
         self.clocks = Clocks(-(-self.threads // 32))
@@ -889,3 +938,12 @@ def _shift(fn):
         return fn(a, np.asarray(b).astype(np.asarray(a).dtype))
 
     return op
+
+
+def _is_launch(stmt: Any, prefix: str) -> bool:
+    """Whether ``stmt`` launches a thread axis whose tag starts with ``prefix``."""
+    return (
+        type(stmt).__name__ == "AttrStmt"
+        and stmt.attr_key == "thread_extent"
+        and stmt.node.thread_tag.startswith(prefix)
+    )
