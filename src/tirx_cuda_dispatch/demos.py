@@ -222,17 +222,24 @@ def ldgsts_roundtrip(
     return ldgsts_copy
 
 
-def tma_shared_layout(dtype: str, tile: tuple[int, int], swizzle: int) -> Any:
+def tma_shared_layout(
+    dtype: str, tile: tuple[int, int], swizzle: int, transposed: bool = False
+) -> Any:
     """The shared layout a TMA box lands in: the tile in column blocks as wide as the
     swizzle (``swizzle`` bytes; 0: no swizzle, one block of the whole row), each block's
     rows dense, under the swizzle TMA applies (16-byte units, ``Swizzle<B, 4, 3>`` on
-    bytes)."""
+    bytes). ``transposed``: the same with rows and columns exchanged (the tile's columns
+    dense in row blocks: what a box of a column-major global lands in)."""
     from tvm.tirx.layout import ComposeLayout
 
     rows, cols = tile
     size = np.dtype(dtype if dtype != "bfloat16" else "uint16").itemsize
-    width = swizzle // size if swizzle else cols
-    blocked = TileLayout(S[(rows, cols // width, width) : (width, rows * width, 1)])
+    if transposed:
+        width = swizzle // size if swizzle else rows
+        blocked = TileLayout(S[(rows // width, width, cols) : (cols * width, 1, width)])
+    else:
+        width = swizzle // size if swizzle else cols
+        blocked = TileLayout(S[(rows, cols // width, width) : (width, rows * width, 1)])
     if not swizzle:
         return blocked
     per_element = (16 // size).bit_length() - 1
@@ -321,6 +328,8 @@ def tma_store_roundtrip(
     wait: str | None = "full",
     rewrite: bool = False,
     config: dict | None = None,
+    shared_layout: Any = None,
+    global_layout: Any = None,
 ) -> Any:
     """A (a ``tile``) -> a shared tile (plain stores: ``Tx.cta.copy``), then the tile ->
     B[start : start + tile] with ``copy_async`` (a TMA store; ``reduce``: a reduction into
@@ -328,11 +337,13 @@ def tma_store_roundtrip(
     store clips). The writers fence (``fence.proxy.async``) and meet at a CTA barrier
     first; thread 0, which issues, commits the bulk async-group and waits (``wait``:
     "full" ``wait_group 0``, "read" ``wait_group.read 0``, None: no wait). ``fence=False``
-    leaves out the fence (a broken kernel); ``config`` more keys for the copy. Arguments
-    A, B."""
+    leaves out the fence (a broken kernel); ``config`` more keys for the copy;
+    ``shared_layout`` the tile's (else :func:`tma_shared_layout`'s), ``global_layout`` B's
+    in global memory (e.g. column-major). Arguments A, B."""
     rows, cols = tile
     threads = 32 if scope == "warp" else 128
-    layout = tma_shared_layout(dtype, tile, swizzle)
+    layout = shared_layout if shared_layout is not None else tma_shared_layout(dtype, tile, swizzle)
+    b_kw = {} if global_layout is None else {"layout": global_layout}
     r0, c0 = start
     copy_async = Tx.copy_async if scope == "thread" else getattr(Tx, scope).copy_async
     config = dict(config or {}) | ({} if reduce is None else {"use_tma_reduce": reduce})
@@ -341,7 +352,7 @@ def tma_store_roundtrip(
     @T.prim_func
     def tma_store(A_ptr: T.handle, B_ptr: T.handle):
         A = T.match_buffer(A_ptr, (rows, cols), dtype)
-        B = T.match_buffer(B_ptr, shape, dtype)
+        B = T.match_buffer(B_ptr, shape, dtype, **b_kw)
         T.device_entry()
         T.cta_id([1])
         if scope == "warp":

@@ -663,8 +663,12 @@ def tma_case(c: Chooser, seed: int) -> Case:
     under ``if tid == 0``), tensors whose rows are a multiple of 16 bytes, and boxes at
     any start: inside the tensor, reaching past its far edge or before its start (a
     negative coordinate), or wholly outside, the innermost coordinate mostly at a whole 16
-    bytes. A load reads zeros outside the tensor; a store writes only inside it (TMA clips
-    the box past the far edge), optionally a reduction
+    bytes. A quarter of the draws transpose all of it (``order="column"``): the global
+    tensor column-major (its rows contiguous: the tensor map's dimension 0 is the
+    buffer's dimension 0) and the shared tile in dense row blocks
+    (``demos.tma_shared_layout(transposed=True)``). A load reads zeros outside the tensor;
+    a store writes only inside it (TMA clips the box past the far edge), optionally a
+    reduction
     (``use_tma_reduce="add"`` / ``"max"``) into B's old values. The variant must refuse
     a reduction the ISA does not list for the dtype, column blocks that are not a whole
     number of swizzle periods apart (rows not a multiple of 8): stores at warp, warpgroup
@@ -711,36 +715,49 @@ def tma_case(c: Chooser, seed: int) -> Case:
     if reduce is not None and dtype not in TMA_REDUCE_TYPES[reduce] and not unlisted:
         reduce = next((r for r in TMA_REDUCE_TYPES if dtype in TMA_REDUCE_TYPES[r]), None)
 
+    order = c.pick(("row", "row", "row", "column"))
+    tile = (rows, cols)
+    layouts: dict = {}
+    if order == "column":  # all of it transposed: the contiguous dimension first
+        tile, shape, start = (cols, rows), shape[::-1], start[::-1]
+        layouts = dict(shared_layout=demos.tma_shared_layout(dtype, tile, swizzle, True),
+                       global_layout=TileLayout(S[shape : (1, shape[0])]))  # fmt: skip
+    inner_axis = 0 if order == "column" else 1
+
+    def logical(raw: np.ndarray) -> np.ndarray:  # the global tensor a kernel sees in raw
+        return raw.reshape(-1).reshape(shape[::-1]).T if order == "column" else raw
+
     rng = np.random.default_rng(seed)
-    outer, inner = _inside(start, (rows, cols), shape)
+    outer, inner = _inside(start, tile, shape)
     declines = None
     if blocks > 1 and swizzle and rows % 8:
         # the column blocks are rows * swizzle bytes apart; a box's swizzled shared address
         # must be a multiple of the swizzle's period (8 rows of it)
         declines = ("tma_auto", ("bytes TMA needs",))
     if direction == "load":
-        func = demos.tma_roundtrip(dtype, (rows, cols), swizzle, scope, shape, start)
+        func = demos.tma_roundtrip(dtype, tile, swizzle, scope, shape, start, **layouts)
         a = runtime.random_array(shape, dtype, rng)
-        expected = np.zeros((rows, cols), a.dtype)  # TMA fills what lies outside A
-        expected[inner] = a[outer]
+        expected = np.zeros(tile, a.dtype)  # TMA fills what lies outside A
+        expected[inner] = logical(a)[outer]
         args = [a, runtime.poison_like(expected)]
     else:
-        func = demos.tma_store_roundtrip(dtype, (rows, cols), swizzle, scope, shape, start,
-                                         reduce=reduce)  # fmt: skip
-        a = runtime.random_array((rows, cols), dtype, rng)
+        func = demos.tma_store_roundtrip(dtype, tile, swizzle, scope, shape, start,
+                                         reduce=reduce, **layouts)  # fmt: skip
+        a = runtime.random_array(tile, dtype, rng)
         b = runtime.random_array(shape, dtype, rng)  # old values: what is not written shows
         expected = b.copy()
-        expected[outer] = _tma_combined(b[outer], a[inner], reduce)
+        view = logical(expected)  # (a view of expected's bytes)
+        view[outer] = _tma_combined(logical(b)[outer], a[inner], reduce)
         args = [a, b]
     # coordinates the hardware faults on (isa.bulk): refused before the shared alignment
-    if start[1] % unit:
+    if start[inner_axis] % unit:
         declines = ("tma_auto", ("16 bytes of",))
     elif direction == "store" and min(start) < 0:
         declines = ("tma_auto", ("must not be negative",))
     if direction == "store" and reduce is not None and dtype not in TMA_REDUCE_TYPES[reduce]:
         declines = ("tma_auto", ("use_tma_reduce=",))
-    params = dict(direction=direction, dtype=dtype, tile=(rows, cols), swizzle=swizzle,
-                  scope=scope, shape=shape, start=start, where=where, reduce=reduce)  # fmt: skip
+    params = dict(direction=direction, dtype=dtype, tile=tile, swizzle=swizzle, scope=scope,
+                  shape=shape, start=start, where=where, reduce=reduce, order=order)  # fmt: skip
     return Case("tma", params, func, args, 1, expected, declines=declines)
 
 

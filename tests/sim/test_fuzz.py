@@ -252,7 +252,9 @@ def test_the_tma_generator_covers_what_the_issue_asks_for():
     max), and draws the variant must refuse (an unlisted reduction, column blocks not a
     whole number of swizzle periods apart, an innermost coordinate not at a whole 16 bytes,
     a store's negative coordinate) at under a third."""
-    seen = {k: set() for k in ("dir", "dtype", "swizzle", "scope", "where", "reduce", "words")}
+    seen = {
+        k: set() for k in ("dir", "dtype", "swizzle", "scope", "where", "reduce", "words", "order")
+    }
     outside = refused = 0
     for seed in range(150):
         case = fuzz.random_case(fuzz.RandomChooser(seed), "tma")
@@ -262,6 +264,7 @@ def test_the_tma_generator_covers_what_the_issue_asks_for():
         seen["swizzle"].add(p["swizzle"])
         seen["scope"].add(p["scope"])
         seen["reduce"].add(p["reduce"])
+        seen["order"].add(p["order"])
         box = zip(p["start"], p["tile"], p["shape"], strict=True)
         beyond = [(s < 0, s + e > n) for s, e, n in box]
         seen["where"].add("before" if any(b for b, _ in beyond) else
@@ -275,7 +278,7 @@ def test_the_tma_generator_covers_what_the_issue_asks_for():
     assert seen["dtype"] == set(fuzz.TMA_DTYPES) and seen["swizzle"] == {0, 32, 64, 128}
     assert seen["scope"] == set(fuzz.TMA_SCOPES)
     assert seen["where"] == {"inside", "past", "before"} and outside > 0
-    assert seen["reduce"] == {None, "add", "max"}
+    assert seen["reduce"] == {None, "add", "max"} and seen["order"] == {"row", "column"}
     assert seen["words"] == {
         "bytes TMA needs",
         "use_tma_reduce=",
@@ -292,6 +295,7 @@ def test_a_tma_load_past_the_edge_must_read_zeros():
         "tma",
         lambda c: (
             c.params["direction"] == "load"
+            and c.params["order"] == "row"
             and c.params["start"][0] + c.params["tile"][0] > c.params["shape"][0]
         ),
     )
@@ -303,11 +307,36 @@ def test_a_tma_load_past_the_edge_must_read_zeros():
     assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
 
 
+def test_a_column_major_tma_load_reads_the_global_column_major():
+    """Negative control of the transposed draws: a column-major load passes as drawn and
+    fails when the answer reads A's bytes row-major."""
+    _, case = _lowered(
+        "tma",
+        lambda c: (
+            c.params["direction"] == "load"
+            and c.params["order"] == "column"
+            and c.params["where"] == "inside"
+        ),
+    )
+    assert fuzz.differential(case).ok
+    p = case.params
+    outer, inner = fuzz._inside(p["start"], p["tile"], p["shape"])
+    case.expected = case.expected.copy()
+    case.expected[inner] = case.args[0][outer]  # the raw bytes as if row-major
+    verdict = fuzz.differential(case)
+    assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
+
+
 def test_a_tma_store_must_clip_and_reduce():
     """Negative control of the store: a reduction into B passes as drawn and fails when
     the answer is a plain store of the tile (B's old values dropped)."""
     _, case = _lowered(
-        "tma", lambda c: c.params["reduce"] == "add" and c.params["where"] == "inside"
+        "tma",
+        lambda c: (
+            c.params["reduce"] == "add"
+            and c.params["where"] == "inside"
+            and c.params["order"] == "row"
+        ),
     )
     assert fuzz.differential(case).ok
     p = case.params
