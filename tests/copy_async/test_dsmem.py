@@ -28,11 +28,14 @@ def _span(spec) -> int:
     return 1 + sum((int(it.extent) - 1) * int(it.stride) for it in layout.shard)
 
 
-def dsmem_kernel(shape, src_spec, dst_spec, fence=True, expect=True, reuse=False, **config):
+def dsmem_kernel(
+    shape, src_spec, dst_spec, fence=True, expect=True, reuse=False, exit_sync=True, **config
+):
     """CTA 0 of a cluster of two loads A into its src tile and copies it into CTA 1's dst
     tile (``copy_async -> dsmem``); CTA 1 announces the bytes, waits, and writes B.
     Controls: no ``fence.proxy.async`` after the plain writes of src, no expect-tx in CTA
-    1, and (``reuse``) CTA 0 writing src again right after the copy."""
+    1, (``reuse``) CTA 0 writing src again right after the copy, and (not ``exit_sync``)
+    no cluster barrier at the end: CTA 0 may exit while the copy still reads its src."""
     dtype = "float16"
     src_elems = _span(src_spec)
     dst_at = -(-src_elems // 64) * 64  # 128-byte aligned
@@ -82,7 +85,8 @@ def dsmem_kernel(shape, src_spec, dst_spec, fence=True, expect=True, reuse=False
                     T.evaluate(T.ptx["mbarrier.arrive.shared.b64"](bar.ptr_to([0])))
             T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
             Tx.cta.copy(B[full], dst_s[full])
-        T.cuda.cluster_sync()
+        if exit_sync:
+            T.cuda.cluster_sync()
     # fmt: on
     return kernel
 
@@ -161,8 +165,14 @@ def test_a_copy_the_hardware_cannot_make_declines(config, arch, why):
             r"deadlock.*the mbarrier at byte \d+ of shared pool of the CTA of rank 1",
         ),
         ({"reuse": True}, r"cp.async.bulk.shared::cluster.*still reads"),
+        (
+            {"exit_sync": False},
+            r"the CTA of rank 0 exits while (a TMA copy issued by warp 0 \(of the CTA of rank "
+            r"0\) uses|cp.async.bulk.shared::cluster.* still reads) shared pool byte \d+ of the "
+            r"CTA of rank 0",
+        ),
     ],
-    ids=["no-fence", "no-expect-tx", "source-reused"],
+    ids=["no-fence", "no-expect-tx", "source-reused", "no-exit-barrier"],
 )
 def test_each_missing_synchronization_is_reported(control, expect, rng):
     a = rng.uniform(-2, 2, (8, 128)).astype(np.float16)

@@ -468,3 +468,24 @@ def test_a_cluster_dimension_that_does_not_divide_the_grid_is_an_error():
     with pytest.raises(sim.SimError, match=r"the grid's 6 CTAs along blockIdx.x are not whole "
                                            r"clusters of 4"):  # fmt: skip
         sim.run(kernel, [np.zeros((6, 2, 32), np.int32)], target="sm_90a")
+
+
+def test_a_cluster_axis_the_grid_does_not_launch_is_an_error():
+    """Clusters of 2 x 2 over a grid of 4 CTAs along x only: TVM checks the counts (4
+    and 4); the grid has one CTA along y, not a whole cluster, and the simulator says
+    so (before, it ran two CTAs for each blockIdx.x)."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (4, 32), "int32")
+        T.device_entry()
+        bx = T.cta_id([4])
+        cx, cy = T.cta_id_in_cluster([2, 2])
+        tid = T.thread_id([32])
+        B[bx, tid] = tid + cx + cy
+    # fmt: on
+
+    with pytest.raises(sim.SimError, match=r"a cluster of 2 x 2 x 1 CTAs over a grid with no "
+                                           r"blockIdx.y"):  # fmt: skip
+        sim.run(kernel, [np.zeros((4, 32), np.int32)], target="sm_90a")

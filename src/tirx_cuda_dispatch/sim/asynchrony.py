@@ -372,6 +372,16 @@ class Asynchrony:
             f"{effect.hint(row)}"
         )
 
+    def reader_of(self, source: Any, byte: int) -> str:
+        """The pending copy that still reads ``byte`` of ``source``, in words."""
+        for e in self.effects:
+            if e.source is source and e.source_read.any():
+                at = (e.source_cells == byte) & e.source_read
+                if at.any():
+                    row = int(np.argwhere(at)[0][0])
+                    return f"{e.what} (issued by thread {int(e.threads[row])}, {e.origin})"
+        return "an asynchronous copy"
+
     def source_hazard(
         self, source: Any, threads: np.ndarray, index: Any, busy: np.ndarray
     ) -> SimError:

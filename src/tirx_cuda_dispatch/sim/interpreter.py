@@ -499,6 +499,14 @@ class Machine:
                 self._end_cta()
             return
         self.clocks = Clocks(-(-self.threads // 32))
+        missing = [a for a, n in self.cluster_dims.items() if n > 1 and a not in self.block_vars]
+        if self.cluster > 1 and missing:
+            dims = " x ".join(str(self.cluster_dims.get(a, 1)) for a in "xyz")
+            raise SimError(
+                f"a cluster of {dims} CTAs over a grid with no blockIdx.{missing[0]}: CUDA asks "
+                "each grid dimension to be a multiple of the cluster's, and the grid has one "
+                f"CTA along {missing[0]} (launch T.cta_id along it too)"
+            )
         if self.cluster > 1 and self.cta_threads % 32:
             raise NotModeled(
                 f"a cluster of CTAs of {self.cta_threads} threads: the simulator runs CTAs of "

@@ -315,7 +315,9 @@ class Memory:
         agents = np.arange(clocks.size)
         warp_of = np.where(agents < 2 * clocks.warps, agents % clocks.warps,
                            (agents - 2 * clocks.warps) * 4)  # fmt: skip
-        foreign = warp_of // per != rank  # agents of the other CTAs (their warps and units)
+        # every agent but the exiting CTA's warps: the other CTAs' warps and asynchronous
+        # units, and its own units (a copy it issued that completes elsewhere)
+        foreign = (warp_of // per != rank) | (agents >= clocks.warps)
         exit_known = clocks.known[rank * per : (rank + 1) * per].max(axis=0)
         lo = rank * self.window
         span = slice(lo, lo + self.window_bytes)
@@ -335,6 +337,15 @@ class Memory:
                 "memory (its mbarriers too) is gone once it exits; end the kernel with a "
                 "cluster barrier (T.cuda.cluster_sync()) after the last access to another "
                 "CTA's shared memory"
+            )
+        if self.reading is not None and self.reading[span].any():
+            byte = lo + int(np.argmax(self.reading[span] > 0))
+            raise SimError(
+                f"the CTA of rank {rank} exits while {self.owner.reader_of(self, byte)} "
+                f"still reads shared {self.name} {self.byte_text(byte)}: its shared memory "
+                "is gone once it exits; keep it until the copy has read it (a bulk store's "
+                "cp.async.bulk.wait_group.read; a copy into another CTA: that CTA's wait on "
+                "its mbarrier, then a cluster barrier at the end of the kernel)"
             )
         self.exited.add(rank)
 
