@@ -288,63 +288,74 @@ def test_the_tma_generator_covers_what_the_issue_asks_for():
     assert refused < 50, refused
 
 
+def _tma_control(want, corrupt) -> None:
+    """The first TMA case ``want`` picks passes as drawn and fails once ``corrupt(case)``
+    changed its answer."""
+    _, case = _lowered("tma", want)
+    assert fuzz.differential(case).ok
+    case.expected = case.expected.copy()
+    corrupt(case)
+    verdict = fuzz.differential(case)
+    assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
+
+
+def _box(case) -> tuple:
+    p = case.params
+    return fuzz._inside(p["start"], p["tile"], p["shape"])
+
+
 def test_a_tma_load_past_the_edge_must_read_zeros():
     """Negative control of the edge: a load whose box reaches past A passes with zeros
     there, and fails when the answer says A's poison (nothing written) instead."""
-    _, case = _lowered(
-        "tma",
+
+    def poison_past_the_edge(case):
+        rows = max(case.params["shape"][0] - case.params["start"][0], 0)  # inside A
+        case.expected[rows:] = runtime.poison_like(case.expected[rows:])
+
+    _tma_control(
         lambda c: (
             c.params["direction"] == "load"
             and c.params["order"] == "row"
             and c.params["start"][0] + c.params["tile"][0] > c.params["shape"][0]
         ),
+        poison_past_the_edge,
     )
-    assert fuzz.differential(case).ok
-    rows = case.params["shape"][0] - case.params["start"][0]  # the tile's rows inside A
-    case.expected = case.expected.copy()
-    case.expected[max(rows, 0) :] = runtime.poison_like(case.expected[max(rows, 0) :])
-    verdict = fuzz.differential(case)
-    assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
 
 
 def test_a_column_major_tma_load_reads_the_global_column_major():
     """Negative control of the transposed draws: a column-major load passes as drawn and
     fails when the answer reads A's bytes row-major."""
-    _, case = _lowered(
-        "tma",
+
+    def read_row_major(case):
+        outer, inner = _box(case)
+        case.expected[inner] = case.args[0][outer]
+
+    _tma_control(
         lambda c: (
             c.params["direction"] == "load"
             and c.params["order"] == "column"
             and c.params["where"] == "inside"
         ),
+        read_row_major,
     )
-    assert fuzz.differential(case).ok
-    p = case.params
-    outer, inner = fuzz._inside(p["start"], p["tile"], p["shape"])
-    case.expected = case.expected.copy()
-    case.expected[inner] = case.args[0][outer]  # the raw bytes as if row-major
-    verdict = fuzz.differential(case)
-    assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
 
 
 def test_a_tma_store_must_clip_and_reduce():
     """Negative control of the store: a reduction into B passes as drawn and fails when
     the answer is a plain store of the tile (B's old values dropped)."""
-    _, case = _lowered(
-        "tma",
+
+    def plain_store(case):
+        outer, inner = _box(case)
+        case.expected[outer] = case.args[0][inner]
+
+    _tma_control(
         lambda c: (
             c.params["reduce"] == "add"
             and c.params["where"] == "inside"
             and c.params["order"] == "row"
         ),
+        plain_store,
     )
-    assert fuzz.differential(case).ok
-    p = case.params
-    outer, inner = fuzz._inside(p["start"], p["tile"], p["shape"])
-    case.expected = case.expected.copy()
-    case.expected[outer] = case.args[0][inner]
-    verdict = fuzz.differential(case)
-    assert not verdict.ok and "ours differs from numpy" in verdict.problems[0]
 
 
 def test_the_simulator_runs_tvms_thread_scope_tma_store():
