@@ -79,6 +79,13 @@ class Clocks:
             return f"a TMA copy issued by warp {agent - self.warps}"
         return f"warpgroup {agent - 2 * self.warps}'s wgmma"
 
+    def issuers(self) -> np.ndarray:
+        """Each agent's warp: a warp's own, a bulk unit's issuing warp, a wgmma unit's
+        warpgroup's first warp."""
+        agents = np.arange(self.size)
+        return np.where(agents < 2 * self.warps, agents % self.warps,
+                        (agents - 2 * self.warps) * 4)  # fmt: skip
+
     def barrier(self, warps: Iterable[int]) -> None:
         w = np.array(sorted(set(warps)), dtype=np.int64)
         self.known[w] = self.known[w].max(axis=0)
@@ -129,6 +136,14 @@ class Clocks:
             if i >= 0:
                 out = np.maximum(out, snapshots[i])
         return out
+
+
+# why an access to an exited CTA's shared memory is an error, and what to write instead
+EXITED = (
+    "a CTA's shared memory (its mbarriers too) is gone once it exits; end the kernel with a "
+    "cluster barrier (T.cuda.cluster_sync()) after the last access to another CTA's shared "
+    "memory"
+)
 
 
 @dataclass
@@ -305,19 +320,18 @@ class Memory:
             self.epoch_writer[flat] = now
 
     def exit_cta(self, rank: int, clocks: Clocks) -> None:
-        """The CTA of ``rank`` (of a cluster) exits: every access another CTA made to its
-        window (a load, a store, an mbarrier arrival, a multicast's landing) must be
-        ordered before the exit (the exiting warps are ordered after it: a cluster barrier
-        at the end of the kernel does that), and from now on its window is gone."""
+        """The CTA of ``rank`` (of a cluster) exits: every access to its window by another
+        CTA (a load, a store, an mbarrier arrival, a multicast's landing) or by an
+        asynchronous unit of its own (a copy that completes elsewhere) must be ordered
+        before the exit (the exiting warps are ordered after it: a cluster barrier at the
+        end of the kernel does that), no copy may still read it, and from now on its
+        window is gone."""
         if self.window is None:
             return
         per = self.cta_threads // 32  # warps of a CTA
-        agents = np.arange(clocks.size)
-        warp_of = np.where(agents < 2 * clocks.warps, agents % clocks.warps,
-                           (agents - 2 * clocks.warps) * 4)  # fmt: skip
-        # every agent but the exiting CTA's warps: the other CTAs' warps and asynchronous
-        # units, and its own units (a copy it issued that completes elsewhere)
-        foreign = (warp_of // per != rank) | (agents >= clocks.warps)
+        warp_of = clocks.issuers()
+        # every agent but the exiting CTA's warps
+        foreign = (warp_of // per != rank) | (np.arange(clocks.size) >= clocks.warps)
         exit_known = clocks.known[rank * per : (rank + 1) * per].max(axis=0)
         lo = rank * self.window
         span = slice(lo, lo + self.window_bytes)
@@ -333,10 +347,8 @@ class Memory:
             raise SimError(
                 f"the CTA of rank {rank} exits while {clocks.name(agent)} (of the CTA of rank "
                 f"{int(warp_of[agent]) // per}) uses shared {self.name} "
-                f"{self.byte_text(lo + byte)} with nothing ordering that before the exit: a CTA's shared "
-                "memory (its mbarriers too) is gone once it exits; end the kernel with a "
-                "cluster barrier (T.cuda.cluster_sync()) after the last access to another "
-                "CTA's shared memory"
+                f"{self.byte_text(lo + byte)} with nothing ordering that before the exit: "
+                f"{EXITED}"
             )
         if self.reading is not None and self.reading[span].any():
             byte = lo + int(np.argmax(self.reading[span] > 0))
@@ -358,10 +370,7 @@ class Memory:
             i = int(np.argmax(gone))
             raise SimError(
                 f"{clocks.name(int(who[i]))} {'writes' if write else 'reads'} shared "
-                f"{self.name} {self.byte_text(int(flat[i]))}, whose CTA has exited: a "
-                "CTA's shared memory (its mbarriers too) is gone once it exits, so no peer may "
-                "touch it after that; end the kernel with a cluster barrier "
-                "(T.cuda.cluster_sync()) after the last access to another CTA's shared memory"
+                f"{self.name} {self.byte_text(int(flat[i]))}, whose CTA has exited: {EXITED}"
             )
 
     def describe(self, cell: tuple[int, ...]) -> str:
