@@ -19,8 +19,10 @@ ring", K and V on one ring, at head dim 256; "no overlap"; "n64": 64-row key til
 head dim 256 against its default, FA3's 80); "c2": two consumers at head dim 64; "per
 block": one CTA a query block ("per block c3": with three consumers, causal head dim 64's
 default before its blocks paired); "no obuf" / "obuf": O out through Q's rows or a buffer
-of its own, against the default there; "n176", FA3's 176-key tiles at head dim 128, is no
-ablation: it measured level or slower, docs/performance.md) and "wg",
+of its own, against the default there; "row sums" / "lane sums": the rows' sums of P
+added over the quad once a key tile or once a block, against the default there; "n176",
+FA3's 176-key tiles at head dim 128, is no ablation: it measured level or slower,
+docs/performance.md) and "wg",
 ``attention_kernel`` (one warpgroup per 64 rows, no TMA); at ``WIDE`` head dim 256. Ours
 also writes the row log-sum-exp; the torch calls (inference, no grad) do not.
 
@@ -82,18 +84,22 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "ws obuf": ("attention", "attention_ws_kernel", {"o_buffer": True}),
     # causal head dim 64 before the blocks paired there: three consumers, one CTA a block
     "ws per block c3": ("attention", "attention_ws_kernel", {"persistent": False, "consumers": 3}),
+    # the rows' sums of P added over the quad once a block (lane_sums) or once a key tile
+    "ws lane sums": ("attention", "attention_ws_kernel", {"lane_sums": True}),
+    "ws row sums": ("attention", "attention_ws_kernel", {"lane_sums": False}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
     (4096, 128, False, "float16"): ("ws", "ws per block", "ws direct store", "ws two rings",
-                                    "ws no overlap", "ws n64 no overlap", "wg", "ws obuf"),
+                                    "ws no overlap", "ws n64 no overlap", "wg", "ws no obuf"),
     (4096, 256, False, "float16"): ("ws", "ws one ring", "ws n64"),
     (8192, 256, True, "float16"): ("ws", "ws n64"),
-    (1024, 128, False, "float16"): ("ws", "ws per block", "ws no obuf"),
-    (1024, 64, False, "float16"): ("ws", "ws per block", "ws obuf"),
+    (1024, 128, False, "float16"): ("ws", "ws per block", "ws no obuf", "ws row sums"),
+    (1024, 64, False, "float16"): ("ws", "ws per block", "ws no obuf"),
     (4096, 64, False, "float16"): ("ws", "ws c2"),
     (1024, 128, True, "float16"): ("ws", "ws no obuf"),
-    (4096, 64, True, "float16"): ("ws", "ws no obuf", "ws per block c3"),
+    (4096, 64, True, "float16"): ("ws", "ws no obuf", "ws per block c3", "ws lane sums"),
+    (16384, 64, False, "float16"): ("ws", "ws row sums"),
 }  # fmt: skip
 # head dim 256: float16 only
 WIDE = {(seq, 256, causal, "float16"): ("ws", "sm80") for causal in CAUSAL for seq in SEQS}

@@ -77,7 +77,10 @@ def softmax_rows(
     ``l_tile`` holds ``-m_new scale`` before it holds the tile's row sums. ``tx``: the
     scope of the calls (``Tx.wg`` for a wgmma accumulator, ``Tx.warp`` for mma.sync's:
     examples/attention_sm80.py). ``ex2_emulation`` k > 0: one exponential of P in k on
-    the FMA pipe instead of MUFU (elementwise -> reg's ``ex2_emulation=``)."""
+    the FMA pipe instead of MUFU (elementwise -> reg's ``ex2_emulation=``). An ``l_sum``
+    of 64 x 4 (``fragments.wgmma_row_parts_layout``) keeps each lane's part of its rows'
+    sums, ``l = l alpha + `` the lane's columns of P, and :func:`finish` adds the parts
+    (FlashAttention-3's row sum: the quad's shuffles once a block, not once a tile)."""
     tx.max(m_new[:, :], S_r[:, :], axes=[-1])
     tx.maximum(m_new[:, :], m_new[:, :], m_old[:, :])
     tx.sub(alpha[:, :], m_old[:, :], m_new[:, :])
@@ -85,8 +88,12 @@ def softmax_rows(
     tx.mul(l_tile[:, :], m_new[:, :], T.float32(-scale))
     emulate = {"ex2_emulation": ex2_emulation} if ex2_emulation else {}
     tx.exp2(S_r[:, :], S_r[:, :], bias=l_tile[:, :], scale=T.float32(scale), **emulate)
-    tx.sum(l_tile[:, :], S_r[:, :], axes=[-1])
-    tx.fma(l_sum[:, :], l_sum[:, :], alpha[:, :], l_tile[:, :])
+    if int(l_sum.shape[1]) == 1:  # the rows' sums: folds, then two shuffles over the quad
+        tx.sum(l_tile[:, :], S_r[:, :], axes=[-1])
+        tx.fma(l_sum[:, :], l_sum[:, :], alpha[:, :], l_tile[:, :])
+    else:  # each lane's part of its rows (64 x 4): its own columns, no shuffle
+        tx.mul(l_sum[:, :], l_sum[:, :], alpha[:, :])
+        tx.sum(l_sum[:, :], S_r[:, :], axes=[-1], accum=True)
 
 
 def rescale_and_round(S_r, P16, O_r, m_old, m_new, alpha, rescale: bool, tx=Tx.wg) -> None:
@@ -119,9 +126,12 @@ def online_softmax(
     rescale_and_round(S_r, P16, O_r, m_old, m_new, alpha, rescale, tx)
 
 
-def finish(O_r, O16, m_old, l_sum, l_tile, scale: float, tx=Tx.wg) -> None:
+def finish(O_r, O16, m_old, l_sum, l_tile, scale: float, tx=Tx.wg, parts=None) -> None:
     """O / l rounded to Q's type once into ``O16``; the rows' LSE, ``(m scale + log2 l)
-    ln 2``, into ``l_tile``."""
+    ln 2``, into ``l_tile``. ``parts``: the lanes' parts of l (:func:`softmax_rows`'s 64 x 4
+    ``l_sum``), added into ``l_sum`` first."""
+    if parts is not None:
+        tx.sum(l_sum[:, :], parts[:, :], axes=[-1])
     tx.reciprocal(l_tile[:, :], l_sum[:, :])
     tx.mul(O_r[:, :], O_r[:, :], l_tile[:, :])
     tx.cast(O16[:, :], O_r[:, :])
@@ -324,6 +334,7 @@ def attention_ws_kernel(
     ex2_emulation: int | None = None,
     q_split: bool | None = None,
     o_buffer: bool | None = None,
+    lane_sums: bool | None = None,
 ):
     """FlashAttention-3's structure: per CTA 64 ``consumers`` query rows of one head and
     ``1 + consumers`` warpgroups. Warpgroup 0, the producer, gives registers back
@@ -397,14 +408,19 @@ def attention_ws_kernel(
     consumer stored its O out of them, not after the last consumer did, and the next
     head's first key tile goes before them (its stage is free before the stores are done;
     on an H200 at 1,024-4,096 rows 0.1-4% faster than one Q barrier). ``o_buffer`` (the
-    TMA store; None: causal persistent grids, and non-causal ones at head dim 128 to 1,024
-    rows, where it fits in shared memory): O's rows go out through a buffer of their own, not Q's rows, so a consumer frees
-    its rows of Q for the next block as soon as its block's last Q K^T is in (the next Q
-    loads under the last tile's softmax, P V and the store of O) and waits for its last
-    store to have read the buffer only before it writes the next block's O there; on an
-    H200 at 1,024 x 128 1.013-1.018 of cuDNN against 0.967-0.970 without, causal 1,024 and
-    2,048 rows 5-8% faster, but 0.5-1.3% slower non-causal from 2,048 rows at head dim 128
-    and 1.5-1.8% at head dim 64 (with two stages of two rings at head dim 128)."""
+    TMA store; None: persistent grids, where it fits in shared memory): O's rows go out
+    through a buffer of their own, not Q's rows, so a consumer frees its rows of Q for
+    the next block as soon as its block's last Q K^T is in (the next Q loads under the
+    last tile's softmax, P V and the store of O) and waits for its last store to have
+    read the buffer only before it writes the next block's O there (two stages of two
+    rings at head dim 128); on an H200 at 1,024 x 128 1.08 of cuDNN against 0.99 without,
+    causal 1,024 and 2,048 rows 5-8% faster, non-causal 4,096 rows 1-2% (with
+    ``lane_sums``; without them it was 0.5-2% slower there). ``lane_sums``: each lane
+    keeps its part of its rows' sums of P over the block and the quad's two shuffles add
+    them once at the end, as FlashAttention-3 does, instead of once a key tile (None: but
+    with two consumers at head dim 64 and at head dim 128 off the persistent grid; on an
+    H200 +0.6-4% at S 1024-16384, the most at 1,024 x 128, and slower at causal 4,096 x
+    64 by 2% and at 16,384 x 128 by 0.2-1.8%)."""
     kv_heads = heads if kv_heads is None else kv_heads
     e2e = 0 if ex2_emulation is None else ex2_emulation
     block_n = (80 if d == 256 else 128) if block_n is None else block_n
@@ -449,19 +465,22 @@ def attention_ws_kernel(
         n_bars = q_bars + 2 * (2 if sk else 1) * st + (q_bars if persistent else 0)  # Q's
         return o_at, lse_at, bars_at, n_bars, (bars_at + n_bars) * 4  # empty
 
-    if o_buffer is None:  # where it measured faster (an H200) and fits: causal persistent
-        # grids, non-causal ones at head dim 128 to 1,024 rows
-        o_buffer = persistent and tma_store and (causal or (d == 128 and seq <= 1024))
+    if o_buffer is None:  # where it measured faster (an H200) and fits: persistent grids
+        o_buffer = persistent and tma_store
         o_buffer = o_buffer and pool_of(True, *rings_of(True))[-1] * 2 <= SHARED_BYTES
     if o_buffer and not tma_store:
         raise ValueError("o_buffer: O's rows go out through it by TMA; it takes tma_store")
     stages, split_kv = rings_of(o_buffer)
     registers = REGISTERS[consumers] if registers is None else registers
+    if lane_sums is None:  # where it measured faster (an H200): not with two consumers at
+        # head dim 64 (causal to 4,096 rows), nor at head dim 128 off the persistent grid
+        lane_sums = not (d == 64 and consumers == 2) and not (d == 128 and not persistent)
     group = heads // kv_heads
     scale = LOG2E / math.sqrt(d)
     acc_s = fragments.wgmma_accumulator_layout(bn, 1)
     acc_o = fragments.wgmma_accumulator_layout(d, 1)
     rows = fragments.wgmma_rows_layout()
+    parts = fragments.wgmma_row_parts_layout()
     blocks = d // 64
     q_l = ComposeLayout(3, 3, 3, TileLayout(S[(br, blocks, 64) : (64, br * 64, 1)]))
     kv_l = ComposeLayout(
@@ -625,7 +644,7 @@ def attention_ws_kernel(
         q0 = T.meta_var(qb * br + c * BM)  # the consumer's first row in the head
         Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
         Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
-        Tx.wg.fill(b.l_sum[:, :], T.float32(0.0))
+        Tx.wg.fill(b.l_run[:, :], T.float32(0.0))
         T.cuda.mbarrier_wait(b.bars.ptr_to([q_full(c)]), i % 2)
         if pingpong and first_turn:
             if i == 0:
@@ -641,7 +660,7 @@ def attention_ws_kernel(
             free_stage(b.bars, 0, base, tid_wg)
             release_q(b, c, tid_wg, n_tiles == 1)
             mask(b.S_r, 0, q0)
-            online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile,
+            online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_tile,
                            scale, rescale, ex2_emulation=e2e)  # fmt: skip
             for t in T.serial(1, n_tiles):
                 g = T.meta_var(base + t)
@@ -655,7 +674,7 @@ def attention_ws_kernel(
                 free_stage(b.bars, 0, g, tid_wg)
                 release_q(b, c, tid_wg, t == n_tiles - 1)
                 mask(b.S_r, t, q0)
-                softmax_rows(b.S_r, b.m_old, b.m_new, b.alpha, b.l_sum, b.l_tile, scale,
+                softmax_rows(b.S_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_tile, scale,
                              ex2_emulation=e2e)  # fmt: skip
                 if omit != "pv_wait":
                     T.ptx["wgmma.wait_group.sync.aligned"](0)  # P V is in: O, P free
@@ -677,13 +696,14 @@ def attention_ws_kernel(
                 free_stage(b.bars, 0, g, tid_wg)
                 release_q(b, c, tid_wg, t == n_tiles - 1)
                 mask(b.S_r, t, q0)
-                online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_sum,
+                online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_run,
                                b.l_tile, scale, rescale, ex2_emulation=e2e)  # fmt: skip
                 wait_stage(b.bars, 1, g)
                 issue_pv(b, g)
                 T.ptx["wgmma.wait_group.sync.aligned"](0)
                 free_stage(b.bars, 1, g, tid_wg)
-        finish(b.O_r, b.O16, b.m_old, b.l_sum, b.l_tile, scale)
+        finish(b.O_r, b.O16, b.m_old, b.l_sum, b.l_tile, scale,
+               parts=b.l_run if lane_sums else None)  # fmt: skip
         if tma_store:  # through the consumer's rows of Q's stage or of the O buffer
             if o_buffer and omit != "store_wait":  # (clipped at the end)
                 if i > 0:  # the last block's store has read the rows
@@ -764,10 +784,12 @@ def attention_ws_kernel(
         alpha = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         l_sum = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         l_tile = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
+        l_parts = T.alloc_buffer((BM, 4), "float32", scope="local", layout=parts)
         b = T.meta_var(SimpleNamespace(
             Q=Q, K=K, V=V, Out=Out, LSE=LSE, LSE_rows=LSE_rows, Q_s=Q_s, O_s=O_s, K_s=K_s, V_s=V_s,
             bars=bars, lse_w=lse_w, lse_s=lse_s, S_r=S_r, P16=P16, O_r=O_r, O16=O16,
-            m_old=m_old, m_new=m_new, alpha=alpha, l_sum=l_sum, l_tile=l_tile))
+            m_old=m_old, m_new=m_new, alpha=alpha, l_sum=l_sum, l_tile=l_tile,
+            l_run=l_parts if lane_sums else l_sum))  # the running sums
         if tid == 0:
             for c in range(q_bars):  # Q's full (the producer's expect_tx)
                 T.ptx.mbarrier.init.shared.b64(bars.ptr_to([c]), 1)

@@ -82,7 +82,7 @@ def test_a_misplaced_fragment_is_declined():
 @pytest.mark.parametrize(
     "name",
     ["mma_accumulator_layout", "mma_rows_layout", "wgmma_accumulator_layout",
-     "wgmma_rows_layout", "MMA_ACC", "MMA_A_K8", "MMA_B_K8"],
+     "wgmma_rows_layout", "wgmma_row_parts_layout", "MMA_ACC", "MMA_A_K8", "MMA_B_K8"],
 )  # fmt: skip
 def test_demos_names_are_the_public_ones(name):
     assert getattr(demos, name) is getattr(fragments, name)

@@ -28,6 +28,7 @@ from .fragments import (  # the fragment layouts, public in .fragments; here for
     mma_accumulator_layout,
     mma_rows_layout,
     wgmma_accumulator_layout,
+    wgmma_row_parts_layout,
     wgmma_rows_layout,
 )
 
@@ -1261,6 +1262,9 @@ def register_reductions() -> dict[str, RegisterReduction]:
                           wgmma_rows_layout(), (64, 1), (-1,), "warpgroup", 128),
         RegisterReduction("wgmma_rows_wide", wgmma_accumulator_layout(256), (64, 256),
                           wgmma_rows_layout(), (64, 1), (-1,), "warpgroup", 128),
+        # each lane's part of its rows (examples/attention.py's lane_sums): no shuffle
+        RegisterReduction("wgmma_row_parts", wgmma_accumulator_layout(128), (64, 128),
+                          wgmma_row_parts_layout(), (64, 4), (-1,), "warpgroup", 128, False),
     ]  # fmt: skip
     return {c.name: c for c in cases}
 

@@ -17,8 +17,8 @@ agree).
   :func:`mma_rows_layout` (TVM's per-lane partial form).
 - wgmma m64nNk16 (PTX ISA "wgmma D fragment", "register fragment layout for matrix A"):
   thread ``32 w + l`` holds row ``16 w + l / 4 (+ 8)``, columns ``8 j + 2 (l % 4) (+ 1)``:
-  :func:`wgmma_accumulator_layout` (D, and A in registers over K), and the row vector
-  :func:`wgmma_rows_layout`.
+  :func:`wgmma_accumulator_layout` (D, and A in registers over K), the row vector
+  :func:`wgmma_rows_layout` and each lane's part of the rows :func:`wgmma_row_parts_layout`.
 """
 
 from __future__ import annotations
@@ -113,3 +113,11 @@ def wgmma_rows_layout() -> Any:
     the 4 lanes ``l % 4`` of its quad (replicas), registers 0 and 1 for the two row
     halves: where a row reduction of the accumulator leaves its result."""
     return TileLayout(S[(4, 2, 8) : (32 @ tid_in_wg, 1, 4 @ tid_in_wg)] + R[4 : 1 @ tid_in_wg])
+
+
+def wgmma_row_parts_layout() -> Any:
+    """Each lane's part of a row of an m64 wgmma accumulator (64 x 4): row ``16 w + l / 4
+    (+ 8)``, column ``l % 4`` in lane ``l`` of warp ``w`` (registers 0 and 1 for the two
+    row halves): a row sum into it folds each thread's own columns only (no shuffle), and
+    a sum over its 4 columns after (two shuffles) gives the rows (:func:`wgmma_rows_layout`)."""
+    return TileLayout(S[(4, 2, 8, 4) : (32 @ tid_in_wg, 1, 4 @ tid_in_wg, 1 @ tid_in_wg)])

@@ -298,11 +298,12 @@ def test_the_persistent_kernel_with_one_q_barrier_equals_numpy():
     ],
 )
 def test_a_persistent_producer_that_does_not_wait_for_the_stores_is_caught(omit, expect):
-    """Without the store's read wait, the next head's Q lands on rows the TMA store of O
-    still reads; without the Q-empty wait, the producer runs ahead into the Q barrier's
-    next phase."""
+    """O out through Q's rows (``o_buffer=False``): without the store's read wait, the
+    next head's Q lands on rows the TMA store of O still reads; without the Q-empty wait,
+    the producer runs ahead into the Q barrier's next phase."""
     args = attention.inputs(2, 256, 64, seed=5)
-    func = attention.attention_ws_kernel(2, 256, 64, omit=omit, persistent=True, sms=1)
+    func = attention.attention_ws_kernel(2, 256, 64, omit=omit, persistent=True, sms=1,
+                                         o_buffer=False)  # fmt: skip
     with pytest.raises(sim.SimError, match=expect):
         sim.run(func, args, target="sm_90a")
     with pytest.raises(ValueError, match="a causal persistent grid pairs query block p"):
@@ -360,6 +361,22 @@ def test_an_oversubscribed_register_split_is_a_deadlock_the_simulator_names():
         sim.run(func, args, target="sm_90a")
     out = sim.run(attention.attention_ws_kernel(1, 192, 64, consumers=3), args, target="sm_90a")
     assert attention.close(out[3], out[4], *args[:3]) is None
+
+
+@pytest.mark.parametrize("lane_sums", [True, False], ids=["lane-sums", "row-sums"])
+def test_the_row_sums_shuffle_once_a_block_with_lane_sums_and_equal_numpy(lane_sums):
+    """lane_sums: the tiles' sums of P stay each lane's part (no shuffle) and the finish
+    adds the quad's parts (two shuffles, once); without, every tile's sum shuffles (the
+    control the count tells apart). Both equal float64 on a ragged length, three consumers."""
+    args = attention.inputs(1, 200, 64, seed=9)
+    func = attention.attention_ws_kernel(1, 200, 64, consumers=3, lane_sums=lane_sums)
+    sums = [r for r in explain(func, "sm_90a") if r.op == "sum"]
+    shuffled = [r for r in sums if "shfl.xor 1/2" in r.plan["schedule"]]
+    assert len(sums) == (3 if lane_sums else 2)  # tile 0's, the loop's (and the finish's)
+    assert len(shuffled) == (1 if lane_sums else 2)
+    out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3]) is None
 
 
 def test_the_warp_specialized_kernel_without_the_rescale_is_caught():

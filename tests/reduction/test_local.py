@@ -17,6 +17,7 @@ from tirx_cuda_dispatch.runtime import bits, poison_like, random_array
 CATALOG = demos.register_reductions()
 FILLED = ("all_rows_everywhere", "lanes_transposed", "cta_rows_to_lanes")
 PLAIN = [name for name in CATALOG if name not in FILLED]
+PARTS = ("mma_rows_partial", "wgmma_row_parts")  # each lane's part (TVM's partial form)
 
 
 def _case(name):
@@ -56,7 +57,7 @@ def _round_trip(case, op, dtype, where, gpu, rng, dst_dtype=None, accum=False):
 
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
-@pytest.mark.parametrize("name", [n for n in PLAIN if n != "mma_rows_partial"])
+@pytest.mark.parametrize("name", [n for n in PLAIN if n not in PARTS])
 def test_round_trip_matches_the_plans_order_and_numpy(name, op, where, gpu, rng):
     report, x, _, got = _round_trip(_case(name), op, "float32", where, gpu, rng)
     if name == "warp_multi_elem":  # dst keeps register j of every lane: the lanes reduced
@@ -100,6 +101,23 @@ def test_tvms_per_thread_partial_form_keeps_each_lanes_part(where, gpu, rng):
     cols = np.arange(128).reshape(16, 4, 2).transpose(1, 0, 2).reshape(4, 32)
     want = np.stack([x[:, cols[c]].astype(np.float64).sum(axis=1) for c in range(4)], axis=1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_wgmma_row_parts_keep_each_lanes_columns_and_add_up_to_the_rows(where, gpu, rng):
+    """fragments.wgmma_row_parts_layout (examples/attention.py's lane_sums): a row sum of
+    a wgmma accumulator into it folds each thread's own columns, no shuffle; its 4 columns
+    add up to the rows' sums. The control: into wgmma_rows_layout, the same sum shuffles."""
+    report, x, _, got = _round_trip(_case("wgmma_row_parts"), "sum", "float32", where, gpu, rng)
+    assert not report.plan_object.schedule.lane_masks
+    # lane l % 4 == c holds the columns 8 j + 2 c + v of its rows
+    cols = np.arange(128).reshape(16, 4, 2).transpose(1, 0, 2).reshape(4, 32)
+    want = np.stack([x[:, cols[c]].astype(np.float64).sum(axis=1) for c in range(4)], axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    rows = report_of(demos.register_reduction(
+        "sum", demos.wgmma_accumulator_layout(128), (64, 128), demos.wgmma_rows_layout(),
+        (64, 1), (-1,), "warpgroup", 128, "float32"))  # fmt: skip
+    assert rows.plan_object.schedule.lane_masks == (1, 2)
 
 
 def test_mma_accumulator_shuffle_combines_the_four_lanes_of_a_row():
