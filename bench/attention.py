@@ -53,17 +53,27 @@ CAUSAL = (False, True)
 DTYPES = ("float16", "bfloat16")
 DESIGNS = {  # name: (the example, its function, its keywords)
     "ws": ("attention", "attention_ws_kernel", {}),
+    # (O from registers: no O buffer either)
     "ws direct store": ("attention", "attention_ws_kernel", {"tma_store": False}),
-    "ws no overlap": ("attention", "attention_ws_kernel", {"overlap": False}),
-    "ws n64 no overlap": ("attention", "attention_ws_kernel", {"overlap": False, "block_n": 64}),
+    # the next three: O through Q's rows, as the kernel they are measured against ("ws no
+    # obuf" at 4096 x 128; the O buffer forces two stages of two rings at head dim 128)
+    "ws no overlap": ("attention", "attention_ws_kernel", {"overlap": False, "o_buffer": False}),
+    "ws n64 no overlap": (
+        "attention",
+        "attention_ws_kernel",
+        {"overlap": False, "block_n": 64, "o_buffer": False},
+    ),
     "wg": ("attention", "attention_kernel", {}),
-    "ws c2": ("attention", "attention_ws_kernel", {"consumers": 2}),
-    # one CTA a query block (the default for non-causal kernels is a persistent grid)
-    "ws per block": ("attention", "attention_ws_kernel", {"persistent": False}),
+    "ws c2": ("attention", "attention_ws_kernel", {"consumers": 2, "o_buffer": False}),
+    # one CTA a query block (the default for non-causal kernels is a persistent grid): O
+    # through Q's rows, three stages, the row sums per lane
+    "ws per block": ("attention", "attention_ws_kernel", {"persistent": False, "lane_sums": True}),
     "ws one ring": ("attention", "attention_ws_kernel", {"split_kv": False}),
-    "ws two rings": ("attention", "attention_ws_kernel", {"split_kv": True}),
+    "ws two rings": ("attention", "attention_ws_kernel", {"split_kv": True, "o_buffer": False}),
     "ws n64": ("attention", "attention_ws_kernel", {"block_n": 64}),  # head dim 256's before
     "sm80": ("attention_sm80", "attention_sm80_kernel", {}),  # cp.async + mma.sync
+    # (not timed yet) the row sums of P per lane, as the Hopper kernel's lane_sums
+    "sm80 lane sums": ("attention_sm80", "attention_sm80_kernel", {"lane_sums": True}),
     # one exponential of P in k on the FMA pipe (FlashAttention-4's emulation)
     **{f"ws e{k}": ("attention", "attention_ws_kernel", {"ex2_emulation": k}) for k in (3, 4, 6)},
     # causal on a persistent grid: a CTA takes query blocks p and blocks - 1 - p of a head

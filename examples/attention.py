@@ -418,7 +418,8 @@ def attention_ws_kernel(
     ``lane_sums``; without them it was 0.5-2% slower there). ``lane_sums``: each lane
     keeps its part of its rows' sums of P over the block and the quad's two shuffles add
     them once at the end, as FlashAttention-3 does, instead of once a key tile (None: but
-    with two consumers at head dim 64 and at head dim 128 off the persistent grid; on an
+    with two consumers at head dim 64 and non-causal at head dim 128 off the persistent
+    grid; on an
     H200 +0.6-4% at S 1024-16384, the most at 1,024 x 128, and slower at causal 4,096 x
     64 by 2% and at 16,384 x 128 by 0.2-1.8%)."""
     kv_heads = heads if kv_heads is None else kv_heads
@@ -473,8 +474,9 @@ def attention_ws_kernel(
     stages, split_kv = rings_of(o_buffer)
     registers = REGISTERS[consumers] if registers is None else registers
     if lane_sums is None:  # where it measured faster (an H200): not with two consumers at
-        # head dim 64 (causal to 4,096 rows), nor at head dim 128 off the persistent grid
-        lane_sums = not (d == 64 and consumers == 2) and not (d == 128 and not persistent)
+        # head dim 64 (causal to 4,096 rows), nor non-causal at head dim 128 off the
+        # persistent grid (8,192 rows and more)
+        lane_sums = not (d == 64 and consumers == 2 or d == 128 and not (persistent or causal))
     group = heads // kv_heads
     scale = LOG2E / math.sqrt(d)
     acc_s = fragments.wgmma_accumulator_layout(bn, 1)

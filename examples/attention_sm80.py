@@ -114,6 +114,7 @@ def attention_sm80_kernel(
     block_n: int | None = None,
     q_in_registers: bool | None = None,
     stages: int | None = None,
+    lane_sums: bool = False,
 ):
     """The kernel for ``heads`` (B*H) query heads of ``seq`` rows, head dim ``d``, and
     ``kv_heads`` key/value heads (query head ``h`` reads key/value head ``h / (heads /
@@ -134,7 +135,9 @@ def attention_sm80_kernel(
     2 at head dim 64 (1.096 against 1.058) and causal head dim 128 (1.059 against 0.965). ``omit`` breaks
     it for the tests' negative controls: ``"wait"`` drops the ``cp.async.wait_group``
     before a tile is read, ``"barrier"`` the CTA barrier after it (a warp may refill the
-    stage another still reads), ``"rescale"`` drops ``O = O alpha``."""
+    stage another still reads), ``"rescale"`` drops ``O = O alpha``. ``lane_sums``: each lane keeps its part of its rows' sums of
+    P over the block (``fragments.mma_rows_layout``) and the quad's shuffles add them once
+    at the end, as examples/attention.py's ``lane_sums`` (not timed yet on this kernel)."""
     kv_heads = heads if kv_heads is None else kv_heads
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
@@ -162,6 +165,7 @@ def attention_sm80_kernel(
     (acc_o, q_frag, _), _ = fragments.mma_fragments(mt, d // 8, d // 16)  # O, Q
     v_frag = fragments.mma_fragments(mt, d // 8, 1)[0][2]  # 16 x d: one k16 step of V
     rows = fragments.mma_row_vector_layout(mt)
+    parts = fragments.mma_rows_layout(mt)
     qbs, kts = -(-seq // BM), -(-seq // BN)
     q_tail, k_tail = seq % BM, seq % BN
     q_at, k_at = 0, BM * d  # elements of the pool: Q, K[stages], V[stages]
@@ -247,6 +251,8 @@ def attention_sm80_kernel(
         alpha = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
         l_sum = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
         l_tile = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
+        l_parts = T.alloc_buffer((WM, 4), "float32", scope="local", layout=parts)
+        l_run = T.meta_var(l_parts if lane_sums else l_sum)  # the running sums
         qb = T.meta_var(qbs - 1 - bx if causal else bx)  # causal: the longest blocks first
         q0 = T.meta_var(qb * BM)
         kv = T.meta_var(h // group)
@@ -273,7 +279,7 @@ def attention_sm80_kernel(
             Tx.warp.copy(Q_r[:, :], Q_s[r0 : r0 + WM, :])
         Tx.warp.fill(O_r[:, :], T.float32(0.0))
         Tx.warp.fill(m_old[:, :], T.float32(-math.inf))
-        Tx.warp.fill(l_sum[:, :], T.float32(0.0))
+        Tx.warp.fill(l_run[:, :], T.float32(0.0))
         for t in T.serial(n_tiles):
             if stages == 2:
                 if wait:  # tile t is in (the group of the previous iteration)
@@ -304,7 +310,7 @@ def attention_sm80_kernel(
                 if t == kts - 1:
                     Tx.warp.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
                                    lambda i, j: t * BN + j < seq)  # noqa: B023
-            hopper.online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_sum, l_tile, scale,
+            hopper.online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_run, l_tile, scale,
                                   rescale, Tx.warp)
             if stages == 1:
                 if wait:  # V of tile t is in
@@ -321,7 +327,8 @@ def attention_sm80_kernel(
             values(O_r, P16, V_s, V_f, t % stages)
         # O / l and the LSE, through shared memory (Q's stage: no warp reads it any more
         # once every warp is past the barrier)
-        hopper.finish(O_r, O16, m_old, l_sum, l_tile, scale, Tx.warp)
+        hopper.finish(O_r, O16, m_old, l_sum, l_tile, scale, Tx.warp,
+                      l_parts if lane_sums else None)
         T.cuda.cta_sync()
         Tx.warp.copy(Q_s[r0 : r0 + WM, :], O16[:, :])
         Tx.warp.copy(lse_s[r0 : r0 + WM, :], l_tile[:, :])

@@ -37,3 +37,17 @@ def test_each_kernel_lacks_what_its_name_says(bench, name):
     lost = {"no row max": "max", "no row sum": "sum", "no exp2": "exp2"}.get(name)
     for op in ("max", "sum", "exp2"):
         assert ops.get(op, 0) == whole[op] - (2 if op == lost else 0), op
+
+
+def test_the_copy_of_softmax_rows_with_nothing_left_out_is_the_examples(bench):
+    """The bench's copy of ``softmax_rows`` (taken with a piece name that removes nothing)
+    lowers to the same calls and plans as the example's own, so it has not drifted; the
+    control: with the row max left out the sequence differs."""
+
+    def calls(left_out):
+        func = bench.example_without(left_out).attention_ws_kernel(2, 256, 128)
+        return [(r.op, r.variant, str(r.plan)) for r in explain(func, "sm_90a")]
+
+    whole = calls(())
+    assert calls(("nothing",)) == whole
+    assert calls(("max",)) != whole

@@ -83,9 +83,13 @@ def mma_row_vector_layout(m_tiles: int = 1) -> Any:
     return TileLayout(S[(m_tiles, 2, 8) : (2, 1, 4 @ laneid)] + R[4 : 1 @ laneid])
 
 
-def mma_rows_layout() -> Any:
+def mma_rows_layout(m_tiles: int = 1) -> Any:
     """Row statistics of the accumulator in TVM's partial form: 16 x 4, column c in the
-    lanes with lane % 4 == c (each lane its own partial; reduce over the 4 after)."""
+    lanes with lane % 4 == c (each lane its own partial; reduce over the 4 after). Over
+    ``m_tiles`` m16 tiles (``16 m_tiles`` x 4): row ``16 i + g (+ 8)`` in registers ``2 i
+    (+ 1)``, as :func:`mma_row_vector_layout` places them."""
+    if m_tiles > 1:
+        return TileLayout(S[(m_tiles, 2, 8, 4) : (2, 1, 4 @ laneid, 1 @ laneid)])
     red_atom = TileLayout(S[(1, 1) : (1, 1)])
     warp_layout = TileLayout(S[(8, 4) : (4 @ laneid, 1 @ laneid)])
     red_warp_atom = red_atom.tile(warp_layout, (8, 4), (1, 1))

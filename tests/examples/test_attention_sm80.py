@@ -115,6 +115,23 @@ def test_a_missing_wait_or_barrier_is_named_by_the_simulator(omit, expect, stage
         sim.run(func, args, target="sm_80")
 
 
+@pytest.mark.parametrize("block_m", [64, 128], ids=["16-rows-a-warp", "32-rows-a-warp"])
+def test_lane_sums_shuffle_once_a_block_and_equal_numpy(block_m):
+    """``lane_sums``: the tiles' row sums of P stay each lane's part (one m16 tile a warp,
+    or two) and the finish adds the quad's parts; the control: without, every tile's sum
+    shuffles. Causal over a ragged length, equal to float64."""
+    args = attention.inputs(1, 200, 64, seed=7)
+    for lane_sums in (True, False):
+        func = attention.attention_sm80_kernel(1, 200, 64, causal=True, block_m=block_m,
+                                               block_n=64, lane_sums=lane_sums)  # fmt: skip
+        sums = [r for r in explain(func, "sm_80") if r.op == "sum"]
+        shuffled = [r for r in sums if "shfl.xor 1/2" in r.plan["schedule"]]
+        assert (len(sums), len(shuffled)) == ((2, 1) if lane_sums else (1, 1))
+        if lane_sums:
+            out = sim.run(func, args, target="sm_80", pipeline=STRICT)
+            assert attention.close(out[3], out[4], *args[:3], causal=True) is None
+
+
 def test_a_dropped_rescale_is_caught_by_the_comparison():
     args = attention.inputs(1, 192, 64, seed=2)
     out = sim.run(attention.attention_sm80_kernel(1, 192, 64, omit="rescale"), args,
