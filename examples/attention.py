@@ -419,9 +419,8 @@ def attention_ws_kernel(
     keeps its part of its rows' sums of P over the block and the quad's two shuffles add
     them once at the end, as FlashAttention-3 does, instead of once a key tile (None: but
     with two consumers at head dim 64 and non-causal at head dim 128 off the persistent
-    grid; on an
-    H200 +0.6-4% at S 1024-16384, the most at 1,024 x 128, and slower at causal 4,096 x
-    64 by 2% and at 16,384 x 128 by 0.2-1.8%)."""
+    grid; on an H200 +0.6-4% at S 1024-16384, the most at 1,024 x 128, and slower at
+    causal 4,096 x 64 by 2% and at 16,384 x 128 by 0.2-1.8%)."""
     kv_heads = heads if kv_heads is None else kv_heads
     e2e = 0 if ex2_emulation is None else ex2_emulation
     block_n = (80 if d == 256 else 128) if block_n is None else block_n

@@ -135,9 +135,10 @@ def attention_sm80_kernel(
     2 at head dim 64 (1.096 against 1.058) and causal head dim 128 (1.059 against 0.965). ``omit`` breaks
     it for the tests' negative controls: ``"wait"`` drops the ``cp.async.wait_group``
     before a tile is read, ``"barrier"`` the CTA barrier after it (a warp may refill the
-    stage another still reads), ``"rescale"`` drops ``O = O alpha``. ``lane_sums``: each lane keeps its part of its rows' sums of
-    P over the block (``fragments.mma_rows_layout``) and the quad's shuffles add them once
-    at the end, as examples/attention.py's ``lane_sums`` (not timed yet on this kernel)."""
+    stage another still reads), ``"rescale"`` drops ``O = O alpha``. ``lane_sums``: each
+    lane keeps its part of its rows' sums of P over the block
+    (``fragments.mma_rows_layout``) and the quad's shuffles add them once at the end, as
+    examples/attention.py's ``lane_sums`` (not timed yet on this kernel)."""
     kv_heads = heads if kv_heads is None else kv_heads
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
