@@ -19,17 +19,19 @@ from tvm.tirx.layout import (
     TCol,
     TileLayout,
     TLane,
+    laneid,
     tcgen05_atom_layout,
     tid_in_wg,
     tmem_datapath_layout,
     wg_local_layout,
+    wid_in_wg,
 )
 
 import tirx_cuda_dispatch as tcd
 import tirx_cuda_dispatch.copy_async  # noqa: F401  (registers the variant)
 from executors import WHERE_SM100, execute
 from tirx_cuda_dispatch import runtime, sim, toolchain
-from tirx_cuda_dispatch.isa.tcgen05 import SHAPES
+from tirx_cuda_dispatch.isa.tcgen05 import DATAPATHS, SHAPES
 from tirx_cuda_dispatch.layout.tmem import datapath_b_layout, half_warp_layout
 from tirx_cuda_dispatch.resources import Completion
 from tirx_cuda_dispatch.sim import SimError
@@ -232,6 +234,50 @@ def test_fragment_table_matches_tcgen05_atom_layout(shape):
             at = {str(k): int(v) for k, v in layout.apply(r, c, shape=(64, cols)).items()}
             lane, col = atom.fragment(at["laneid"], at["m"])
             assert (16 * at["wid_in_wg"] + lane, col) == (r, c)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_shape_cells_match_the_simulators_fragments(shape):
+    """isa's element function of each shape, at every .num, against the simulator's
+    fragments (written from the ISA apart from isa/ and layout/)."""
+    atom = SHAPES[shape]
+    for num in atom.split(atom.max_num * 2 - 1):
+        lane, reg = np.meshgrid(np.arange(32), np.arange(num * atom.regs_per_num), indexing="ij")
+        got = np.stack(np.broadcast_arrays(*atom.cell(lane, reg)), axis=-1)
+        want = sim.fragments.tcgen05_fragment_map(shape, num)
+        assert np.array_equal(got, want), (shape, num)
+
+
+@pytest.mark.parametrize("datapath, rows", [("D", 128), ("F", 64), ("B", 64), ("E", 64)])
+def test_datapath_places_match_tvm_datapath_layouts(datapath, rows):
+    """isa's place of each data path against TVM's ``tmem_datapath_layout`` (E has B's)."""
+    path = DATAPATHS["B" if datapath == "E" else datapath]
+    cols = 16
+    layout = tmem_datapath_layout(datapath, rows, cols)
+    for r in range(rows):
+        for c in range(cols):
+            at = {str(k): int(v) for k, v in layout.apply(r, c, shape=(rows, cols)).items()}
+            assert (at.get("TLane", 0), at.get("TCol", 0)) == path.place(r, c, cols)
+
+
+def test_declines_registers_out_of_the_fragments_order_naming_the_element():
+    """The .16x256b tile with each row pair's halves and column pairs swapped in the
+    registers (every register in use, the data placed elsewhere): the fit names the first
+    element the instructions would move to another TMEM cell."""
+    swapped = TileLayout(
+        S[(4, 2, 2, 8, 1, 4, 2) : (1 @ wid_in_wg, 4, 1, 4 @ laneid, 4, 1 @ laneid, 2)]
+    )
+    [st] = _reasons(roundtrip("float32", 128, 8, st_layout=swapped), calls=[0])
+    assert "matches no tcgen05 fragment of datapath D" in st
+    assert st.endswith(
+        ".16x256b: src A_frag: element (0, 1) is in thread 0 register 2, where the "
+        "instructions move TMEM lane, column (8, 0); the tile has it at (0, 1)"
+    ), st
+    # The control: the fragment's own order is taken.
+    atom = tcgen05_atom_layout("16x256b", (128, 8), "float32")
+    assert [p["shape"] for p in _plans(roundtrip("float32", 128, 8, st_layout=atom))][0] == (
+        "16x256b"
+    )
 
 
 # -- the emitted instructions, simulated against both layouts -----------------------------

@@ -11,16 +11,15 @@ section 9.7.16.8.3/4, shapes 9.7.16.2.3.1. The TMEM layout must be the data-path
 (9.7.16.10.5) the fragment reads: D (128 rows, lane = row), F (64 rows, 16 lanes of each
 warp's chunk) or B (64 rows of a ``.cta_group::2`` M=128 accumulator, the column halves
 on lanes 0-63 and 64-127; E has the same layout). The register layout picks the shape:
-on D and F it is compared with TVM's ``tcgen05_atom_layout`` for ``.16x256b``,
-``.16x128b``, ``.16x64b`` (widest first), then with the half-warp ``.16x32bx2`` fragment,
-and on D falls back to ``.32x32b`` (a thread owns one row); on B it must be B's
-``.32x32b`` image (thread ``t`` owns TMEM lane ``t``). A 128-row ``.16x*`` fragment
-spans two 16-lane slabs of each warp's TMEM chunk, so every warp issues twice (lane +0
-and +16); a column window of a wider fragment keeps the wider fragment's register
-distance between the slabs. 16-bit elements are either dense (two per 32-bit cell) or
+on D and F the first of ``.16x256b``, ``.16x128b``, ``.16x64b`` (widest first), the
+half-warp ``.16x32bx2`` and, on D, ``.32x32b`` (a thread owns one row) whose instructions
+move every element between its register and its TMEM cell; on B only ``.32x32b`` (thread
+``t`` owns TMEM lane ``t``). A 128-row ``.16x*`` fragment spans two 16-lane slabs of each
+warp's TMEM chunk, so every warp issues twice (lane +0 and +16); a column window of a
+wider fragment keeps the wider fragment's register distance between the slabs. 16-bit elements are either dense (two per 32-bit cell) or
 one per cell, which takes ``.pack::16b`` / ``.unpack::16b``. A fragment wider than one
 instruction's 128 registers is split into several instructions. The shapes and data paths
-are records in ``isa/tcgen05.py``; ``layout/tmem.py`` matches the layouts against them.
+are records in ``isa/tcgen05.py``; ``layout/tmem.py`` fits the layouts onto them.
 
 Completion is the caller's: no ``tcgen05.wait::ld`` / ``wait::st`` is emitted, so
 several copies can be in flight. Read the registers of a load only after
@@ -224,27 +223,15 @@ def plan(call: TileCall) -> Tcgen05Plan:
     with call.target:  # canonical layouts resolve thread axes for the target
         reg_layout, reg_off = operand_window(reg)
         tmem_layout, tmem_off = operand_window(tmem)
-        path, pack, lane, col = match_datapath(tmem, tmem_layout, tmem_off, rows, cols)
-        shape, stride = match_fragment(reg, reg_layout, path, rows, cols)
-    atom = SHAPES[shape]
-    slabs = rows // atom.rows_per_issue if atom.rows_per_issue < 128 else 1
-    regs_per_slab = rows * cols * bits // (32 * 128 * slabs)
-    slab_stride = None
-    if stride is not None:
-        check(
-            stride * bits % 32 == 0 and stride * bits // 32 >= regs_per_slab,
-            f"{reg.role} {reg.name}: its second 16-lane slab starts {stride} {reg.dtype} after "
-            f"the first, inside the first's {regs_per_slab} registers or within a register",
-        )
-        slab_stride = stride * bits // 32
-    units = regs_per_slab // atom.regs_per_num
-    split = units * atom.cols_per_num * (2 if pack else 1) if atom.accesses == 2 else 0
+        path, pack, lane, col, places = match_datapath(tmem, tmem_layout, tmem_off, rows, cols)
+        program = match_fragment(reg, reg_layout, path, places, rows, cols, pack)
+    atom = program.shape
     loops = getattr(call.ctx, "var_range_map", None) or {}  # loop variable -> Range
     return Tcgen05Plan(
         direction="ld" if src.memory == "tmem" else "st",
-        shape=shape,
-        nums=atom.split(units),
-        slabs=slabs,
+        shape=atom.name,
+        nums=atom.split(program.units),
+        slabs=program.slabs,
         pack=pack,
         dtype=reg.dtype,
         rows=rows,
@@ -252,8 +239,8 @@ def plan(call: TileCall) -> Tcgen05Plan:
         lane_offset=lane,
         col_offset=col,
         reg_offset=register_offset(reg, reg_off, loops),
-        split_offset=split,
-        slab_stride=slab_stride,
+        split_offset=program.split,
+        slab_stride=None if program.slab_words == program.regs_per_slab else program.slab_words,
     )
 
 

@@ -1,14 +1,17 @@
 """tcgen05.ld / tcgen05.st as data: the instruction shapes and the tensor-memory data paths.
 
 PTX ISA 9.2 numbering: shapes and their fragments 9.7.16.2.3.1, data-path layouts
-9.7.16.10.5, the instructions 9.7.16.8.3/4 (Table 49 bounds ``.num``). Matching TVM
-layouts against these records is ``layout/tmem.py``'s job.
+9.7.16.10.5, the instructions 9.7.16.8.3/4 (Table 49 bounds ``.num``). Each record has its
+element function: a shape's :meth:`Tcgen05Shape.cell` (which TMEM cell a lane's register
+moves), a data path's ``place`` (which TMEM lane and column a tile element lies at).
+Fitting TVM layouts onto them is ``layout/tmem.py``'s job (through ``layout/fit.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 # Families whose PTX has tcgen05 (NVRTC 13 accepts exactly these with an a/f suffix;
 # sm_120 Blackwell has no tensor memory).
@@ -33,7 +36,7 @@ class Tcgen05Shape:
     accesses: int  # 2 for .16x32bx2 (one per half-warp), else 1
     rows_per_issue: int  # rows of a warpgroup tile that one issue of the four warps covers
     ptx: str  # where the PTX ISA (9.2 numbering) draws its fragment
-    fragment: Callable[[int, int], tuple[int, int]]
+    fragment: Callable[[Any, Any], tuple[Any, Any]]
 
     @property
     def regs_per_num(self) -> int:
@@ -48,6 +51,14 @@ class Tcgen05Shape:
     def max_num(self) -> int:
         return MAX_REGS_PER_INSTRUCTION // self.regs_per_num
 
+    def cell(self, t: Any, r: Any) -> tuple[Any, Any]:
+        """(lane, 32-bit column) of register ``r`` of lane ``t`` in one ``.xN`` instruction,
+        relative to its address: ``.xN`` repeats the ``.x1`` fragment N times along the
+        columns (9.7.16.2.3.1). Works on ints and on numpy arrays alike."""
+        per = self.regs_per_num
+        lane, col = self.fragment(t, r % per)
+        return lane, col + (r // per) * self.cols_per_num
+
     def split(self, units: int) -> tuple[int, ...]:
         """The ``.num`` of each instruction that moves ``units`` .num units: ``.num`` is a
         power of two of at most :attr:`max_num`, so the fewest such, widest first."""
@@ -57,24 +68,25 @@ class Tcgen05Shape:
         return tuple(nums)
 
 
-# Fragment figures as formulas: ``t`` is the lane id in the warp, ``r`` the register.
-def _frag_32x32b(t: int, r: int) -> tuple[int, int]:
+# Fragment figures as formulas: ``t`` is the lane id in the warp, ``r`` the register (ints
+# or numpy arrays; a caller broadcasts the results).
+def _frag_32x32b(t: Any, r: Any) -> tuple[Any, Any]:
     return t, r
 
 
-def _frag_16x64b(t: int, r: int) -> tuple[int, int]:
+def _frag_16x64b(t: Any, r: Any) -> tuple[Any, Any]:
     return t // 4 + 8 * (t % 2), t // 2 % 2 + 2 * r
 
 
-def _frag_16x128b(t: int, r: int) -> tuple[int, int]:
+def _frag_16x128b(t: Any, r: Any) -> tuple[Any, Any]:
     return t // 4 + 8 * (r % 2), t % 4 + 4 * (r // 2)
 
 
-def _frag_16x256b(t: int, r: int) -> tuple[int, int]:
+def _frag_16x256b(t: Any, r: Any) -> tuple[Any, Any]:
     return t // 4 + 8 * (r // 2 % 2), r % 2 + 2 * (t % 4) + 8 * (r // 4)
 
 
-def _frag_16x32bx2(t: int, r: int) -> tuple[int, int]:
+def _frag_16x32bx2(t: Any, r: Any) -> tuple[Any, Any]:
     return t % 16, r  # lanes 16-31 read at the address + immHalfSplitoff
 
 
@@ -104,6 +116,21 @@ class Datapath:
     fragments: tuple[str, ...]  # shapes whose register tile reads this layout, tried in order
     ptx: str
     placement: str  # the figure in words, for decline reasons
+    # (row, column, the tile's columns N) -> (lane, column) from the tile's first lane and
+    # column, the column in elements: the figure as a formula
+    place: Callable[[Any, Any, int], tuple[Any, Any]]
+
+
+def _place_d(r: Any, c: Any, n: int) -> tuple[Any, Any]:
+    return r, c
+
+
+def _place_f(r: Any, c: Any, n: int) -> tuple[Any, Any]:
+    return 32 * (r // 16) + r % 16, c
+
+
+def _place_b(r: Any, c: Any, n: int) -> tuple[Any, Any]:
+    return r + 64 * (c // (n // 2)), c % (n // 2)
 
 
 DATAPATHS = {
@@ -116,6 +143,7 @@ DATAPATHS = {
             ("16x256b", "16x128b", "16x64b", "16x32bx2", "32x32b"),
             "9.7.16.10.5.4",
             "row r at lane r",
+            _place_d,
         ),
         Datapath(
             "F",
@@ -124,6 +152,7 @@ DATAPATHS = {
             ("16x256b", "16x128b", "16x64b", "16x32bx2"),
             "9.7.16.10.5.6",
             "row r at lane 32*(r//16) + r%16, +16 for the upper half",
+            _place_f,
         ),
         Datapath(
             "B",
@@ -132,6 +161,7 @@ DATAPATHS = {
             ("32x32b",),
             "9.7.16.10.5.2",
             "row r, column c at lane r + 64*(c // (N/2)), column c % (N/2)",
+            _place_b,
         ),
     )
 }

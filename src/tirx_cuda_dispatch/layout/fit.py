@@ -13,6 +13,9 @@ and names the first misplaced element where the answer is no. For the matrix loa
 (ldmatrix, stmatrix), whose lanes supply row addresses, it fits the m8n8 fragment onto
 the shared offsets the register layout induces (:func:`matrix_rows`) and writes each
 instruction's row addresses as a mixed radix of the thread index (:func:`mixed_radix`).
+For the tensor-memory copies (tcgen05.ld / st), whose registers move cells of a tile that
+lies elsewhere, it fits the instructions' program onto the register tile and the placed
+tile at once (:func:`program_misfit`).
 
 It reads tables and views, not the call model (:meth:`Holders.of_view` builds the table
 from a register tile's view).
@@ -196,4 +199,41 @@ def matrix_rows(
         f"lane {ln} (warp {w}) holds shared offsets {int(pair[0])}, {int(pair[1])} in "
         f"register word {k}, where the fragment puts {want} (element ({r}, {c}) of a "
         f"matrix whose rows are {row_elems} contiguous elements)"
+    )
+
+
+# -- programs between registers and a placed tile (tcgen05.ld / st) -----------------------
+def program_misfit(
+    holders: Holders,
+    where: tuple[np.ndarray, np.ndarray],
+    moves: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    cols: int,
+    places: str,
+) -> str | None:
+    """Fit an instruction program onto a register tile (``holders``, registers counted
+    from the fragment's first) and the tile it moves to or from (element ``e`` lies at
+    ``where[0][e], where[1][e]``). ``moves(t, r)``: for thread ``t``'s register ``r``,
+    (whether the program moves it, and where to). None where every element's holder and
+    register are where the program moves it: the program then moves exactly the tile
+    when it moves as many elements as the tile has. Else why not, naming the first
+    misplaced element by its (row, column) in a tile of ``cols`` columns and the
+    ``places`` (``"TMEM lane, column"``) both sides give it."""
+    unit = holders.unit
+    free = np.nonzero(holders.thread < 0)[0]
+    if len(free):
+        row, col = divmod(int(free[0]), cols)
+        return f"{holders.name}: element ({row}, {col}) is held by no {unit}"
+    t, r = holders.thread, holders.reg
+    valid, a, b = moves(t, r)
+    bad = ~valid | (a != where[0]) | (b != where[1])
+    if not bad.any():
+        return None
+    e = int(np.argmax(bad))
+    row, col = divmod(e, cols)
+    seen = f"{holders.name}: element ({row}, {col}) is in {unit} {int(t[e])} register {int(r[e])}"
+    if not valid[e]:
+        return f"{seen}, which the instructions do not move"
+    return (
+        f"{seen}, where the instructions move {places} ({int(a[e])}, {int(b[e])}); the tile "
+        f"has it at ({int(where[0][e])}, {int(where[1][e])})"
     )

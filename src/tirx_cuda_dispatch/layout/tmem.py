@@ -1,45 +1,40 @@
-"""TVM layouts against the tcgen05 records (``isa/tcgen05.py``): which data path a
-tensor-memory tile is, which instruction shape a register tile is, and where each starts.
+"""TVM layouts fitted onto the tcgen05 records (``isa/tcgen05.py``): which data path a
+tensor-memory tile is, which instruction shape moves a register tile, and where each
+starts.
 
-Both sides are compared structurally after canonicalization: the candidate layouts are
-TVM's own factories (``tmem_datapath_layout``, ``tcgen05_atom_layout``, ``wg_local_layout``)
-where TVM has one, and :func:`half_warp_layout` / :func:`datapath_b_layout` where it has
-none. A mismatch is a ``Decline`` that names the ISA rule it breaks.
+Both tiles are read as tables: each element's TMEM lane and column, and the thread and
+register that holds it (:func:`axis_table`). The data path is the one whose element
+function (``Datapath.place``) gives the TMEM tile's places; the shape is the first of the
+data path's, widest first, whose instructions (:class:`Program`, over ``Tcgen05Shape.cell``)
+move every element between its register and its TMEM cell (``layout/fit.py``'s
+:func:`.fit.program_misfit`). A mismatch is a ``Decline`` that names the ISA rule it
+breaks, or the first misplaced element. :func:`half_warp_layout` and
+:func:`datapath_b_layout` are register tiles TVM has no factory for, for authors.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import tvm
-import tvm_ffi
 from tvm import sym
-from tvm.tirx.layout import (
-    Iter,
-    S,
-    TCol,
-    TileLayout,
-    TLane,
-    tcgen05_atom_layout,
-    tmem_datapath_layout,
-    wg_local_layout,
-)
+from tvm.tirx.layout import S, TileLayout
 from tvm.tirx.layout import laneid as axis_laneid
 from tvm.tirx.layout import tid_in_wg as axis_tid_in_wg
 from tvm.tirx.layout import wid_in_wg as axis_wid_in_wg
 
 from ..errors import Decline, check
 from ..irfacts import as_int
-from ..isa.tcgen05 import DATAPATHS, SHAPES, Datapath
+from ..isa.tcgen05 import DATAPATHS, SHAPES, Datapath, Tcgen05Shape
+from .atoms import mixed_radix_digits
+from .fit import Holders, program_misfit
 from .view import TileView
 
 
 def _text(layout: Any) -> str:
     return str(layout).replace("T.", "")
-
-
-def _same(a: Any, b: Any) -> bool:
-    return bool(tvm_ffi.structural_equal(a.canonicalize(), b))
 
 
 def operand_window(o: TileView) -> tuple[Any, dict[str, Any]]:
@@ -83,58 +78,127 @@ def datapath_b_layout(cols: int) -> TileLayout:
     return TileLayout(S[(64, 2, cols // 2) : (1 @ axis_tid_in_wg, 64 @ axis_tid_in_wg, 1)])
 
 
-def _register_candidate(shape: str, datapath: str, rows: int, cols: int, dtype: str):
-    """The register layout of ``shape`` over a ``rows x cols`` tile, or None where the
-    shape's column factor or ``.num`` range does not fit ``cols``."""
-    bits = tvm.runtime.DataType(dtype).bits
-    if shape == "32x32b":
-        return datapath_b_layout(cols) if datapath == "B" else wg_local_layout(cols)
-    if shape == "16x32bx2":
-        ok = cols % 2 == 0 and (cols // 2) * bits % 32 == 0
-        return half_warp_layout(rows, cols) if ok else None
-    try:
-        return tcgen05_atom_layout(shape, (rows, cols), dtype)
-    except ValueError:
+def axis_table(layout: TileLayout, what: str) -> dict[str, np.ndarray]:
+    """Each element's coordinate along each axis of a bare tile layout (no offset), by the
+    element's row-major index: ``{"TLane": ..., "TCol": ...}`` for tensor memory, ``{"m":
+    ..., "laneid": ...}`` for registers. A replicated or non-constant layout declines."""
+    iters = [(as_int(it.extent), as_int(it.stride), str(it.axis.name)) for it in layout.shard]
+    if list(layout.replica) or any(e is None or st is None for e, st, _ in iters):
+        raise Decline(f"{what}: layout {_text(layout)} is replicated or not constant")
+    table: dict[str, np.ndarray] = {}
+    for digit, (_, stride, axis) in zip(
+        mixed_radix_digits([e for e, _, _ in iters]), iters, strict=True
+    ):
+        table[axis] = table.get(axis, 0) + digit * stride
+    return table
+
+
+# Thread axes a warpgroup's register tile may name, and their step in the thread index.
+WARPGROUP_AXES = {"laneid": 1, "wid_in_wg": 32, "tid_in_wg": 1}
+
+
+def register_holders(reg: TileView, layout: TileLayout, rows: int, cols: int) -> Holders:
+    """Which thread of the warpgroup holds each element of the window, in which register
+    (counted from the window's first): the window's bare layout read as a table."""
+    table = axis_table(layout, f"{reg.role} {reg.name}")
+    size = rows * cols
+    thread = np.zeros(size, dtype=np.int64)
+    for axis, values in table.items():
+        if axis == "m":
+            continue
+        if axis not in WARPGROUP_AXES:
+            raise Decline(
+                f"{reg.role} {reg.name}: register layout {_text(layout)} names thread axis "
+                f"{axis}; a warpgroup's tile names {', '.join(WARPGROUP_AXES)}"
+            )
+        thread = thread + values * WARPGROUP_AXES[axis]
+    reg_index = np.broadcast_to(table.get("m", 0), (size,)).astype(np.int64)
+    return Holders(f"{reg.role} {reg.name}", "thread", np.broadcast_to(thread, (size,)), reg_index)
+
+
+@dataclass(frozen=True)
+class Program:
+    """What a warpgroup issues for a tile of ``rows`` rows, one shape: each warp reaches
+    its 32 TMEM lanes (9.7.16.8.1), once per 16-lane slab for a 128-row ``.16x*`` tile,
+    with ``units`` .num units a slab (as one or more instructions, widest first: the
+    registers and columns follow on from one to the next). Registers: a slab's run from
+    its first, slab 1 ``slab_words`` 32-bit registers after slab 0's first. Columns: in
+    32-bit cells; ``.16x32bx2``'s upper half-warp adds ``split`` cells; packed 16-bit
+    elements sit one to a cell, the low half."""
+
+    shape: Tcgen05Shape
+    slabs: int
+    units: int
+    per: int  # elements per 32-bit register
+    pack: bool
+    slab_words: int
+
+    @property
+    def regs_per_slab(self) -> int:
+        return self.units * self.shape.regs_per_num
+
+    @property
+    def split(self) -> int:
+        if self.shape.accesses != 2:
+            return 0
+        return self.units * self.shape.cols_per_num * (2 if self.pack else 1)
+
+    def moves(self, t: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(moved, TMEM lane, TCol in elements) of thread ``t``'s register element ``r``,
+        both from the tile's first lane and column."""
+        warp, lane = t // 32, t % 32
+        word, half = r // self.per, r % self.per
+        slab = (word >= self.slab_words).astype(np.int64) if self.slabs == 2 else 0 * word
+        k = word - slab * self.slab_words
+        moved = (t >= 0) & (t < 128) & (r >= 0) & (k >= 0) & (k < self.regs_per_slab)
+        at_lane, cell = np.broadcast_arrays(*self.shape.cell(lane, np.maximum(k, 0)))
+        upper = self.split * (lane >= 16)
+        if self.pack:
+            col = (2 * cell + half + upper) * self.per
+        else:
+            col = (cell + upper) * self.per + half
+        return moved, 32 * warp + 16 * slab + at_lane, col
+
+
+def _program(
+    shape: Tcgen05Shape, rows: int, cols: int, bits: int, pack: bool, holders: Holders
+) -> Program | None:
+    """The program of ``shape`` over the tile, or None where the tile is not a whole
+    number of its .num units. Slab 1's first register is the one holding row 16, column 0
+    (where thread 0's first register of slab 1 moves): read off the register tile."""
+    slabs = rows // shape.rows_per_issue if shape.rows_per_issue < 128 else 1
+    words, rest = divmod(rows * cols * bits, 32 * 128 * slabs)
+    units, part = divmod(words, shape.regs_per_num)
+    if rest or part or units == 0:
         return None
+    per = 32 // bits
+    slab_words = words
+    if slabs == 2 and holders.thread[16 * cols] == 0 and holders.reg[16 * cols] % per == 0:
+        slab_words = int(holders.reg[16 * cols]) // per
+    return Program(shape, slabs, units, per, pack, slab_words)
 
 
-def _with_slab_stride(layout: TileLayout, stride: int) -> TileLayout:
-    """A 128-row ``.16x*`` tile with its second slab ``stride`` elements after the first:
-    the slab is the iterator right after ``wid_in_wg`` (``tcgen05_atom_layout`` and
-    :func:`half_warp_layout` both put it there)."""
-    iters = list(layout.shard)
-    slab = iters[1]
-    assert str(slab.axis.name) == "m" and as_int(slab.extent) == 2, _text(layout)
-    iters[1] = Iter(2, stride, slab.axis)
-    return TileLayout.from_iters(iters, list(layout.replica), {})
-
-
-def _slab_stride(layout: TileLayout, rows: int, cols: int) -> int | None:
-    """The register distance (in elements) between the two slabs a 128-row window keeps:
-    row 16 is slab 1 of warp 0, lane 0, column 0. A column window of a wider fragment keeps
-    the wider fragment's distance, so the window is not itself an atom layout."""
-    if rows != 128:
-        return None
-    at = {str(k): v for k, v in layout.apply(16, 0, shape=(rows, cols)).items()}
-    return as_int(at.get("m"))
-
-
-def match_fragment(reg: TileView, layout: Any, path: Datapath, rows: int, cols: int):
-    """(shape, slab stride in elements or None) of the register tile on datapath ``path``:
-    the first of the datapath's fragments, widest first, whose register tile it is."""
-    tried = []
-    stride = _slab_stride(layout, rows, cols)
+def match_fragment(
+    reg: TileView, layout: Any, path: Datapath, places: tuple, rows: int, cols: int, pack: bool
+) -> Program:
+    """The program of the first of the datapath's shapes, widest first, that fits the
+    register tile (``layout``, the window's bare layout) onto the TMEM tile (``places``:
+    each element's TMEM lane and column), or a decline naming the first misplaced
+    element of the widest shape tried."""
+    holders = register_holders(reg, layout, rows, cols)
+    tried, first = [], None
     for name in path.fragments:
-        candidate = _register_candidate(name, path.name, rows, cols, reg.dtype)
-        if candidate is None:
+        program = _program(SHAPES[name], rows, cols, reg.elem_bits, pack, holders)
+        if program is None:
             continue
         tried.append("." + name)
-        if _same(candidate, layout):
-            return name, None
-        if SHAPES[name].rows_per_issue < 128 and rows == 128 and stride is not None:
-            if _same(_with_slab_stride(candidate, stride), layout):
-                return name, stride
-    raise Decline(_no_fragment(reg, layout, path, rows, cols, tried))
+        why = program_misfit(holders, places, program.moves, cols, "TMEM lane, column")
+        if why is None:
+            return program
+        first = first or f".{name}: {why}"
+    raise Decline(
+        _no_fragment(reg, layout, path, rows, cols, tried) + (f"; {first}" if first else "")
+    )
 
 
 def _no_fragment(reg: TileView, layout: Any, path: Datapath, rows: int, cols: int, tried) -> str:
@@ -185,29 +249,38 @@ def register_offset(reg: TileView, offset: dict, loops: Any) -> Any:
 
 
 # -- tensor-memory tiles ----------------------------------------------------------------------
-def _tmem_layout(datapath: str, cols: int, col_stride: int) -> TileLayout | None:
-    """TMEM tile of a datapath; ``col_stride`` 2 puts each 16-bit element in its own
-    32-bit cell (TCol counts elements, two to a cell)."""
-    if datapath == "B" and cols % 2:
-        return None
-    if col_stride == 1:
-        return tmem_datapath_layout(datapath, DATAPATHS[datapath].rows, cols)
-    if datapath == "D":
-        return TileLayout(S[(128, cols) : (1 @ TLane, col_stride @ TCol)])
-    if datapath == "B":
-        return TileLayout(S[(64, 2, cols // 2) : (1 @ TLane, 64 @ TLane, col_stride @ TCol)])
-    return TileLayout(S[(4, 16, cols) : (32 @ TLane, 1 @ TLane, col_stride @ TCol)])
+def tmem_places(tmem: TileView, layout: TileLayout) -> tuple[np.ndarray, np.ndarray]:
+    """(TMEM lane, TCol) of every element of a TMEM tile's bare layout, row-major."""
+    table = axis_table(layout, f"{tmem.role} {tmem.name}")
+    size = int(np.prod([as_int(it.extent) for it in layout.shard]))
+    for axis in table:
+        check(
+            axis in ("TLane", "TCol"),
+            f"{tmem.role} {tmem.name}: TMEM layout {_text(layout)} names axis {axis}; a "
+            "tensor-memory tile names TLane and TCol",
+        )
+    lane, col = (np.broadcast_to(table.get(a, 0), (size,)) for a in ("TLane", "TCol"))
+    return lane, col
 
 
-def _classify(tmem: TileView, layout: Any, rows: int, cols: int) -> tuple[Datapath, bool] | None:
-    """(datapath, pack) of a TMEM window, or None."""
-    strides = (1, 2) if tmem.elem_bits == 16 else (1,)
+def _laid_as(places: tuple, path: Datapath, rows: int, cols: int, stride: int) -> bool:
+    """Whether ``places`` is ``path``'s layout of a ``rows x cols`` tile, columns ``stride``
+    TCol apart (2: one 16-bit element per 32-bit cell)."""
+    if path.name == "B" and cols % 2:
+        return False
+    r, c = np.divmod(np.arange(rows * cols), cols)
+    lane, col = np.broadcast_arrays(*path.place(r, c, cols))
+    return bool(np.array_equal(places[0], lane) and np.array_equal(places[1], col * stride))
+
+
+def _classify(places: tuple, elem_bits: int, rows: int, cols: int):
+    """(datapath, pack) of a TMEM window's element places, or None."""
+    strides = (1, 2) if elem_bits == 16 else (1,)
     for path in DATAPATHS.values():
         if path.rows != rows:
             continue
         for stride in strides:
-            candidate = _tmem_layout(path.name, cols, stride)
-            if candidate is not None and _same(candidate, layout):
+            if _laid_as(places, path, rows, cols, stride):
                 return path, stride == 2
     return None
 
@@ -216,10 +289,16 @@ def _column_window_of_b(tmem: TileView, seen: str, strides: tuple[int, ...]) -> 
     """Why a window of a whole (64, N) datapath B tile is none: its columns sit on half
     the lanes."""
     n = as_int(tmem.shape[1])
-    if as_int(tmem.shape[0]) != 64 or n is None:
+    whole = tmem.buffer.layout
+    if as_int(tmem.shape[0]) != 64 or n is None or not isinstance(whole, TileLayout):
         return None
-    whole = [_tmem_layout("B", n, s) for s in strides]
-    if not any(b is not None and _same(tmem.buffer.layout, b.canonicalize()) for b in whole):
+    try:
+        places = tmem_places(tmem, whole.canonicalize())
+    except Decline:
+        return None
+    if len(places[0]) != 64 * n:
+        return None
+    if not any(_laid_as(places, DATAPATHS["B"], 64, n, s) for s in strides):
         return None
     return (
         f"{seen} is a column window of a datapath B tile (row r, column c at lane "
@@ -228,11 +307,10 @@ def _column_window_of_b(tmem: TileView, seen: str, strides: tuple[int, ...]) -> 
     )
 
 
-def _rows_of_d(layout: Any, offset: dict, seen: str, cols: int, strides) -> str | None:
+def _rows_of_d(places: tuple, offset: dict, seen: str, cols: int, strides) -> str | None:
     """Why 64 rows of a lane = row tile are none: the rows fall outside their warps'
     chunks."""
-    identity = (TileLayout(S[(64, cols) : (1 @ TLane, s @ TCol)]) for s in strides)
-    if not any(_same(i, layout) for i in identity):
+    if not any(_laid_as(places, DATAPATHS["D"], 64, cols, s) for s in strides):
         return None
     lane = as_int(offset.get("TLane", 0))
     at = "r" if lane == 0 else f"{offset.get('TLane')} + r"
@@ -247,13 +325,15 @@ def _rows_of_d(layout: Any, offset: dict, seen: str, cols: int, strides) -> str 
     )
 
 
-def _not_a_datapath(tmem: TileView, layout: Any, offset: dict, rows: int, cols: int) -> str:
+def _not_a_datapath(
+    tmem: TileView, layout: Any, places: tuple, offset: dict, rows: int, cols: int
+) -> str:
     """Why a TMEM window is no data-path layout, with the ISA rule it breaks."""
     seen = f"{tmem.role} {tmem.name}: TMEM layout {_text(layout)} over {tmem.describe}"
     strides = (1, 2) if tmem.elem_bits == 16 else (1,)
     if rows == 64:
         why = _column_window_of_b(tmem, seen, strides)
-        why = why or _rows_of_d(layout, offset, seen, cols, strides)
+        why = why or _rows_of_d(places, offset, seen, cols, strides)
         if why is not None:
             return why
     names = [p for p in DATAPATHS.values() if p.rows == rows]
@@ -267,10 +347,13 @@ def _not_a_datapath(tmem: TileView, layout: Any, offset: dict, rows: int, cols: 
 
 
 def match_datapath(tmem: TileView, layout: Any, offset: dict, rows: int, cols: int):
-    """(datapath, pack, lane offset, 32-bit column offset) of the TMEM tile, or a decline."""
-    found = _classify(tmem, layout, rows, cols)
+    """(datapath, pack, lane offset, 32-bit column offset, the elements' places) of the
+    TMEM tile, or a decline: the window's places are compared with each data path's
+    element function (``isa.tcgen05.Datapath.place``)."""
+    places = tmem_places(tmem, layout)
+    found = _classify(places, tmem.elem_bits, rows, cols)
     if found is None:
-        raise Decline(_not_a_datapath(tmem, layout, offset, rows, cols))
+        raise Decline(_not_a_datapath(tmem, layout, places, offset, rows, cols))
     path, pack = found
     lane = as_int(offset.get("TLane", 0))
     check(
@@ -287,4 +370,4 @@ def match_datapath(tmem: TileView, layout: Any, offset: dict, rows: int, cols: i
         "TMEM cell boundary",
     )
     col = ana.simplify(tvm.tirx.floordiv(col_bits, 32))
-    return path, pack, lane, (as_int(col) if as_int(col) is not None else col)
+    return path, pack, lane, (as_int(col) if as_int(col) is not None else col), places
