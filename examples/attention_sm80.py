@@ -114,7 +114,7 @@ def attention_sm80_kernel(
     block_n: int | None = None,
     q_in_registers: bool | None = None,
     stages: int | None = None,
-    lane_sums: bool = False,
+    lane_sums: bool = True,
 ):
     """The kernel for ``heads`` (B*H) query heads of ``seq`` rows, head dim ``d``, and
     ``kv_heads`` key/value heads (query head ``h`` reads key/value head ``h / (heads /
@@ -138,7 +138,9 @@ def attention_sm80_kernel(
     stage another still reads), ``"rescale"`` drops ``O = O alpha``. ``lane_sums``: each
     lane keeps its part of its rows' sums of P over the block
     (``fragments.mma_rows_layout``) and the quad's shuffles add them once at the end, as
-    examples/attention.py's ``lane_sums`` (not timed yet on this kernel)."""
+    examples/attention.py's ``lane_sums`` (on an H200, 2026-11-29, one run, float16,
+    against the sums added over the quad every tile: head dim 64 +1.5% to +5.6%, 128 and
+    256 -0.4% to +5.2%, within 0.4% where slower); else the sums are added every tile."""
     kv_heads = heads if kv_heads is None else kv_heads
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
