@@ -293,17 +293,23 @@ def _bounds_error(out: Outcome, scanned: Any) -> DispatchError | None:
     error = out.bounds.error() if out.bounds else None
     if error is None or out.chosen is not None or not scanned.may_reach_past_edge():
         return error
-    lines = "".join(
+    return type(error)(f"{error}{_declines(out)}")
+
+
+def _declines(out: Outcome) -> str:
+    """Each variant's reason for declining the call, as lines of an error."""
+    return "".join(
         f"\n  {c.variant} declined: {c.reason}" for c in out.candidates if not c.accepted
     )
-    return type(error)(f"{error}{lines}") if lines else error
 
 
 def _undecided_at_dispatch(s: Session, out: Outcome, scanned: Any) -> DispatchError | None:
     """Undecided global regions of a copy_async that a TMA box could take past the edge
     wait for dispatch (:func:`_not_proved` leaves them): where the chosen plan takes them
     past the edge (its ``edges()``), nothing is left to prove; otherwise they are what
-    any undecided region is: an error under the strict pipeline, a warning otherwise."""
+    any undecided region is: an error under the strict pipeline, a warning otherwise;
+    where no variant accepted the call, with each variant's reason (the box that would
+    take the region past the edge was declined, and why)."""
     if (
         scanned is None
         or not scanned.undecided
@@ -315,6 +321,8 @@ def _undecided_at_dispatch(s: Session, out: Outcome, scanned: Any) -> DispatchEr
     if all(o.role in taken for o in scanned.undecided):
         return None
     message = scanned.not_proved()
+    if out.chosen is None:  # no variant took it: the declines say why no box does
+        message += _declines(out)
     if s.fallback == "error":
         return bounds.BoundsNotProvedError(message)
     if s.mode == "lower":

@@ -660,6 +660,21 @@ def test_a_region_past_the_edge_nothing_takes_lists_the_reasons():
         toolchain.cuda_source(func, "sm_90a")
 
 
+def test_an_undecided_region_nothing_takes_lists_the_reasons():
+    """An undecided region a TMA box could take past the edge, with TMA declined: the
+    strict pipeline's bounds error says why each variant declined (the box's reason is
+    the author's fix, not a T.assume); the control: the box taken, no error."""
+    from tirx_cuda_dispatch.bounds import BoundsNotProvedError
+
+    func = _cta_store(scalar=True, twice=True)
+    with pytest.raises(BoundsNotProvedError) as err:
+        toolchain.cuda_source(func, "sm_90a", tcd.STRICT_PIPELINE)
+    text = str(err.value)
+    assert text.startswith("region not proved in bounds at ")
+    assert "\n  tma_auto declined: " in text and "region starts at c0" in text
+    toolchain.cuda_source(_cta_store(scalar=True), "sm_90a", tcd.STRICT_PIPELINE)
+
+
 def test_a_register_scalar_stored_once_is_its_value():
     """``c0 = 64 * bx`` is a register scalar in TVMScript (a load where it is read): stored
     once, the plan proves its multiple of 16 bytes and takes the store; stored twice
