@@ -280,6 +280,63 @@ def test_declines_registers_out_of_the_fragments_order_naming_the_element():
     )
 
 
+def test_declines_a_register_tile_read_as_no_register_tile_is():
+    """The register tile is read as every register tile is (layout/register.py): lane ids
+    past 31 decline, naming the operand; a slab 1 before slab 0's registers is named. The
+    controls: the same tiles spelled right are taken."""
+    over = TileLayout(S[(128, 8) : (1 @ laneid, 1)])
+    [st] = _reasons(roundtrip("float32", 128, 8, st_layout=over), calls=[0])
+    assert st == "src A_frag: thread axis laneid runs to 128 but has 32 values in scope warpgroup"
+    right = TileLayout(S[(4, 32, 8) : (1 @ wid_in_wg, 1 @ laneid, 1)])
+    assert _plans(roundtrip("float32", 128, 8, st_layout=right))[0]["shape"] == "32x32b"
+    atom = tcgen05_atom_layout("16x64b", (128, 16), "float32")
+    iters = [(int(it.extent), int(it.stride), it.axis) for it in atom.shard]
+    assert str(iters[1][2].name) == "m" and iters[1][:2] == (2, 8)  # the slab, 8 on
+    before = TileLayout(
+        S[
+            tuple(e for e, _, _ in iters) : tuple(
+                (-8 if i == 1 else st) if str(a.name) == "m" else st @ a
+                for i, (_, st, a) in enumerate(iters)
+            )
+        ]
+    )
+    [st] = _reasons(roundtrip("float32", 128, 16, st_layout=before), calls=[0])
+    assert st.endswith(
+        "; nearest src A_frag: its second 16-lane slab starts -8 float32 after the first; a "
+        "warp's second issue reads it from a whole register at or past the end of the first's "
+        "8 registers"
+    ), st
+    assert _plans(roundtrip("float32", 128, 16, st_layout=atom))[0]["shape"] == "16x64b"
+
+
+def int8_fragment(shape: str, rows: int, cols: int) -> TileLayout:
+    """An 8-bit ``.16x*`` register tile (TVM's factory has none): the float32 fragment of
+    ``cols / 4`` columns, each register holding four adjacent 8-bit columns."""
+    atom = tcgen05_atom_layout(shape, (rows, cols // 4), "float32")
+    iters = [(int(it.extent), int(it.stride), it.axis) for it in atom.shard]
+    extents = tuple(e for e, _, _ in iters) + (4,)
+    strides = tuple(st * 4 if str(a.name) == "m" else st @ a for _, st, a in iters) + (1,)
+    return TileLayout(S[extents:strides])
+
+
+@pytest.mark.parametrize("rows", [128, 64])
+@pytest.mark.parametrize("shape", ["16x256b", "16x128b", "16x64b"])
+def test_8_bit_16x_tiles_fit_and_move_every_element_to_its_cell(shape, rows):
+    """Tiles no structural comparison with TVM's factories took: the fit takes them as
+    the shape they are, and the emitted instructions put every element in its cell."""
+    cols, width = 64, 64
+    layout = int8_fragment(shape, rows, cols)
+    back = "32x32b" if rows == 128 else "16x32bx2"  # the load back: a tile TVM spells
+    func = roundtrip("int8", rows, cols, st_layout=layout, ld_shape=back)
+    st = _plans(func)[0]
+    assert (st["shape"], st["direction"]) == (shape, "st")
+    instrs, lets = emitted_instructions(func)
+    mine = [i for i in instrs if i["action"] == "st"]
+    t_layout = tmem_layout(rows, width)
+    expected = expected_moves(layout, rows, cols, t_layout, (rows, width), 0, 8)
+    assert simulate(mine, lets, 8) == expected
+
+
 # -- the emitted instructions, simulated against both layouts -----------------------------
 _TCGEN05_OPS = ("tirx.ptx.tcgen05_ld", "tirx.ptx.tcgen05_st")
 

@@ -16,9 +16,10 @@ half-warp ``.16x32bx2`` and, on D, ``.32x32b`` (a thread owns one row) whose ins
 move every element between its register and its TMEM cell; on B only ``.32x32b`` (thread
 ``t`` owns TMEM lane ``t``). A 128-row ``.16x*`` fragment spans two 16-lane slabs of each
 warp's TMEM chunk, so every warp issues twice (lane +0 and +16); a column window of a
-wider fragment keeps the wider fragment's register distance between the slabs. 16-bit elements are either dense (two per 32-bit cell) or
-one per cell, which takes ``.pack::16b`` / ``.unpack::16b``. A fragment wider than one
-instruction's 128 registers is split into several instructions. The shapes and data paths
+wider fragment keeps the wider fragment's register distance between the slabs. 16-bit
+elements are either dense (two per 32-bit cell) or one per cell, which takes
+``.pack::16b`` / ``.unpack::16b``. A fragment wider than one instruction's 128 registers
+is split into several instructions. The shapes and data paths
 are records in ``isa/tcgen05.py``; ``layout/tmem.py`` fits the layouts onto them.
 
 Completion is the caller's: no ``tcgen05.wait::ld`` / ``wait::st`` is emitted, so
@@ -220,13 +221,13 @@ def plan(call: TileCall) -> Tcgen05Plan:
         f"{reg.role} {reg.name}: a row of {cols} {reg.dtype} is not a whole number of 32-bit "
         "registers",
     )
+    loops = getattr(call.ctx, "var_range_map", None) or {}  # loop variable -> Range
     with call.target:  # canonical layouts resolve thread axes for the target
         reg_layout, reg_off = operand_window(reg)
         tmem_layout, tmem_off = operand_window(tmem)
         path, pack, lane, col, places = match_datapath(tmem, tmem_layout, tmem_off, rows, cols)
         program = match_fragment(reg, reg_layout, path, places, rows, cols, pack)
     atom = program.shape
-    loops = getattr(call.ctx, "var_range_map", None) or {}  # loop variable -> Range
     return Tcgen05Plan(
         direction="ld" if src.memory == "tmem" else "st",
         shape=atom.name,

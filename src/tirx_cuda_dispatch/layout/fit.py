@@ -208,21 +208,22 @@ def program_misfit(
     where: tuple[np.ndarray, np.ndarray],
     moves: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
     cols: int,
-    places: str,
-) -> str | None:
+    axes: str,
+) -> tuple[int, str] | None:
     """Fit an instruction program onto a register tile (``holders``, registers counted
     from the fragment's first) and the tile it moves to or from (element ``e`` lies at
-    ``where[0][e], where[1][e]``). ``moves(t, r)``: for thread ``t``'s register ``r``,
-    (whether the program moves it, and where to). None where every element's holder and
-    register are where the program moves it: the program then moves exactly the tile
-    when it moves as many elements as the tile has. Else why not, naming the first
-    misplaced element by its (row, column) in a tile of ``cols`` columns and the
-    ``places`` (``"TMEM lane, column"``) both sides give it."""
+    ``where[0][e], where[1][e]``, no two elements at one place). ``moves(t, r)``: for
+    thread ``t``'s register ``r``, (whether the program moves it, and where to). None
+    where every element's holder and register are where the program moves it: then no
+    two elements share a register (they lie apart), so the program moves exactly the tile
+    when it moves as many registers as the tile has elements. Else (how many elements
+    are misplaced, why), naming the first by its (row, column) in a tile of ``cols``
+    columns and the place both sides give it along ``axes`` (``"TMEM lane, column"``)."""
     unit = holders.unit
     free = np.nonzero(holders.thread < 0)[0]
     if len(free):
         row, col = divmod(int(free[0]), cols)
-        return f"{holders.name}: element ({row}, {col}) is held by no {unit}"
+        return len(free), f"{holders.name}: element ({row}, {col}) is held by no {unit}"
     t, r = holders.thread, holders.reg
     valid, a, b = moves(t, r)
     bad = ~valid | (a != where[0]) | (b != where[1])
@@ -232,8 +233,8 @@ def program_misfit(
     row, col = divmod(e, cols)
     seen = f"{holders.name}: element ({row}, {col}) is in {unit} {int(t[e])} register {int(r[e])}"
     if not valid[e]:
-        return f"{seen}, which the instructions do not move"
-    return (
-        f"{seen}, where the instructions move {places} ({int(a[e])}, {int(b[e])}); the tile "
+        return int(bad.sum()), f"{seen}, which the instructions do not move"
+    return int(bad.sum()), (
+        f"{seen}, where the instructions move {axes} ({int(a[e])}, {int(b[e])}); the tile "
         f"has it at ({int(where[0][e])}, {int(where[1][e])})"
     )

@@ -179,11 +179,6 @@ def register_view(opnd: TileView, loops: Any = None) -> RegisterView:
         raise Decline(
             f"register layout of {opnd.name} ({layout}) cannot be sliced to {opnd.describe}"
         )
-    atoms = tuple(_const_iter(opnd, it) for it in sliced.shard)
-    replicas = tuple(_const_iter(opnd, it) for it in sliced.replica)
-    for ext, _, axis in replicas:
-        if axis == MEMORY_AXIS:
-            raise Decline(f"register layout of {opnd.name} replicates along registers ({ext})")
     base, moving = 0, None
     for axis, value in sliced.offset.items():
         name, value_i = str(axis.name), as_int(value)
@@ -199,6 +194,20 @@ def register_view(opnd: TileView, loops: Any = None) -> RegisterView:
                 f"register layout of {opnd.name} shifts thread axis {name} by {value_i}; "
                 "ownership must start at thread 0"
             )
+    return window_view(opnd, sliced, base, moving)
+
+
+def window_view(
+    opnd: TileView, sliced: TileLayout, base: int = 0, moving: LoopOffset | None = None
+) -> RegisterView:
+    """The :class:`RegisterView` of a register region's layout sliced to it (``base`` and
+    ``moving``: where its first register is; 0 counts the registers from the region's
+    first, for a caller that keeps the offset apart)."""
+    atoms = tuple(_const_iter(opnd, it) for it in sliced.shard)
+    replicas = tuple(_const_iter(opnd, it) for it in sliced.replica)
+    for ext, _, axis in replicas:
+        if axis == MEMORY_AXIS:
+            raise Decline(f"register layout of {opnd.name} replicates along registers ({ext})")
     for _, _, axis in atoms + replicas:
         if axis != MEMORY_AXIS and axis not in THREAD_AXES:
             raise Decline(f"register layout of {opnd.name} uses axis {axis}, not a thread axis")

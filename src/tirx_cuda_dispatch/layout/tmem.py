@@ -30,6 +30,7 @@ from ..irfacts import as_int
 from ..isa.tcgen05 import DATAPATHS, SHAPES, Datapath, Tcgen05Shape
 from .atoms import mixed_radix_digits
 from .fit import Holders, program_misfit
+from .register import register_table, window_view
 from .view import TileView
 
 
@@ -80,8 +81,8 @@ def datapath_b_layout(cols: int) -> TileLayout:
 
 def axis_table(layout: TileLayout, what: str) -> dict[str, np.ndarray]:
     """Each element's coordinate along each axis of a bare tile layout (no offset), by the
-    element's row-major index: ``{"TLane": ..., "TCol": ...}`` for tensor memory, ``{"m":
-    ..., "laneid": ...}`` for registers. A replicated or non-constant layout declines."""
+    element's row-major index (``{"TLane": ..., "TCol": ...}`` for tensor memory). A
+    replicated or non-constant layout declines."""
     iters = [(as_int(it.extent), as_int(it.stride), str(it.axis.name)) for it in layout.shard]
     if list(layout.replica) or any(e is None or st is None for e, st, _ in iters):
         raise Decline(f"{what}: layout {_text(layout)} is replicated or not constant")
@@ -93,27 +94,18 @@ def axis_table(layout: TileLayout, what: str) -> dict[str, np.ndarray]:
     return table
 
 
-# Thread axes a warpgroup's register tile may name, and their step in the thread index.
-WARPGROUP_AXES = {"laneid": 1, "wid_in_wg": 32, "tid_in_wg": 1}
-
-
-def register_holders(reg: TileView, layout: TileLayout, rows: int, cols: int) -> Holders:
-    """Which thread of the warpgroup holds each element of the window, in which register
-    (counted from the window's first): the window's bare layout read as a table."""
-    table = axis_table(layout, f"{reg.role} {reg.name}")
-    size = rows * cols
-    thread = np.zeros(size, dtype=np.int64)
-    for axis, values in table.items():
-        if axis == "m":
-            continue
-        if axis not in WARPGROUP_AXES:
-            raise Decline(
-                f"{reg.role} {reg.name}: register layout {_text(layout)} names thread axis "
-                f"{axis}; a warpgroup's tile names {', '.join(WARPGROUP_AXES)}"
-            )
-        thread = thread + values * WARPGROUP_AXES[axis]
-    reg_index = np.broadcast_to(table.get("m", 0), (size,)).astype(np.int64)
-    return Holders(f"{reg.role} {reg.name}", "thread", np.broadcast_to(thread, (size,)), reg_index)
+def register_holders(reg: TileView, layout: TileLayout) -> Holders:
+    """Which thread of the warpgroup holds each element of the window, at which index of
+    the register array counted from the window's first: the window's bare ``layout`` read
+    as ``layout/register.py`` reads every register tile (each thread axis within its
+    range, no two elements in one place, none replicated). The window's first register
+    is the caller's (``register_offset``)."""
+    name = f"{reg.role} {reg.name}"
+    try:
+        table = register_table(window_view(reg, layout), "warpgroup", 128)
+    except Decline as why:
+        raise Decline(f"{name}: {why.reason}") from None
+    return Holders.of(table, int(np.prod(reg.extents)), name, "thread")
 
 
 @dataclass(frozen=True)
@@ -132,6 +124,7 @@ class Program:
     per: int  # elements per 32-bit register
     pack: bool
     slab_words: int
+    slab_elements: int | None = None  # where the register tile puts slab 1, in elements
 
     @property
     def regs_per_slab(self) -> int:
@@ -143,20 +136,32 @@ class Program:
             return 0
         return self.units * self.shape.cols_per_num * (2 if self.pack else 1)
 
+    def slab_misfit(self, reg: TileView) -> str | None:
+        """Why no program reads the register tile's slab 1 where it is (before the end of
+        slab 0's registers, or within a register), or None."""
+        if self.slab_elements is None or self.slab_words >= self.regs_per_slab:
+            return None
+        return (
+            f"{reg.role} {reg.name}: its second 16-lane slab starts {self.slab_elements} "
+            f"{reg.dtype} after the first; a warp's second issue reads it from a whole "
+            f"register at or past the end of the first's {self.regs_per_slab} registers"
+        )
+
     def moves(self, t: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, ...]:
-        """(moved, TMEM lane, TCol in elements) of thread ``t``'s register element ``r``,
-        both from the tile's first lane and column."""
+        """(moved, TMEM lane, TCol in elements) of thread ``t``'s element ``r`` of the
+        register array (from the fragment's first), both from the tile's first lane and
+        column."""
         warp, lane = t // 32, t % 32
-        word, half = r // self.per, r % self.per
+        word, part = r // self.per, r % self.per  # the 32-bit register, the part of it
         slab = (word >= self.slab_words).astype(np.int64) if self.slabs == 2 else 0 * word
         k = word - slab * self.slab_words
         moved = (t >= 0) & (t < 128) & (r >= 0) & (k >= 0) & (k < self.regs_per_slab)
         at_lane, cell = np.broadcast_arrays(*self.shape.cell(lane, np.maximum(k, 0)))
         upper = self.split * (lane >= 16)
-        if self.pack:
-            col = (2 * cell + half + upper) * self.per
+        if self.pack:  # 16-bit: part 0 / 1 in the low half of cell 2c / 2c + 1
+            col = (2 * cell + part + upper) * self.per
         else:
-            col = (cell + upper) * self.per + half
+            col = (cell + upper) * self.per + part
         return moved, 32 * warp + 16 * slab + at_lane, col
 
 
@@ -172,33 +177,44 @@ def _program(
     if rest or part or units == 0:
         return None
     per = 32 // bits
-    slab_words = words
-    if slabs == 2 and holders.thread[16 * cols] == 0 and holders.reg[16 * cols] % per == 0:
-        slab_words = int(holders.reg[16 * cols]) // per
-    return Program(shape, slabs, units, per, pack, slab_words)
+    if slabs == 2 and holders.thread[16 * cols] == 0:
+        at = int(holders.reg[16 * cols])
+        slab_words = at // per if at % per == 0 else -1  # -1: within a register
+        return Program(shape, slabs, units, per, pack, slab_words, at)
+    return Program(shape, slabs, units, per, pack, words)
 
 
 def match_fragment(
-    reg: TileView, layout: Any, path: Datapath, places: tuple, rows: int, cols: int, pack: bool
+    reg: TileView,
+    layout: Any,
+    path: Datapath,
+    places: tuple,
+    rows: int,
+    cols: int,
+    pack: bool,
 ) -> Program:
     """The program of the first of the datapath's shapes, widest first, that fits the
-    register tile (``layout``, the window's bare layout) onto the TMEM tile (``places``:
-    each element's TMEM lane and column), or a decline naming the first misplaced
-    element of the widest shape tried."""
-    holders = register_holders(reg, layout, rows, cols)
-    tried, first = [], None
+    register tile (``layout``: the window's bare layout, for the messages) onto the TMEM
+    tile (``places``: each element's TMEM lane and column), or a decline naming, for the
+    shape tried that misplaces the fewest elements, the first of them."""
+    holders = register_holders(reg, layout)
+    tried, nearest = [], None
     for name in path.fragments:
         program = _program(SHAPES[name], rows, cols, reg.elem_bits, pack, holders)
         if program is None:
             continue
         tried.append("." + name)
-        why = program_misfit(holders, places, program.moves, cols, "TMEM lane, column")
-        if why is None:
+        slab = program.slab_misfit(reg)
+        if slab is not None:  # the same for every .16x* shape: the reason, untagged
+            nearest = nearest if nearest and nearest[0] == 0 else (0, slab)
+            continue
+        misfit = program_misfit(holders, places, program.moves, cols, "TMEM lane, column")
+        if misfit is None:
             return program
-        first = first or f".{name}: {why}"
-    raise Decline(
-        _no_fragment(reg, layout, path, rows, cols, tried) + (f"; {first}" if first else "")
-    )
+        if nearest is None or misfit[0] < nearest[0]:
+            nearest = (misfit[0], f".{name}: {misfit[1]}")
+    why = _no_fragment(reg, layout, path, rows, cols, tried)
+    raise Decline(why + (f"; nearest {nearest[1]}" if nearest else ""))
 
 
 def _no_fragment(reg: TileView, layout: Any, path: Datapath, rows: int, cols: int, tried) -> str:
