@@ -6,7 +6,7 @@ import pytest
 import tvm
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
-from tvm.tirx.layout import S, TileLayout
+from tvm.tirx.layout import S, TileLayout, laneid
 
 import tirx_cuda_dispatch as tcd
 from tirx_cuda_dispatch import bounds
@@ -718,3 +718,44 @@ def test_a_tile_carved_from_a_pool_is_checked_against_the_allocation():
     [small, _] = bounds.scan(pool_carved(1024))
     assert small.operands[0].verdict == "out of bounds"
     assert "the memory tile is declared over holds 1024 from its start" in small.operands[0].detail
+
+
+def register_view_copy(stride: int):
+    """A warp stores a 32 x 4 register view of R (4 float32 registers a thread) into
+    shared memory; the view puts column j in register ``stride * j`` (1: registers 0-3;
+    2: registers 0-6, past R's four)."""
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32, 4), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        tx = T.thread_id([32])
+        R = T.alloc_local((4,), "float32")
+        for j in range(4):
+            R[j] = A[tx, j]
+        R_frag = R.view(32, 4, layout=TileLayout(S[(32, 4) : (1 @ laneid, stride)]))
+        A_s = T.alloc_buffer((32, 4), "float32", scope="shared", layout=TileLayout(S[(32, 4)]))
+        Tx.warp.copy(A_s[:, :], R_frag[:, :])
+        Tx.warp.copy(A[:, :], A_s[:, :])
+
+    return kernel
+
+
+def test_a_register_view_past_its_registers_is_out_of_bounds():
+    """A view with thread axes names registers per thread: past the registers it is
+    declared over, whichever variant lowers the call would read other registers (or
+    local memory). The control: the view within them is in bounds."""
+    [call, _] = bounds.scan(register_view_copy(2))
+    src = next(o for o in call.operands if o.role == "src")
+    assert src.verdict == "out of bounds"
+    assert "names registers 0 to 6 of each thread, but the registers R_frag is declared " in (
+        src.detail
+    )
+    assert "hold 4 from its start (0 to 3)" in src.detail
+    with pytest.raises(OutOfBoundsError, match="names registers 0 to 6 of each thread"):
+        tvm.compile(register_view_copy(2), target=TARGET, tir_pipeline="tirx_cuda_dispatch")
+    assert all(o.verdict == "in bounds" for cb in bounds.scan(register_view_copy(1))
+               for o in cb.operands)  # fmt: skip

@@ -437,9 +437,9 @@ def _layout_overhang(buf: Any, env: Enclosing | None = None) -> str | None:
     layout's span (a padded layout on an ``(8, 16)`` buffer addresses past the 128 elements
     the kernel allocates, whichever variant lowers the copy). A global buffer's memory is
     the caller's: a strided layout on a parameter (``S[(4, 4):(16, 1)]``, rows of a wider
-    tensor) may span past its shape. Local buffers are checked when their layout is over
-    registers only (a layout with thread axes spreads the shape over threads). Says what is
-    wrong, or None when the layout fits."""
+    tensor) may span past its shape. A local buffer whose layout has thread axes spreads
+    its shape over threads: its registers are checked per thread
+    (:func:`_registers_overhang`). Says what is wrong, or None when the layout fits."""
     scope = str(buf.scope())
     shared = scope.startswith("shared")
     if buf.layout is None or not (shared or scope in ("global", "local")):
@@ -449,7 +449,7 @@ def _layout_overhang(buf: Any, env: Enclosing | None = None) -> str | None:
     if not isinstance(tile, TileLayout) or len(tile.replica) > 0:
         return None
     if scope == "local" and any(str(it.axis.name) != "m" for it in tile.shard):
-        return None
+        return _registers_overhang(buf, tile, env)
     covered, size = as_int(tile.size()), static_size(buf.shape)
     # A one-dimensional contiguous layout (``S[512:1]``, swizzled or not) extends linearly
     # past its extent, so it describes any shape; a multi-dimensional one does not.
@@ -478,6 +478,33 @@ def _layout_overhang(buf: Any, env: Enclosing | None = None) -> str | None:
         f"its layout {str(layout).replace('T.', '')} spans {span} elements but {buf.name} "
         f"holds {size} (shape {_shape_text(list(buf.shape))}; TVM allocates a {scope} buffer "
         "by its shape): declare the buffer with a shape that covers the padding"
+    )
+
+
+def _registers_overhang(buf: Any, tile: TileLayout, env: Enclosing | None) -> str | None:
+    """A register view spread over threads (``R.view(128, 16, layout=...)`` with thread
+    axes, declared over ``R``'s registers) must name registers ``R`` has in every thread:
+    from 0 to below the count of ``R``'s elements from the view's start. Says which it
+    names past them, or None (also where the registers it is declared over cannot be
+    counted)."""
+    carved, room = carved_room(buf, env) if env is not None else (False, None)
+    regs = [(as_int(it.extent), as_int(it.stride)) for it in tile.shard if str(it.axis.name) == "m"]
+    offset = next((as_int(v) for a, v in tile.offset.items() if str(a.name) == "m"), 0)
+    if (
+        not carved
+        or room is None
+        or offset is None
+        or any(e is None or st is None for e, st in regs)
+    ):
+        return None
+    low = offset + sum((e - 1) * st for e, st in regs if st < 0)
+    high = offset + sum((e - 1) * st for e, st in regs if st > 0)
+    if 0 <= low and high < room:
+        return None
+    return (
+        f"its layout {str(buf.layout).replace('T.', '')} names registers {low} to {high} of "
+        f"each thread, but the registers {buf.name} is declared over hold {room} from its "
+        f"start (0 to {room - 1}): keep the view's registers inside them, or allocate more"
     )
 
 
