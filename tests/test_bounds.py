@@ -751,11 +751,51 @@ def test_a_register_view_past_its_registers_is_out_of_bounds():
     [call, _] = bounds.scan(register_view_copy(2))
     src = next(o for o in call.operands if o.role == "src")
     assert src.verdict == "out of bounds"
-    assert "names registers 0 to 6 of each thread, but the registers R_frag is declared " in (
-        src.detail
-    )
-    assert "hold 4 from its start (0 to 3)" in src.detail
-    with pytest.raises(OutOfBoundsError, match="names registers 0 to 6 of each thread"):
+    assert src.detail.endswith(
+        "names registers 0 to 6 (float32 elements from R_frag's first) of each thread, but R "
+        "holds 4 from there: keep the view's registers inside them, or allocate R larger"
+    ), src.detail
+    with pytest.raises(OutOfBoundsError, match=r"names registers 0 to 6 \(float32"):
         tvm.compile(register_view_copy(2), target=TARGET, tir_pipeline="tirx_cuda_dispatch")
     assert all(o.verdict == "in bounds" for cb in bounds.scan(register_view_copy(1))
                for o in cb.operands)  # fmt: skip
+
+
+def offset_view_copy(offset: int):
+    """A warp stores a 32 x 4 register view declared ``offset`` registers into R (8
+    float32 registers a thread), as ``R.sub[4:8].view(...)`` declares it."""
+
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32, 8), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warp_id([1])
+        T.lane_id([32])
+        tx = T.thread_id([32])
+        R = T.alloc_local((8,), "float32")
+        for j in range(8):
+            R[j] = A[tx, j]
+        R_frag = T.decl_buffer((32, 4), "float32", data=R.data, elem_offset=offset,
+                               scope="local", layout=TileLayout(S[(32, 4) : (1 @ laneid, 1)]))  # fmt: skip
+        A_s = T.alloc_buffer((32, 4), "float32", scope="shared", layout=TileLayout(S[(32, 4)]))
+        Tx.warp.copy(A_s[:, :], R_frag[:, :])
+        Tx.warp.copy(A[:, 0:4], A_s[:, :])
+
+    return kernel
+
+
+def test_a_register_view_declared_into_its_registers_declines():
+    """Register variants index a view's memory from its first register by its layout: a
+    view declared 4 registers in (``elem_offset``) would have moved registers 0-3, not
+    4-7. Each of our variants declines naming it; the view is in bounds (the offset is
+    counted there). The control: the view at offset 0 is taken."""
+    assert all(o.verdict == "in bounds" for cb in bounds.scan(offset_view_copy(4))
+               for o in cb.operands)  # fmt: skip
+    report = tcd.explain(offset_view_copy(4))[0]
+    assert report.variant is None or report.variant not in {"reg", "ldstmatrix"}
+    [reg] = [c for c in report.candidates if c.variant == "reg"]
+    assert "src R_frag is declared 4 elements into the registers it lies in (elem_offset)" in (
+        reg.reason
+    )
+    assert tcd.explain(offset_view_copy(0))[0].variant == "reg"

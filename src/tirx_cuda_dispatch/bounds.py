@@ -483,28 +483,42 @@ def _layout_overhang(buf: Any, env: Enclosing | None = None) -> str | None:
 
 def _registers_overhang(buf: Any, tile: TileLayout, env: Enclosing | None) -> str | None:
     """A register view spread over threads (``R.view(128, 16, layout=...)`` with thread
-    axes, declared over ``R``'s registers) must name registers ``R`` has in every thread:
-    from 0 to below the count of ``R``'s elements from the view's start. Says which it
-    names past them, or None (also where the registers it is declared over cannot be
-    counted)."""
-    carved, room = carved_room(buf, env) if env is not None else (False, None)
-    regs = [(as_int(it.extent), as_int(it.stride)) for it in tile.shard if str(it.axis.name) == "m"]
-    offset = next((as_int(v) for a, v in tile.offset.items() if str(a.name) == "m"), 0)
+    axes, declared over ``R``'s registers) must name registers the allocation it lies in
+    has in every thread: from the view's first (its ``elem_offset`` into the allocation)
+    to below the allocation's end. Says which it names past them, or None (also where the
+    allocation's registers a thread cannot be counted: a parameter, a thread-axes
+    allocation, sub-byte elements)."""
+    alloc = env.allocation_of(buf) if env is not None else None
     if (
-        not carved
-        or room is None
-        or offset is None
-        or any(e is None or st is None for e, st in regs)
+        alloc is None
+        or alloc.same_as(buf)
+        or alloc.layout is not None
+        and any(str(it.axis.name) != "m" for it in getattr(alloc.layout, "shard", ()))
     ):
         return None
-    low = offset + sum((e - 1) * st for e, st in regs if st < 0)
-    high = offset + sum((e - 1) * st for e, st in regs if st > 0)
-    if 0 <= low and high < room:
+    size, offset = static_size(alloc.shape), as_int(buf.elem_offset)
+    a_type, v_type = tvm.DataType(str(alloc.dtype)), tvm.DataType(str(buf.dtype))
+    elem_bits = v_type.bits * v_type.lanes
+    regs = [(as_int(it.extent), as_int(it.stride)) for it in tile.shard if str(it.axis.name) == "m"]
+    first = next((as_int(v) for a, v in tile.offset.items() if str(a.name) == "m"), 0)
+    if size is None or offset is None or first is None or elem_bits % 8:
+        return None
+    if any(e is None or st is None for e, st in regs):
+        return None
+    room = size * a_type.bits * a_type.lanes // elem_bits - offset  # from the view's first
+    low = first + sum((e - 1) * st for e, st in regs if st < 0)
+    high = first + sum((e - 1) * st for e, st in regs if st > 0)
+    names = (
+        f"its layout {str(buf.layout).replace('T.', '')} names registers {low} to {high} "
+        f"({buf.dtype} elements from {buf.name}'s first) of each thread"
+    )
+    if low < 0:
+        return f"{names}, {-low} before its first: give the layout an offset of {-low} or more"
+    if high < room:
         return None
     return (
-        f"its layout {str(buf.layout).replace('T.', '')} names registers {low} to {high} of "
-        f"each thread, but the registers {buf.name} is declared over hold {room} from its "
-        f"start (0 to {room - 1}): keep the view's registers inside them, or allocate more"
+        f"{names}, but {alloc.name} holds {max(room, 0)} from there: keep the view's "
+        f"registers inside them, or allocate {alloc.name} larger"
     )
 
 

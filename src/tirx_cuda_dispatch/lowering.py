@@ -322,7 +322,7 @@ def _undecided_at_dispatch(s: Session, out: Outcome, scanned: Any) -> DispatchEr
         return None
     message = scanned.not_proved()
     if out.chosen is None:  # no variant took it: the declines say why no box does
-        message += _declines(out)
+        message += "\n  and no variant accepts the call:" + _declines(out)
     if s.fallback == "error":
         return bounds.BoundsNotProvedError(message)
     if s.mode == "lower":

@@ -173,6 +173,7 @@ def register_view(opnd: TileView, loops: Any = None) -> RegisterView:
         raise Decline(f"register operand {opnd.name} has a swizzled layout; registers have none")
     if any(e is None for e in opnd.extents):
         raise Decline(f"{opnd.name} region extents {list(opnd.extents)} are not all constant")
+    check_register_start(opnd)
     bounds = [(lo, lo + ext) for lo, ext in opnd.region]
     sliced = layout.slice(list(opnd.shape), bounds)
     if not isinstance(sliced, TileLayout):
@@ -195,6 +196,22 @@ def register_view(opnd: TileView, loops: Any = None) -> RegisterView:
                 "ownership must start at thread 0"
             )
     return window_view(opnd, sliced, base, moving)
+
+
+def check_register_start(opnd: TileView) -> None:
+    """A register operand must be declared at the first register of the memory it lies
+    in: the emitters index that memory from its start by the layout's registers, so an
+    ``elem_offset`` (``R.sub[4:8].view(...)``, ``T.decl_buffer(..., elem_offset=4)``)
+    would be dropped and the copy would move other registers. Declines naming it."""
+    buffer = getattr(opnd, "buffer", None)  # (a reduction's tile of its own has none)
+    offset = buffer.elem_offset if buffer is not None else 0
+    if as_int(offset) != 0:
+        raise Decline(
+            f"{opnd.role} {opnd.name} is declared {offset} elements into the registers it "
+            "lies in (elem_offset); register layouts are read from the first register: "
+            "declare the view over the whole register array and give its layout that "
+            "offset (or slice the region) instead"
+        )
 
 
 def window_view(

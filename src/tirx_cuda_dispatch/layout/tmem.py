@@ -30,7 +30,7 @@ from ..irfacts import as_int
 from ..isa.tcgen05 import DATAPATHS, SHAPES, Datapath, Tcgen05Shape
 from .atoms import mixed_radix_digits
 from .fit import Holders, program_misfit
-from .register import register_table, window_view
+from .register import check_register_start, register_table, window_view
 from .view import TileView
 
 
@@ -101,6 +101,7 @@ def register_holders(reg: TileView, layout: TileLayout) -> Holders:
     range, no two elements in one place, none replicated). The window's first register
     is the caller's (``register_offset``)."""
     name = f"{reg.role} {reg.name}"
+    check_register_start(reg)
     try:
         table = register_table(window_view(reg, layout), "warpgroup", 128)
     except Decline as why:
