@@ -720,26 +720,27 @@ def test_a_tile_carved_from_a_pool_is_checked_against_the_allocation():
     assert "the memory tile is declared over holds 1024 from its start" in small.operands[0].detail
 
 
-def register_view_copy(stride: int):
-    """A warp stores a 32 x 4 register view of R (4 float32 registers a thread) into
-    shared memory; the view puts column j in register ``stride * j`` (1: registers 0-3;
-    2: registers 0-6, past R's four)."""
+def register_view_copy(stride: int, offset: int = 0, regs: int = 4):
+    """A warp stores a 32 x 4 register view of R (``regs`` float32 registers a thread),
+    declared ``offset`` registers into R (as ``R.sub[4:8].view(...)`` declares it), whose
+    layout puts column j in register ``stride * j`` (1: registers 0-3; 2: 0-6)."""
 
     @T.prim_func
     def kernel(A_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (32, 4), "float32")
+        A = T.match_buffer(A_ptr, (32, regs), "float32")
         T.device_entry()
         T.cta_id([1])
         T.warp_id([1])
         T.lane_id([32])
         tx = T.thread_id([32])
-        R = T.alloc_local((4,), "float32")
-        for j in range(4):
+        R = T.alloc_local((regs,), "float32")
+        for j in range(regs):
             R[j] = A[tx, j]
-        R_frag = R.view(32, 4, layout=TileLayout(S[(32, 4) : (1 @ laneid, stride)]))
+        R_frag = T.decl_buffer((32, 4), "float32", data=R.data, elem_offset=offset, scope="local",
+                               layout=TileLayout(S[(32, 4) : (1 @ laneid, stride)]))  # fmt: skip
         A_s = T.alloc_buffer((32, 4), "float32", scope="shared", layout=TileLayout(S[(32, 4)]))
         Tx.warp.copy(A_s[:, :], R_frag[:, :])
-        Tx.warp.copy(A[:, :], A_s[:, :])
+        Tx.warp.copy(A[:, 0:4], A_s[:, :])
 
     return kernel
 
@@ -761,41 +762,17 @@ def test_a_register_view_past_its_registers_is_out_of_bounds():
                for o in cb.operands)  # fmt: skip
 
 
-def offset_view_copy(offset: int):
-    """A warp stores a 32 x 4 register view declared ``offset`` registers into R (8
-    float32 registers a thread), as ``R.sub[4:8].view(...)`` declares it."""
-
-    @T.prim_func
-    def kernel(A_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (32, 8), "float32")
-        T.device_entry()
-        T.cta_id([1])
-        T.warp_id([1])
-        T.lane_id([32])
-        tx = T.thread_id([32])
-        R = T.alloc_local((8,), "float32")
-        for j in range(8):
-            R[j] = A[tx, j]
-        R_frag = T.decl_buffer((32, 4), "float32", data=R.data, elem_offset=offset,
-                               scope="local", layout=TileLayout(S[(32, 4) : (1 @ laneid, 1)]))  # fmt: skip
-        A_s = T.alloc_buffer((32, 4), "float32", scope="shared", layout=TileLayout(S[(32, 4)]))
-        Tx.warp.copy(A_s[:, :], R_frag[:, :])
-        Tx.warp.copy(A[:, 0:4], A_s[:, :])
-
-    return kernel
-
-
 def test_a_register_view_declared_into_its_registers_declines():
     """Register variants index a view's memory from its first register by its layout: a
     view declared 4 registers in (``elem_offset``) would have moved registers 0-3, not
     4-7. Each of our variants declines naming it; the view is in bounds (the offset is
     counted there). The control: the view at offset 0 is taken."""
-    assert all(o.verdict == "in bounds" for cb in bounds.scan(offset_view_copy(4))
+    assert all(o.verdict == "in bounds" for cb in bounds.scan(register_view_copy(1, 4, 8))
                for o in cb.operands)  # fmt: skip
-    report = tcd.explain(offset_view_copy(4))[0]
+    report = tcd.explain(register_view_copy(1, 4, 8))[0]
     assert report.variant is None or report.variant not in {"reg", "ldstmatrix"}
     [reg] = [c for c in report.candidates if c.variant == "reg"]
     assert "src R_frag is declared 4 elements into the registers it lies in (elem_offset)" in (
         reg.reason
     )
-    assert tcd.explain(offset_view_copy(0))[0].variant == "reg"
+    assert tcd.explain(register_view_copy(1, 0, 8))[0].variant == "reg"
