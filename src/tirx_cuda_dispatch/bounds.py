@@ -448,7 +448,7 @@ def _layout_overhang(buf: Any, env: Enclosing | None = None) -> str | None:
     tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
     if not isinstance(tile, TileLayout) or len(tile.replica) > 0:
         return None
-    if scope == "local" and any(str(it.axis.name) != "m" for it in tile.shard):
+    if scope == "local" and _names_threads(tile):
         return _registers_overhang(buf, tile, env)
     covered, size = as_int(tile.size()), static_size(buf.shape)
     # A one-dimensional contiguous layout (``S[512:1]``, swizzled or not) extends linearly
@@ -481,6 +481,12 @@ def _layout_overhang(buf: Any, env: Enclosing | None = None) -> str | None:
     )
 
 
+def _names_threads(layout: Any) -> bool:
+    """Whether a local buffer's layout spreads it over threads (an axis other than the
+    register axis ``m``)."""
+    return any(str(it.axis.name) != "m" for it in getattr(layout, "shard", ()))
+
+
 def _registers_overhang(buf: Any, tile: TileLayout, env: Enclosing | None) -> str | None:
     """A register view spread over threads (``R.view(128, 16, layout=...)`` with thread
     axes, declared over ``R``'s registers) must name registers the allocation it lies in
@@ -489,12 +495,7 @@ def _registers_overhang(buf: Any, tile: TileLayout, env: Enclosing | None) -> st
     allocation's registers a thread cannot be counted: a parameter, a thread-axes
     allocation, sub-byte elements)."""
     alloc = env.allocation_of(buf) if env is not None else None
-    if (
-        alloc is None
-        or alloc.same_as(buf)
-        or alloc.layout is not None
-        and any(str(it.axis.name) != "m" for it in getattr(alloc.layout, "shard", ()))
-    ):
+    if alloc is None or alloc.same_as(buf) or _names_threads(alloc.layout):
         return None
     size, offset = static_size(alloc.shape), as_int(buf.elem_offset)
     a_type, v_type = tvm.DataType(str(alloc.dtype)), tvm.DataType(str(buf.dtype))

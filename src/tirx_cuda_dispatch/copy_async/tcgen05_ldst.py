@@ -19,8 +19,8 @@ warp's TMEM chunk, so every warp issues twice (lane +0 and +16); a column window
 wider fragment keeps the wider fragment's register distance between the slabs. 16-bit
 elements are either dense (two per 32-bit cell) or one per cell, which takes
 ``.pack::16b`` / ``.unpack::16b``. A fragment wider than one instruction's 128 registers
-is split into several instructions. The shapes and data paths
-are records in ``isa/tcgen05.py``; ``layout/tmem.py`` fits the layouts onto them.
+is split into several instructions. The shapes and data paths are records in
+``isa/tcgen05.py``; ``layout/tmem.py`` fits the layouts onto them.
 
 Completion is the caller's: no ``tcgen05.wait::ld`` / ``wait::st`` is emitted, so
 several copies can be in flight. Read the registers of a load only after

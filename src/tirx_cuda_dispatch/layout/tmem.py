@@ -2,8 +2,9 @@
 tensor-memory tile is, which instruction shape moves a register tile, and where each
 starts.
 
-Both tiles are read as tables: each element's TMEM lane and column, and the thread and
-register that holds it (:func:`axis_table`). The data path is the one whose element
+Both tiles are read as tables: each element's TMEM lane and column (:func:`tmem_places`),
+and the thread and register that holds it (:func:`register_holders`, through
+``layout/register.py``). The data path is the one whose element
 function (``Datapath.place``) gives the TMEM tile's places; the shape is the first of the
 data path's, widest first, whose instructions (:class:`Program`, over ``Tcgen05Shape.cell``)
 move every element between its register and its TMEM cell (``layout/fit.py``'s
@@ -79,21 +80,6 @@ def datapath_b_layout(cols: int) -> TileLayout:
     return TileLayout(S[(64, 2, cols // 2) : (1 @ axis_tid_in_wg, 64 @ axis_tid_in_wg, 1)])
 
 
-def axis_table(layout: TileLayout, what: str) -> dict[str, np.ndarray]:
-    """Each element's coordinate along each axis of a bare tile layout (no offset), by the
-    element's row-major index (``{"TLane": ..., "TCol": ...}`` for tensor memory). A
-    replicated or non-constant layout declines."""
-    iters = [(as_int(it.extent), as_int(it.stride), str(it.axis.name)) for it in layout.shard]
-    if list(layout.replica) or any(e is None or st is None for e, st, _ in iters):
-        raise Decline(f"{what}: layout {_text(layout)} is replicated or not constant")
-    table: dict[str, np.ndarray] = {}
-    for digit, (_, stride, axis) in zip(
-        mixed_radix_digits([e for e, _, _ in iters]), iters, strict=True
-    ):
-        table[axis] = table.get(axis, 0) + digit * stride
-    return table
-
-
 def register_holders(reg: TileView, layout: TileLayout) -> Holders:
     """Which thread of the warpgroup holds each element of the window, at which index of
     the register array counted from the window's first: the window's bare ``layout`` read
@@ -154,7 +140,7 @@ class Program:
         column."""
         warp, lane = t // 32, t % 32
         word, part = r // self.per, r % self.per  # the 32-bit register, the part of it
-        slab = (word >= self.slab_words).astype(np.int64) if self.slabs == 2 else 0 * word
+        slab = (word >= self.slab_words).astype(np.int64) if self.slabs == 2 else 0
         k = word - slab * self.slab_words
         moved = (t >= 0) & (t < 128) & (r >= 0) & (k >= 0) & (k < self.regs_per_slab)
         at_lane, cell = np.broadcast_arrays(*self.shape.cell(lane, np.maximum(k, 0)))
@@ -267,16 +253,22 @@ def register_offset(reg: TileView, offset: dict, loops: Any) -> Any:
 
 # -- tensor-memory tiles ----------------------------------------------------------------------
 def tmem_places(tmem: TileView, layout: TileLayout) -> tuple[np.ndarray, np.ndarray]:
-    """(TMEM lane, TCol) of every element of a TMEM tile's bare layout, row-major."""
-    table = axis_table(layout, f"{tmem.role} {tmem.name}")
-    size = int(np.prod([as_int(it.extent) for it in layout.shard]))
-    for axis in table:
+    """(TMEM lane, TCol) of every element of a TMEM tile's bare layout (no offset), by the
+    element's row-major index. A replicated or non-constant layout, or one naming another
+    axis, declines."""
+    what = f"{tmem.role} {tmem.name}: TMEM layout {_text(layout)}"
+    iters = [(as_int(it.extent), as_int(it.stride), str(it.axis.name)) for it in layout.shard]
+    if list(layout.replica) or any(e is None or st is None for e, st, _ in iters):
+        raise Decline(f"{what} is replicated or not constant")
+    places = {"TLane": 0, "TCol": 0}
+    digits = mixed_radix_digits([e for e, _, _ in iters])
+    for digit, (_, stride, axis) in zip(digits, iters, strict=True):
         check(
-            axis in ("TLane", "TCol"),
-            f"{tmem.role} {tmem.name}: TMEM layout {_text(layout)} names axis {axis}; a "
-            "tensor-memory tile names TLane and TCol",
+            axis in places, f"{what} names axis {axis}; a tensor-memory tile names TLane and TCol"
         )
-    lane, col = (np.broadcast_to(table.get(a, 0), (size,)) for a in ("TLane", "TCol"))
+        places[axis] = places[axis] + digit * stride
+    size = len(digits[0]) if digits else 1
+    lane, col = (np.broadcast_to(places[a], (size,)) for a in ("TLane", "TCol"))
     return lane, col
 
 
