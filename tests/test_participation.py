@@ -76,6 +76,18 @@ def guarded_roundtrip(guard: str, scope: str, threads: int, op: str = "copy"):
         elif guard == "A[0, lane] > 0":
             if A[0, lane] > T.float32(0):
                 copy(S_[:, :], A[:, :])
+        elif guard == "R[0] > 0":  # a register of each thread's own
+            R = T.alloc_buffer((1,), "float32", scope="local")
+            R[0] = A[0, lane]
+            if R[0] > T.float32(0):
+                copy(S_[:, :], A[:, :])
+        elif guard.startswith("any_sync"):  # a warp vote over the mask the guard names
+            R = T.alloc_buffer((1,), "float32", scope="local")
+            R[0] = A[0, lane]
+            mask = T.meta_var(int(guard.split("(")[1].split(",")[0], 16))
+            if T.cuda.any_sync(T.uint32(mask), R[0] > T.float32(0)) != 0:
+                copy(S_[:, :], A[:, :])
+                copy(B[:, :], S_[:, :])
     # fmt: on
     return kernel
 
@@ -159,6 +171,42 @@ def test_per_thread_data_test_is_declined_not_guessed():
     assert report.error is None and report.variant is None
     [reason] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]
     assert reason.startswith("cannot prove that every thread of the warp in lanes [0, 32) passes")
+
+
+def test_a_test_of_a_register_value_is_declined():
+    """``if R[0] > 0`` on a register each lane loaded itself (TVM parses the load as a
+    ``TensorLoad``): some lanes may skip the copy. It was taken as uniform before, and the
+    copy's split then moved part of the tile."""
+    [report] = tcd.explain(guarded_roundtrip("R[0] > 0", "warp", 32))
+    assert report.error is None and report.variant is None
+    [reason] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]
+    assert "cannot prove that every thread of the warp in lanes [0, 32) passes `if R" in reason
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_full_mask_warp_vote_is_uniform_over_the_warp(rng, where, gpu):
+    """``if any_sync(0xffffffff, R[0] > 0)``: every lane of the warp gets the same vote, so
+    the warp's copies run on all 32 lanes or none; the round trip moves every element."""
+    func = guarded_roundtrip("any_sync(ffffffff, R[0] > 0)", "warp", 32)
+    assert [r.variant for r in tcd.explain(func)] == ["gmem_smem", "gmem_smem"]
+    a = runtime.random_array((ROWS, COLS), "float32", rng)
+    a[0, 5] = abs(a[0, 5]) + 1  # some lane votes yes
+    out = execute(func, [a, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+
+
+@pytest.mark.parametrize(
+    "guard, scope, threads",
+    [("any_sync(0000ffff, R[0] > 0)", "warp", 32), ("any_sync(ffffffff, R[0] > 0)", "cta", 64)],
+    ids=["half-mask", "cta-scope"],
+)
+def test_a_vote_that_does_not_span_the_scope_is_declined(guard, scope, threads):
+    """Controls: a vote over half the warp's lanes (the others' result is theirs), and a
+    full-mask vote under a CTA-scope call (two warps may vote differently)."""
+    [report, _] = tcd.explain(guarded_roundtrip(guard, scope, threads))
+    assert report.variant is None
+    [reason] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]
+    assert "cannot prove that every thread of the" in reason
 
 
 def test_register_layouts_need_the_whole_scope():

@@ -31,9 +31,11 @@ from tvm.tirx.layout import ComposeLayout, TileLayout
 
 from .errors import DispatchError
 from .irfacts import (
+    BINARY_NODES,
     Location,
     as_int,
     buffer_var,
+    loaded_buffer,
     location_of,
     runs_cta_barrier,
     scope_id_kind,
@@ -561,25 +563,11 @@ def _stored_once(body: Any) -> tuple[Any, ...]:
     return tuple(b for b in stored if sum(1 for o in stored if o.same_as(b)) == 1)
 
 
-def _loaded(node: Any) -> Any:
-    """The buffer a scalar load (``TensorLoad`` / ``BufferLoad``) reads, else None."""
-    kind = type(node).__name__
-    if kind == "TensorLoad":
-        return node.source
-    if kind == "BufferLoad":
-        return node.buffer
-    return None
-
-
-_REBUILT = ("Add", "Sub", "Mul", "FloorDiv", "FloorMod", "Div", "Mod", "Min", "Max",
-            "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or")  # fmt: skip
-
-
 def _reads(expr: Any, buf: Any) -> bool:
-    loaded = _loaded(expr)
+    loaded = loaded_buffer(expr)
     if loaded is not None:
         return loaded.same_as(buf)
-    if type(expr).__name__ in _REBUILT:
+    if type(expr).__name__ in BINARY_NODES:
         return _reads(expr.a, buf) or _reads(expr.b, buf)
     value = getattr(expr, "value", None)
     return isinstance(value, tvm.ir.expr.Expr) and _reads(value, buf)
@@ -588,19 +576,22 @@ def _reads(expr: Any, buf: Any) -> bool:
 def resolve_scalars(expr: Any, env: Enclosing | None) -> Any:
     """``expr`` with each load of a register scalar that one store writes (``env.scalars``)
     replaced by the value stored (what it holds wherever it has been written), through
-    arithmetic, comparisons and casts; other expressions as they are."""
+    arithmetic, comparisons, negations and casts; other expressions as they are."""
     if env is None or not env.scalars or isinstance(expr, (bool, int)):
         return expr
-    loaded = _loaded(expr)
+    loaded = loaded_buffer(expr)
     if loaded is not None:
         return next((v for b, v in reversed(env.scalars) if b.same_as(loaded)), expr)
     kind = type(expr).__name__
-    if kind in _REBUILT:
+    if kind in BINARY_NODES:
         a, b = resolve_scalars(expr.a, env), resolve_scalars(expr.b, env)
         return expr if a.same_as(expr.a) and b.same_as(expr.b) else getattr(tvm.tirx, kind)(a, b)
     if kind == "Cast":
         value = resolve_scalars(expr.value, env)
         return expr if value.same_as(expr.value) else tvm.tirx.Cast(expr.dtype, value)
+    if kind == "Not":  # (an else branch's condition)
+        a = resolve_scalars(expr.a, env)
+        return expr if a.same_as(expr.a) else tvm.tirx.Not(a)
     return expr
 
 

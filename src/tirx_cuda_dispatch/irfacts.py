@@ -1,6 +1,6 @@
 """Small facts about TVM IR values that every layer asks: a constant as an int, a buffer
 scope as a memory kind, where a node stands in the user's source, which buffer a data
-expression names, and what a scope id defines. A leaf module: it imports nothing of ours.
+expression (or a scalar load) names, and what a scope id defines. A leaf module: it imports nothing of ours.
 """
 
 from __future__ import annotations
@@ -174,6 +174,22 @@ def buffer_var(data: Any) -> Var | None:
     op = getattr(data, "op", None)
     if getattr(op, "name", None) == "tirx.buffer_data" and isinstance(data.args[0], Var):
         return data.args[0]
+    return None
+
+
+# TIR's binary expression nodes (``a``, ``b``): rebuilt by name when an operand changes
+BINARY_NODES = ("Add", "Sub", "Mul", "FloorDiv", "FloorMod", "Div", "Mod", "Min", "Max",
+                "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or")  # fmt: skip
+
+
+def loaded_buffer(node: Any) -> Any:
+    """The buffer a scalar load reads (TVM 0.27 parses ``R[0]`` as a ``TensorLoad``, whose
+    ``source`` is the buffer; a ``BufferLoad`` names it ``buffer``), else None."""
+    kind = type(node).__name__
+    if kind == "TensorLoad":
+        return node.source
+    if kind == "BufferLoad":
+        return node.buffer
     return None
 
 

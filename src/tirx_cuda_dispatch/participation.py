@@ -37,8 +37,9 @@ import tvm_ffi
 from tvm import sym
 from tvm.tirx import IntImm, Var
 
+from .bounds import resolve_scalars
 from .errors import DispatchError
-from .irfacts import as_int
+from .irfacts import BINARY_NODES, as_int, loaded_buffer
 from .scopes import SCOPES, THREAD_AXES
 
 MAX_UNIFORM_CORNERS = 4  # uniform variables whose corners are enumerated (2**4 assignments)
@@ -154,7 +155,12 @@ def participation(call: Any) -> Participation:
         return Participation("uniform", parts)
     coords = _coordinates(call.scope, parts, _cta_warps(call))
     subst = _substitution(enclosing, coords.lane, coords.warp)
-    conditions = [_resolve(c, subst, enclosing, coords.ranges) for c in enclosing.conditions]
+    conditions = [  # register scalars stored once read as their values (``unit = bx + r g``)
+        _resolve(resolve_scalars(c, enclosing), subst, enclosing, coords.ranges)
+        for c in enclosing.conditions
+    ]
+    if call.scope == "warp":
+        conditions = [_votes_read_as_uniform(c) for c in conditions]
     varying = list(coords.varying)
     uniform = [c for c in conditions if not _depends_on(c, varying)]
     per_thread = [
@@ -291,10 +297,37 @@ def _depends_on(expr: Any, variables: list[Var]) -> bool:
 
 def _reads_memory(expr: Any) -> bool:
     """Whether ``expr`` reads a register (local) buffer: a value of the thread's own."""
-    return any(
-        type(n).__name__ == "BufferLoad" and str(n.buffer.scope()) == "local"
-        for n in _subexpressions(expr)
-    )
+    for n in _subexpressions(expr):
+        buf = loaded_buffer(n)
+        if buf is not None and str(buf.scope()) == "local":
+            return True
+    return False
+
+
+# Warp votes whose result every lane of a full mask receives alike (``__any_sync``,
+# ``__ballot_sync`` over 0xffffffff): uniform over the warp whatever each lane votes.
+WARP_VOTES = ("tirx.cuda.any_sync", "tirx.cuda.ballot_sync")
+FULL_MASK = 0xFFFFFFFF
+
+
+def _votes_read_as_uniform(expr: Any) -> Any:
+    """``expr`` with each full-mask warp vote in it replaced by a fresh variable: a value
+    the whole warp shares, so a warp-scope call under ``if any_sync(...)`` runs on every
+    lane or on none (a narrower mask, or a vote at a wider scope, stays per-thread)."""
+    op = getattr(expr, "op", None)
+    if getattr(op, "name", None) in WARP_VOTES and as_int(expr.args[0]) == FULL_MASK:
+        return Var("warp_vote", str(expr.ty))
+    kind = type(expr).__name__
+    if kind in BINARY_NODES:
+        a, b = _votes_read_as_uniform(expr.a), _votes_read_as_uniform(expr.b)
+        return expr if a.same_as(expr.a) and b.same_as(expr.b) else getattr(tvm.tirx, kind)(a, b)
+    if kind == "Not":
+        a = _votes_read_as_uniform(expr.a)
+        return expr if a.same_as(expr.a) else tvm.tirx.Not(a)
+    if kind == "Cast":
+        value = _votes_read_as_uniform(expr.value)
+        return expr if value.same_as(expr.value) else tvm.tirx.Cast(expr.dtype, value)
+    return expr
 
 
 def _subexpressions(expr: Any):

@@ -1,4 +1,5 @@
-"""Warp shuffles and named barriers in the simulator, as the reduction lowerings emit them.
+"""Warp shuffles, warp votes and named barriers in the simulator, as the reduction
+lowerings and kernels emit them.
 
 ``__shfl_{xor,up,down}_sync`` (CUDA C++ Programming Guide "Warp Shuffle Functions", PTX
 ISA "shfl.sync") are checked against numpy emulations written here from the guide, bit
@@ -7,7 +8,9 @@ controls: a thread missing from its mask, a lane the mask names that does not ru
 call, a source lane outside the mask. Named barriers (``bar.sync id, count``, PTX ISA
 "bar, barrier") must order exactly the warps that complete them: a write by one warp and
 a read by another pass with the barrier and are a reported race without it, and counts
-that the arriving threads cannot complete are errors.
+that the arriving threads cannot complete are errors. Votes (``__any_sync``,
+``__ballot_sync``; PTX ISA "vote.sync") are checked against the word of the lanes'
+predicates, with the shuffles' mask rule.
 """
 
 from __future__ import annotations
@@ -281,6 +284,54 @@ def test_reading_a_lane_outside_the_mask_is_an_error(rng):
     a = nonzero(32, "float32", rng)
     with pytest.raises(SimError, match="thread 0 reads lane 16, which is not in its mask"):
         sim.run(xor_under_if(16, 0xFFFF, 16), [a, runtime.poison_like(a)], pipeline=BUILTIN)
+
+
+# -- warp votes ------------------------------------------------------------------------------
+def vote_under_if(active: int, mask: int, kind: str = "any"):
+    """Threads below ``active`` of a 32-thread warp vote ``A[tid] > 0`` over ``mask``; B
+    gets what each one's vote returns."""
+    vote = T.cuda.any_sync if kind == "any" else T.cuda.ballot_sync
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32,), "float32")
+        B = T.match_buffer(B_ptr, (32,), "int64")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([32])
+        if tid < active:
+            B[tid] = T.Cast("int64", vote(T.uint32(mask), A[tid] > T.float32(0)))
+    # fmt: on
+    return kernel
+
+
+@pytest.mark.parametrize("kind", ["any", "ballot"])
+@pytest.mark.parametrize("active, mask", [(32, FULL), (16, 0xFFFF)])
+def test_votes_return_the_lanes_predicates(kind, active, mask, rng):
+    """Every lane of the mask gets the same word: bit k is lane k's ``A > 0`` (ballot), or
+    whether any bit is set (any); a vote none of the lanes wins returns 0 / false."""
+    a = nonzero(32, "float32", rng)
+    for values in (a, -np.abs(a), np.abs(a)):
+        poison = np.full(32, -7, np.int64)
+        out = sim.run(vote_under_if(active, mask, kind), [values, poison], pipeline=BUILTIN)[1]
+        word = sum(1 << k for k in range(active) if values[k] > 0)
+        want = word if kind == "ballot" else int(word != 0)
+        np.testing.assert_array_equal(out[:active], np.full(active, want))
+        np.testing.assert_array_equal(out[active:], poison[active:])
+
+
+def test_a_vote_keeps_the_mask_rule(rng):
+    """Negative controls: a full mask under ``if tid < 16`` names lanes that never vote
+    (vote.sync waits for them forever), and a thread outside its own mask."""
+    a = nonzero(32, "float32", rng)
+    poison = np.zeros(32, np.int64)
+    with pytest.raises(
+        SimError, match=r"__any_sync: .*names lane 16 \(thread 16\), which does not"
+    ):
+        sim.run(vote_under_if(16, FULL), [a, poison], pipeline=BUILTIN)
+    with pytest.raises(SimError, match="thread 0 runs __ballot_sync without its bit"):
+        sim.run(vote_under_if(32, FULL & ~1, "ballot"), [a, poison], pipeline=BUILTIN)
 
 
 # -- named barriers ---------------------------------------------------------------------------

@@ -227,7 +227,51 @@ def named_barrier(
     m.block(waits)
 
 
-# -- warp shuffles (CUDA C++ Programming Guide "Warp Shuffle Functions"; PTX ISA "shfl.sync") --
+# -- warp shuffles and votes (CUDA C++ Programming Guide "Warp Shuffle Functions", "Warp
+# Vote Functions"; PTX ISA "shfl.sync", "vote.sync") --------------------------------------
+def _first_of(bad: np.ndarray) -> tuple[int, int]:
+    t, k = np.argwhere(bad)[0] if bad.ndim == 2 else (np.argmax(bad), 0)
+    return int(t), int(k)
+
+
+def _warp_members(m: Machine, mask: np.ndarray, what: str):
+    """The ``.sync`` rule of a warp collective: every thread that runs it has its bit in
+    ``mask``, every launched lane the mask names runs it too (here, in this statement),
+    with the same mask. Returns (active, lane, base, named, other, launched): ``named[t,
+    k]`` that thread t's mask names lane k of its warp, which is thread ``other[t, k]``."""
+    active = np.broadcast_to(m.mask, m.tid.shape)
+    lane = m.tid % 32
+    base = m.tid - lane
+    members = np.asarray(mask).astype(np.int64) & 0xFFFFFFFF
+    rows = np.arange(m.threads)
+    named = (members[:, None] >> np.arange(32)) & 1 == 1  # (thread, lane of its warp)
+    other = base[:, None] + np.arange(32)  # the thread each lane is
+    launched = other < m.threads  # a lane never launched has exited: not waited for
+    other = np.minimum(other, m.threads - 1)
+    waits = named & launched & active[:, None]
+    outside = active & ~named[rows, lane]
+    if outside.any():
+        t, _ = _first_of(outside)
+        raise SimError(
+            f"thread {t} runs {what} without its bit in the mask {int(members[t]):#010x}"
+        )
+    absent = waits & ~active[other]
+    if absent.any():
+        t, k = _first_of(absent)
+        raise SimError(
+            f"{what}: thread {t}'s mask {int(members[t]):#010x} names lane {k} (thread "
+            f"{int(other[t, k])}), which does not execute it: .sync waits for it forever"
+        )
+    differs = waits & (members[other] != members[:, None])
+    if differs.any():
+        t, k = _first_of(differs)
+        raise SimError(
+            f"{what}: thread {t} passes mask {int(members[t]):#010x} and lane {k} (thread "
+            f"{int(other[t, k])}) of its mask passes {int(members[other[t, k]]):#010x}"
+        )
+    return active, lane, base, named, other, launched
+
+
 def _shuffle(m: Machine, call: Any, what: str, source: Callable[..., np.ndarray]) -> np.ndarray:
     """``__shfl*_sync(mask, var, b, width)`` as PTX ``shfl.sync`` executes it: lane ``l``
     of a ``width``-lane segment (``width`` a power of two up to 32) reads ``var`` of lane
@@ -238,60 +282,55 @@ def _shuffle(m: Machine, call: Any, what: str, source: Callable[..., np.ndarray]
     must be active and in the mask."""
     mask, var, b, width = (m.per_thread(m.eval(a)) for a in call.args)
     active = np.broadcast_to(m.mask, m.tid.shape)
-    lane = m.tid % 32
-    base = m.tid - lane
-    members = np.asarray(mask).astype(np.int64) & 0xFFFFFFFF
     w = np.asarray(width).astype(np.int64)
     bad_width = active & ((w < 1) | (w > 32) | (w & (w - 1) != 0))
     if bad_width.any():
         t = int(np.argmax(bad_width))
         raise SimError(f"{what}: width {int(w[t])} (thread {t}) is not a power of two up to 32")
+    active, lane, base, named, other, launched = _warp_members(m, mask, what)
     first = lane & ~(w - 1)
     src = source(lane, np.asarray(b).astype(np.int64) & 31, first, w)
     src = np.where(src < 0, lane, src)
     rows = np.arange(m.threads)
-    named = (members[:, None] >> np.arange(32)) & 1 == 1  # (thread, lane of its warp)
-    other = base[:, None] + np.arange(32)  # the thread each lane is
-    launched = other < m.threads  # a lane never launched has exited: not waited for
-    other = np.minimum(other, m.threads - 1)
-    waits = named & launched & active[:, None]
-
-    def first_of(bad: np.ndarray) -> tuple[int, int]:
-        t, k = np.argwhere(bad)[0] if bad.ndim == 2 else (np.argmax(bad), 0)
-        return int(t), int(k)
-
-    outside = active & ~named[rows, lane]
-    if outside.any():
-        t, _ = first_of(outside)
-        raise SimError(
-            f"thread {t} runs {what} without its bit in the mask {int(members[t]):#010x}"
-        )
-    absent = waits & ~active[other]
-    if absent.any():
-        t, k = first_of(absent)
-        raise SimError(
-            f"{what}: thread {t}'s mask {int(members[t]):#010x} names lane {k} (thread "
-            f"{int(other[t, k])}), which does not execute it: .sync waits for it forever"
-        )
-    differs = waits & (members[other] != members[:, None])
-    if differs.any():
-        t, k = first_of(differs)
-        raise SimError(
-            f"{what}: thread {t} passes mask {int(members[t]):#010x} and lane {k} (thread "
-            f"{int(other[t, k])}) of its mask passes {int(members[other[t, k]]):#010x}"
-        )
     reads = active & (src != lane)
     unnamed = reads & ~named[rows, src]
     if unnamed.any():
-        t, _ = first_of(unnamed)
+        t, _ = _first_of(unnamed)
         raise SimError(f"{what}: thread {t} reads lane {int(src[t])}, which is not in its mask")
     idle = reads & ~(launched[rows, src] & active[other[rows, src]])
     if idle.any():
-        t, _ = first_of(idle)
+        t, _ = _first_of(idle)
         raise SimError(f"{what}: thread {t} reads lane {int(src[t])}, which is not active")
     words = -(-var.dtype.itemsize * (var.shape[1] if var.ndim > 1 else 1) // 4)
     m.counters.instructions["shfl.sync"] += len(m.warps()) * words
     return var[np.where(active, base + src, m.tid)]
+
+
+def _ballot(m: Machine, call: Any, what: str) -> np.ndarray:
+    """PTX ``vote.sync.ballot.b32 d, p, membermask``: each thread gets the 32-bit word whose
+    bit k is lane k's predicate, for the lanes of ``membermask`` (0 for the others); the
+    mask's ``.sync`` rule as the shuffles'."""
+    mask, pred = (m.per_thread(m.eval(a)) for a in call.args)
+    active, _, _, named, other, launched = _warp_members(m, mask, what)
+    votes = named & launched & (np.asarray(pred)[other] != 0)
+    m.counters.instructions["vote.sync"] += len(m.warps())
+    word = (votes.astype(np.int64) << np.arange(32)).sum(axis=1)
+    return np.where(active, word, 0)
+
+
+@TABLE.entry("tirx.cuda.any_sync")
+def _any_sync(m: Machine, call: Any) -> np.ndarray:
+    """``__any_sync(mask, pred)`` (PTX ``vote.sync.any.pred``): 1 in every thread of the
+    mask when any lane of the mask has ``pred`` nonzero, else 0 (int32); every lane of the
+    mask must execute it, with the same mask."""
+    return (_ballot(m, call, "__any_sync") != 0).astype(np.int32)
+
+
+@TABLE.entry("tirx.cuda.ballot_sync")
+def _ballot_sync(m: Machine, call: Any) -> np.ndarray:
+    """``__ballot_sync(mask, pred)`` (PTX ``vote.sync.ballot.b32``): the word of the mask's
+    lanes' predicates, bit k lane k's (uint32), the same in every lane of the mask."""
+    return _ballot(m, call, "__ballot_sync").astype(np.uint32)
 
 
 @TABLE.entry("tirx.cuda.__shfl_sync")
