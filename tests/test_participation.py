@@ -76,11 +76,24 @@ def guarded_roundtrip(guard: str, scope: str, threads: int, op: str = "copy"):
         elif guard == "A[0, lane] > 0":
             if A[0, lane] > T.float32(0):
                 copy(S_[:, :], A[:, :])
-        elif guard == "R[0] > 0":  # a register of each thread's own
+        elif guard == "R[0] > 0":  # a register of each thread's own, stored twice
             R = T.alloc_buffer((1,), "float32", scope="local")
+            R[0] = T.float32(0)
             R[0] = A[0, lane]
             if R[0] > T.float32(0):
                 copy(S_[:, :], A[:, :])
+        elif guard == "R[0] > 0 after a copy":  # stored once, then a tile primitive writes it
+            R = T.alloc_buffer((1,), "float32", scope="local")
+            R[0] = T.float32(0)
+            Tx.thread.copy(R[0:1], A[0, lane : lane + 1])
+            if R[0] > T.float32(0):
+                copy(S_[:, :], A[:, :])
+        elif guard == "U[0] == 0":  # stored once, the same in every lane: read as its value
+            U = T.alloc_buffer((1,), "int32", scope="local")
+            U[0] = warp * 2
+            if U[0] == 0:
+                copy(S_[:, :], A[:, :])
+                copy(B[:, :], S_[:, :])
         elif guard.startswith("any_sync"):  # a warp vote over the mask the guard names
             R = T.alloc_buffer((1,), "float32", scope="local")
             R[0] = A[0, lane]
@@ -173,14 +186,28 @@ def test_per_thread_data_test_is_declined_not_guessed():
     assert reason.startswith("cannot prove that every thread of the warp in lanes [0, 32) passes")
 
 
-def test_a_test_of_a_register_value_is_declined():
+@pytest.mark.parametrize("guard", ["R[0] > 0", "R[0] > 0 after a copy"])
+def test_a_test_of_a_register_value_is_declined(guard):
     """``if R[0] > 0`` on a register each lane loaded itself (TVM parses the load as a
-    ``TensorLoad``): some lanes may skip the copy. It was taken as uniform before, and the
-    copy's split then moved part of the tile."""
-    [report] = tcd.explain(guarded_roundtrip("R[0] > 0", "warp", 32))
+    ``TensorLoad``): some lanes may skip the copy. Stored twice, it was taken as uniform
+    before (the check knew ``BufferLoad`` only) and the copy's split moved part of the
+    tile; stored once and then written by a tile primitive, it read as the stored 0."""
+    report = tcd.explain(guarded_roundtrip(guard, "warp", 32))[-1]  # the warp's copy
+    assert report.op == "copy" and report.scope == "warp"
     assert report.error is None and report.variant is None
     [reason] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]
     assert "cannot prove that every thread of the warp in lanes [0, 32) passes `if R" in reason
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_register_stored_once_reads_as_its_value(rng, where, gpu):
+    """Control: ``U[0] = warp * 2`` is the same in every lane of the warp, so ``if U[0] ==
+    0`` is uniform and the warp's copies move the whole tile."""
+    func = guarded_roundtrip("U[0] == 0", "warp", 32)
+    assert [r.variant for r in tcd.explain(func)] == ["gmem_smem", "gmem_smem"]
+    a = runtime.random_array((ROWS, COLS), "float32", rng)
+    out = execute(func, [a, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
 
 
 @pytest.mark.parametrize("where", WHERE)

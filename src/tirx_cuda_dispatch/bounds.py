@@ -40,6 +40,7 @@ from .irfacts import (
     runs_cta_barrier,
     scope_id_kind,
     statements,
+    subexpressions,
 )
 from .layout.atoms import static_size
 from .signatures import signature_or_positional
@@ -558,9 +559,40 @@ def _is_register_scalar(buf: Any) -> bool:
 
 
 def _stored_once(body: Any) -> tuple[Any, ...]:
-    """The buffers that exactly one store statement of ``body`` writes."""
-    stored = [n.buffer for n in statements(body) if type(n).__name__ == "BufferStore"]
-    return tuple(b for b in stored if sum(1 for o in stored if o.same_as(b)) == 1)
+    """The buffers that exactly one store statement of ``body`` writes and nothing else may
+    write: not a tile primitive's operand region (``Tx.thread.copy(R[0:1], ...)``), not an
+    address or a data pointer handed to a call or a view (``R.ptr_to``, ``R.data``)."""
+    stored, escaped = [], []
+    for n in statements(body):
+        kind = type(n).__name__
+        if kind == "BufferStore":
+            stored.append(n.buffer)
+            escaped += _referenced(n.value)
+        elif kind == "TilePrimitiveCall":
+            escaped += [a.source for a in n.args if type(a).__name__ == "TensorRegion"]
+        elif kind == "Evaluate":
+            escaped += _referenced(n.value)
+        elif kind == "DeclBuffer":
+            escaped += _referenced(n.buffer.data)
+    return tuple(
+        b
+        for b in stored
+        if sum(1 for o in stored if o.same_as(b)) == 1 and not any(e.same_as(b) for e in escaped)
+    )
+
+
+def _referenced(expr: Any) -> list[Any]:
+    """The buffers ``expr`` hands on other than by a scalar load: ``address_of(X[i])`` and
+    ``buffer_data(X)`` (``X.ptr_to``, ``X.data``), anywhere inside calls."""
+    found = []
+    for node in subexpressions(expr):
+        name = getattr(getattr(node, "op", None), "name", None)
+        if name == "tirx.address_of" and node.args:
+            buf = loaded_buffer(node.args[0])
+            found += [buf] if buf is not None else []
+        elif name == "tirx.buffer_data" and node.args:
+            found.append(node.args[0])
+    return found
 
 
 def _reads(expr: Any, buf: Any) -> bool:

@@ -182,6 +182,23 @@ BINARY_NODES = ("Add", "Sub", "Mul", "FloorDiv", "FloorMod", "Div", "Mod", "Min"
                 "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or")  # fmt: skip
 
 
+def subexpressions(expr: Any):
+    """``expr`` and every expression inside it (operands, values, conditions, call
+    arguments, load indices), depth first."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(node, name, None)
+            if isinstance(child, tvm.ir.expr.Expr):
+                stack.append(child)
+        for name in ("args", "indices"):
+            children = getattr(node, name, None)
+            if children is not None:
+                stack.extend(c for c in children if isinstance(c, tvm.ir.expr.Expr))
+
+
 def loaded_buffer(node: Any) -> Any:
     """The buffer a scalar load reads (TVM 0.27 parses ``R[0]`` as a ``TensorLoad``, whose
     ``source`` is the buffer; a ``BufferLoad`` names it ``buffer``), else None."""

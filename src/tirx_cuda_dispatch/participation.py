@@ -39,7 +39,7 @@ from tvm.tirx import IntImm, Var
 
 from .bounds import resolve_scalars
 from .errors import DispatchError
-from .irfacts import BINARY_NODES, as_int, loaded_buffer
+from .irfacts import BINARY_NODES, as_int, loaded_buffer, subexpressions
 from .scopes import SCOPES, THREAD_AXES
 
 MAX_UNIFORM_CORNERS = 4  # uniform variables whose corners are enumerated (2**4 assignments)
@@ -297,7 +297,7 @@ def _depends_on(expr: Any, variables: list[Var]) -> bool:
 
 def _reads_memory(expr: Any) -> bool:
     """Whether ``expr`` reads a register (local) buffer: a value of the thread's own."""
-    for n in _subexpressions(expr):
+    for n in subexpressions(expr):
         buf = loaded_buffer(n)
         if buf is not None and str(buf.scope()) == "local":
             return True
@@ -328,22 +328,6 @@ def _votes_read_as_uniform(expr: Any) -> Any:
         value = _votes_read_as_uniform(expr.value)
         return expr if value.same_as(expr.value) else tvm.tirx.Cast(expr.dtype, value)
     return expr
-
-
-def _subexpressions(expr: Any):
-    """``expr`` and every expression inside it."""
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        yield node
-        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
-            child = getattr(node, name, None)
-            if isinstance(child, tvm.ir.expr.Expr):
-                stack.append(child)
-        for name in ("args", "indices"):
-            children = getattr(node, name, None)
-            if children is not None:
-                stack.extend(c for c in children if isinstance(c, tvm.ir.expr.Expr))
 
 
 def _other_ranges(enclosing: Any, subst: dict[Var, Any]) -> list[tuple[Var, int, int]]:

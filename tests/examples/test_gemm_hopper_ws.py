@@ -38,8 +38,9 @@ def test_every_call_is_ours():
         ((128, 256, 128), 3, 1, "bfloat16"),
         ((256, 1024, 64), 2, 3, "float16"),  # fewer row tiles: numbered along M first
         ((160, 328, 224), 2, 2, "bfloat16"),  # the last row of tiles idles consumer 1
+        ((200, 264, 40), 2, 1, "float16"),  # one K tile, the edge one: the bias, no free
     ],
-    ids=["rounds", "edges", "bf16", "m_first", "idle"],
+    ids=["rounds", "edges", "bf16", "m_first", "idle", "one_k_tile"],
 )
 def test_equals_numpy(shape, stages, grid, dtype, where, gpu):
     m, n, k = shape
@@ -185,8 +186,9 @@ def test_the_float8_bound_catches_a_lost_k_tile():
         ((512, 256, 192), 2, 2, "float16", "bias_relu"),  # one pair, two rounds
         ((400, 264, 136), 3, 4, "float16", "bias_relu"),  # edge tiles in M, N and K
         ((256, 512, 128), 2, 2, "bfloat16", "plain"),
+        ((400, 72, 24), 2, 2, "bfloat16", "bias_relu"),  # one K tile; rank 1 idles at M's edge
     ],
-    ids=["rounds", "edges", "bf16-plain"],
+    ids=["rounds", "edges", "bf16-plain", "one_k_tile"],
 )
 def test_a_cluster_of_two_equals_numpy(shape, stages, grid, dtype, epilogue, where, gpu):
     m, n, k = shape
