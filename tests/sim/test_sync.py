@@ -321,6 +321,29 @@ def test_votes_return_the_lanes_predicates(kind, active, mask, rng):
         np.testing.assert_array_equal(out[active:], poison[active:])
 
 
+def test_two_groups_of_a_warp_vote_apart(rng):
+    """Lanes 0-15 vote over 0x0000ffff and lanes 16-31 over 0xffff0000 at once: each
+    group's word holds its own lanes' bits only."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (32,), "float32")
+        B = T.match_buffer(B_ptr, (32,), "int64")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([32])
+        mask = T.if_then_else(tid < 16, T.uint32(0xFFFF), T.uint32(0xFFFF0000))
+        B[tid] = T.Cast("int64", T.cuda.ballot_sync(mask, A[tid] > T.float32(0)))
+    # fmt: on
+
+    a = nonzero(32, "float32", rng)
+    out = sim.run(kernel, [a, np.zeros(32, np.int64)], pipeline=BUILTIN)[1]
+    word = sum(1 << k for k in range(32) if a[k] > 0)
+    np.testing.assert_array_equal(out[:16], np.full(16, word & 0xFFFF))
+    np.testing.assert_array_equal(out[16:], np.full(16, word & 0xFFFF0000))
+
+
 def test_a_vote_keeps_the_mask_rule(rng):
     """Negative controls: a full mask under ``if tid < 16`` names lanes that never vote
     (vote.sync waits for them forever), and a thread outside its own mask."""
