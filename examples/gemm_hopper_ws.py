@@ -9,7 +9,8 @@ as the tile reaches, in its steps: the last column of tiles is as wide as its co
 rounded up to B's 64-column blocks (8 columns for float8), the last K tile as deep as its
 K rounded up to 16 (float8: 32), and a consumer with no rows in the last row of tiles
 only waits for the stages and frees them (at 4000^3: 192 of 256 columns, 32 of 64 deep,
-half the rows; 0.4-0.7% faster on the H200, bench part 8g).
+and the second consumer idle in the last row of tiles, 32 of whose 128 rows lie inside M:
+3.9% less tensor work, 0.4-0.7% faster on the H200, docs/performance.md part 8g).
 
 The CTA has three warpgroups and walks output tiles of 128 x 256 (tile ``bx``, then
 ``bx + grid``, ...; ``grid`` CTAs, one per SM; tiles numbered along the side with fewer

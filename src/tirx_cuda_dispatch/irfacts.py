@@ -1,6 +1,7 @@
 """Small facts about TVM IR values that every layer asks: a constant as an int, a buffer
 scope as a memory kind, where a node stands in the user's source, which buffer a data
-expression (or a scalar load) names, and what a scope id defines. A leaf module: it imports nothing of ours.
+expression (or a scalar load) names, the expressions inside one, and what a scope id
+defines. A leaf module: it imports nothing of ours.
 """
 
 from __future__ import annotations
