@@ -88,6 +88,12 @@ def guarded_roundtrip(guard: str, scope: str, threads: int, op: str = "copy"):
             Tx.thread.copy(R[0:1], A[0, lane : lane + 1])
             if R[0] > T.float32(0):
                 copy(S_[:, :], A[:, :])
+        elif guard == "U[0] == 0 after a mov":  # stored once, then an intrinsic writes it
+            U = T.alloc_buffer((1,), "uint32", scope="local")
+            U[0] = T.uint32(0)
+            T.evaluate(T.ptx["mov.u32"](U[0], T.Cast("uint32", lane)))
+            if U[0] == T.uint32(0):
+                copy(S_[:, :], A[:, :])
         elif guard == "U[0] == 0":  # stored once, the same in every lane: read as its value
             U = T.alloc_buffer((1,), "int32", scope="local")
             U[0] = warp * 2
@@ -186,17 +192,19 @@ def test_per_thread_data_test_is_declined_not_guessed():
     assert reason.startswith("cannot prove that every thread of the warp in lanes [0, 32) passes")
 
 
-@pytest.mark.parametrize("guard", ["R[0] > 0", "R[0] > 0 after a copy"])
+@pytest.mark.parametrize("guard", ["R[0] > 0", "R[0] > 0 after a copy", "U[0] == 0 after a mov"])
 def test_a_test_of_a_register_value_is_declined(guard):
     """``if R[0] > 0`` on a register each lane loaded itself (TVM parses the load as a
     ``TensorLoad``): some lanes may skip the copy. Stored twice, it was taken as uniform
     before (the check knew ``BufferLoad`` only) and the copy's split moved part of the
-    tile; stored once and then written by a tile primitive, it read as the stored 0."""
+    tile; stored once and then written by a tile primitive or by an intrinsic's
+    destination (``mov.u32 U, lane``), it read as the stored 0."""
     report = tcd.explain(guarded_roundtrip(guard, "warp", 32))[-1]  # the warp's copy
     assert report.op == "copy" and report.scope == "warp"
     assert report.error is None and report.variant is None
     [reason] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]
-    assert "cannot prove that every thread of the warp in lanes [0, 32) passes `if R" in reason
+    assert "cannot prove that every thread of the warp in lanes [0, 32) passes `if " in reason
+    assert guard.split()[0][0] in reason.split("passes `if ")[1][:2]  # R or U
 
 
 @pytest.mark.parametrize("where", WHERE)

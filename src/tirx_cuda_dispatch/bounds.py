@@ -561,7 +561,9 @@ def _is_register_scalar(buf: Any) -> bool:
 def _stored_once(body: Any) -> tuple[Any, ...]:
     """The buffers that exactly one store statement of ``body`` writes and nothing else may
     write: not a tile primitive's operand region (``Tx.thread.copy(R[0:1], ...)``), not an
-    address or a data pointer handed to a call or a view (``R.ptr_to``, ``R.data``)."""
+    address or a data pointer handed to a call or a view (``R.ptr_to``, ``R.data``), not
+    an element passed to a call statement, which may be its destination (``T.ptx[
+    "mov.u32"](R[0], x)``, a ``.pred`` result)."""
     stored, escaped = [], []
     for n in statements(body):
         kind = type(n).__name__
@@ -570,8 +572,8 @@ def _stored_once(body: Any) -> tuple[Any, ...]:
             escaped += _referenced(n.value)
         elif kind == "TilePrimitiveCall":
             escaped += [a.source for a in n.args if type(a).__name__ == "TensorRegion"]
-        elif kind == "Evaluate":
-            escaped += _referenced(n.value)
+        elif kind == "Evaluate":  # a call's register argument may be its destination
+            escaped += _referenced(n.value) + _arguments(n.value)
         elif kind == "DeclBuffer":
             escaped += _referenced(n.buffer.data)
     return tuple(
@@ -579,6 +581,13 @@ def _stored_once(body: Any) -> tuple[Any, ...]:
         for b in stored
         if sum(1 for o in stored if o.same_as(b)) == 1 and not any(e.same_as(b) for e in escaped)
     )
+
+
+def _arguments(expr: Any) -> list[Any]:
+    """The buffers whose elements a call statement takes as arguments (``T.ptx`` writes its
+    destinations through them)."""
+    args = getattr(expr, "args", None) if getattr(expr, "op", None) is not None else None
+    return [b for b in (loaded_buffer(a) for a in args or ()) if b is not None]
 
 
 def _referenced(expr: Any) -> list[Any]:
