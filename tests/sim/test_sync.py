@@ -287,9 +287,10 @@ def test_reading_a_lane_outside_the_mask_is_an_error(rng):
 
 
 # -- warp votes ------------------------------------------------------------------------------
-def vote_under_if(active: int, mask: int, kind: str = "any"):
-    """Threads below ``active`` of a 32-thread warp vote ``A[tid] > 0`` over ``mask``; B
-    gets what each one's vote returns."""
+def vote_under_if(active: int, mask: int | None, kind: str = "any"):
+    """Threads below ``active`` of a 32-thread warp vote ``A[tid] > 0`` over ``mask`` (None:
+    lanes 0-15 over 0x0000ffff, lanes 16-31 over 0xffff0000); B gets what each one's vote
+    returns."""
     vote = T.cuda.any_sync if kind == "any" else T.cuda.ballot_sync
 
     # fmt: off
@@ -300,7 +301,10 @@ def vote_under_if(active: int, mask: int, kind: str = "any"):
         T.device_entry()
         T.cta_id([1])
         tid = T.thread_id([32])
-        if tid < active:
+        if mask is None:
+            halves = T.if_then_else(tid < 16, T.uint32(0xFFFF), T.uint32(0xFFFF0000))
+            B[tid] = T.Cast("int64", vote(halves, A[tid] > T.float32(0)))
+        elif tid < active:
             B[tid] = T.Cast("int64", vote(T.uint32(mask), A[tid] > T.float32(0)))
     # fmt: on
     return kernel
@@ -324,21 +328,9 @@ def test_votes_return_the_lanes_predicates(kind, active, mask, rng):
 def test_two_groups_of_a_warp_vote_apart(rng):
     """Lanes 0-15 vote over 0x0000ffff and lanes 16-31 over 0xffff0000 at once: each
     group's word holds its own lanes' bits only."""
-
-    # fmt: off
-    @T.prim_func
-    def kernel(A_ptr: T.handle, B_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (32,), "float32")
-        B = T.match_buffer(B_ptr, (32,), "int64")
-        T.device_entry()
-        T.cta_id([1])
-        tid = T.thread_id([32])
-        mask = T.if_then_else(tid < 16, T.uint32(0xFFFF), T.uint32(0xFFFF0000))
-        B[tid] = T.Cast("int64", T.cuda.ballot_sync(mask, A[tid] > T.float32(0)))
-    # fmt: on
-
     a = nonzero(32, "float32", rng)
-    out = sim.run(kernel, [a, np.zeros(32, np.int64)], pipeline=BUILTIN)[1]
+    out = sim.run(vote_under_if(32, None, "ballot"), [a, np.zeros(32, np.int64)],
+                  pipeline=BUILTIN)[1]  # fmt: skip
     word = sum(1 << k for k in range(32) if a[k] > 0)
     np.testing.assert_array_equal(out[:16], np.full(16, word & 0xFFFF))
     np.testing.assert_array_equal(out[16:], np.full(16, word & 0xFFFF0000))
