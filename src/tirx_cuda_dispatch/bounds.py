@@ -37,6 +37,7 @@ from .irfacts import (
     buffer_var,
     loaded_buffer,
     location_of,
+    replace_leaves,
     runs_cta_barrier,
     scope_id_kind,
     statements,
@@ -620,20 +621,14 @@ def resolve_scalars(expr: Any, env: Enclosing | None) -> Any:
     arithmetic, comparisons, negations and casts; other expressions as they are."""
     if env is None or not env.scalars or isinstance(expr, (bool, int)):
         return expr
-    loaded = loaded_buffer(expr)
-    if loaded is not None:
-        return next((v for b, v in reversed(env.scalars) if b.same_as(loaded)), expr)
-    kind = type(expr).__name__
-    if kind in BINARY_NODES:
-        a, b = resolve_scalars(expr.a, env), resolve_scalars(expr.b, env)
-        return expr if a.same_as(expr.a) and b.same_as(expr.b) else getattr(tvm.tirx, kind)(a, b)
-    if kind == "Cast":
-        value = resolve_scalars(expr.value, env)
-        return expr if value.same_as(expr.value) else tvm.tirx.Cast(expr.dtype, value)
-    if kind == "Not":  # (an else branch's condition)
-        a = resolve_scalars(expr.a, env)
-        return expr if a.same_as(expr.a) else tvm.tirx.Not(a)
-    return expr
+
+    def stored(node: Any) -> Any:
+        loaded = loaded_buffer(node)
+        if loaded is None:
+            return None
+        return next((v for b, v in reversed(env.scalars) if b.same_as(loaded)), node)
+
+    return replace_leaves(expr, stored)
 
 
 def proves(condition: Any, env: Enclosing | None) -> bool:

@@ -183,6 +183,26 @@ BINARY_NODES = ("Add", "Sub", "Mul", "FloorDiv", "FloorMod", "Div", "Mod", "Min"
                 "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or")  # fmt: skip
 
 
+def replace_leaves(expr: Any, replace: Any) -> Any:
+    """``expr`` with each subexpression ``replace`` maps to a value (not None) replaced,
+    through arithmetic, comparisons, negations and casts (``BINARY_NODES``, ``Not``,
+    ``Cast``); nodes that do not change are kept, other expressions as they are."""
+    new = replace(expr)
+    if new is not None:
+        return new
+    kind = type(expr).__name__
+    if kind in BINARY_NODES:
+        a, b = replace_leaves(expr.a, replace), replace_leaves(expr.b, replace)
+        return expr if a.same_as(expr.a) and b.same_as(expr.b) else getattr(tvm.tirx, kind)(a, b)
+    if kind == "Not":
+        a = replace_leaves(expr.a, replace)
+        return expr if a.same_as(expr.a) else tvm.tirx.Not(a)
+    if kind == "Cast":
+        value = replace_leaves(expr.value, replace)
+        return expr if value.same_as(expr.value) else tvm.tirx.Cast(expr.dtype, value)
+    return expr
+
+
 def subexpressions(expr: Any):
     """``expr`` and every expression inside it (operands, values, conditions, call
     arguments, load indices), depth first."""

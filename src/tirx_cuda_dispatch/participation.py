@@ -39,7 +39,7 @@ from tvm.tirx import IntImm, Var
 
 from .bounds import resolve_scalars
 from .errors import DispatchError
-from .irfacts import BINARY_NODES, as_int, loaded_buffer, subexpressions
+from .irfacts import as_int, loaded_buffer, replace_leaves, subexpressions
 from .scopes import SCOPES, THREAD_AXES
 
 MAX_UNIFORM_CORNERS = 4  # uniform variables whose corners are enumerated (2**4 assignments)
@@ -314,20 +314,14 @@ def _votes_read_as_uniform(expr: Any) -> Any:
     """``expr`` with each full-mask warp vote in it replaced by a fresh variable: a value
     the whole warp shares, so a warp-scope call under ``if any_sync(...)`` runs on every
     lane or on none (a narrower mask, or a vote at a wider scope, stays per-thread)."""
-    op = getattr(expr, "op", None)
-    if getattr(op, "name", None) in WARP_VOTES and as_int(expr.args[0]) == FULL_MASK:
-        return Var("warp_vote", str(expr.ty))
-    kind = type(expr).__name__
-    if kind in BINARY_NODES:
-        a, b = _votes_read_as_uniform(expr.a), _votes_read_as_uniform(expr.b)
-        return expr if a.same_as(expr.a) and b.same_as(expr.b) else getattr(tvm.tirx, kind)(a, b)
-    if kind == "Not":
-        a = _votes_read_as_uniform(expr.a)
-        return expr if a.same_as(expr.a) else tvm.tirx.Not(a)
-    if kind == "Cast":
-        value = _votes_read_as_uniform(expr.value)
-        return expr if value.same_as(expr.value) else tvm.tirx.Cast(expr.dtype, value)
-    return expr
+
+    def vote(node: Any) -> Any:
+        op = getattr(node, "op", None)
+        if getattr(op, "name", None) in WARP_VOTES and as_int(node.args[0]) == FULL_MASK:
+            return Var("warp_vote", str(node.ty))
+        return None
+
+    return replace_leaves(expr, vote)
 
 
 def _other_ranges(enclosing: Any, subst: dict[Var, Any]) -> list[tuple[Var, int, int]]:
