@@ -107,6 +107,19 @@ def guarded_roundtrip(guard: str, scope: str, threads: int, op: str = "copy"):
             if T.cuda.any_sync(T.uint32(mask), R[0] > T.float32(0)) != 0:
                 copy(S_[:, :], A[:, :])
                 copy(B[:, :], S_[:, :])
+        elif guard.startswith("bar.red"):  # a barrier vote: bar.red(count) or bar.red(CTA)
+            V = T.alloc_buffer((1,), "uint32", scope="local")
+            if guard.endswith("stored too"):  # a store of the thread's own writes it too
+                V[0] = T.Cast("uint32", lane)
+            vote = T.meta_var(T.ptx.pred(A[0, tid] > T.float32(0)))
+            if guard.startswith("bar.red(CTA)"):  # no count: every thread of the CTA
+                T.evaluate(T.ptx.bar.red.popc.u32(V[0], T.uint32(1), vote))
+            else:
+                count = T.meta_var(int(guard.split("(")[1].split(")")[0]))
+                T.evaluate(T.ptx["bar.red.or.pred"](V[0], T.uint32(1), T.uint32(count), vote))
+            if V[0] != T.uint32(0):
+                copy(S_[:, :], A[:, :])
+                copy(B[:, :], S_[:, :])
     # fmt: on
     return kernel
 
@@ -238,6 +251,47 @@ def test_a_full_mask_warp_vote_is_uniform_over_the_warp(rng, where, gpu):
 def test_a_vote_that_does_not_span_the_scope_is_declined(guard, scope, threads):
     """Controls: a vote over half the warp's lanes (the others' result is theirs), and a
     full-mask vote under a CTA-scope call (two warps may vote differently)."""
+    [report, _] = tcd.explain(guarded_roundtrip(guard, scope, threads))
+    assert report.variant is None
+    [reason] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]
+    assert "cannot prove that every thread of the" in reason
+
+
+@pytest.mark.parametrize(
+    "guard, scope, threads",
+    [("bar.red(128)", "warpgroup", 128), ("bar.red(CTA)", "cta", 256), ("bar.red(32)", "warp", 32)],
+    ids=["warpgroup", "cta", "warp"],
+)
+@pytest.mark.parametrize("where", WHERE)
+def test_a_barrier_vote_is_uniform_over_its_generations(guard, scope, threads, rng, where, gpu):
+    """``bar.red.or.pred V, 1, 128, p`` then ``if V != 0``: every thread that completes one
+    generation of the barrier gets the same answer, so a call of a scope whose instances
+    each arrive whole in one generation runs on all of the instance or on none (128
+    threads: a warpgroup; the whole CTA without a count; any count: a warp). Only the
+    first lane of the tile votes yes, so the calls run; the round trip moves every
+    element."""
+    func = guarded_roundtrip(guard, scope, threads)
+    assert [r.variant for r in tcd.explain(func)] == ["gmem_smem", "gmem_smem"]
+    a = runtime.random_array((ROWS, COLS), "float32", rng)
+    a[0, :threads] = -np.abs(a[0, :threads]) - 1
+    a[0, 1] = 1.0  # one thread votes yes
+    out = execute(func, [a, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE)
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+
+
+@pytest.mark.parametrize(
+    "guard, scope, threads",
+    [
+        ("bar.red(64)", "warpgroup", 128),
+        ("bar.red(128)", "cta", 256),
+        ("bar.red(128) stored too", "warpgroup", 128),
+    ],
+    ids=["half-warpgroup", "cta-scope", "stored-too"],
+)
+def test_a_barrier_vote_that_does_not_span_the_scope_is_declined(guard, scope, threads):
+    """Controls: generations of 64 threads (two warps of a warpgroup may get different
+    answers), 128 under a CTA-scope call (two warpgroups may), and a vote register that a
+    store of each thread's lane also writes."""
     [report, _] = tcd.explain(guarded_roundtrip(guard, scope, threads))
     assert report.variant is None
     [reason] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]

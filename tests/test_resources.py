@@ -13,7 +13,8 @@ from tirx_cuda_dispatch.resources import BarrierPool, barrier_ids_in
 
 def _kernel_with_barriers(use_ids: bool):
     """Warpgroup 0 reduces a shared tile (its warps meet at a named barrier); the kernel
-    itself syncs on named barriers 1, 2 and 3 (``use_ids``) before."""
+    itself syncs on named barriers 1, 2 and 3 and votes at 4 (``bar.red``, whose id is its
+    second operand; ``use_ids``) before."""
 
     @T.prim_func
     def kernel(A_ptr: T.handle, B_ptr: T.handle):
@@ -34,6 +35,9 @@ def _kernel_with_barriers(use_ids: bool):
             T.ptx.bar.sync(T.uint32(1), T.uint32(256))
             T.ptx.bar.sync(T.uint32(3), T.uint32(256))
             T.cuda.warpgroup_sync(2)
+            V = T.alloc_buffer((1,), "uint32", scope="local")
+            T.evaluate(T.ptx["bar.red.or.pred"](V[0], T.uint32(4), T.uint32(256),
+                                                T.ptx.pred(A_s[0, 0] > T.float32(0))))  # fmt: skip
         if wg == 0:
             Tx.wg.sum(B_s[:], A_s[:, :], axes=[-1])
         T.cuda.cta_sync()
@@ -43,14 +47,14 @@ def _kernel_with_barriers(use_ids: bool):
 
 
 def test_barrier_ids_the_kernel_names_are_found():
-    assert barrier_ids_in(_kernel_with_barriers(True)) == {1, 2, 3}
+    assert barrier_ids_in(_kernel_with_barriers(True)) == {1, 2, 3, 4}
     assert barrier_ids_in(_kernel_with_barriers(False)) == set()
 
 
 def test_a_plans_named_barriers_avoid_the_kernels_own_ids():
     report = report_of(_kernel_with_barriers(True))
     first = report.given["sync"]
-    assert first not in (0, 1, 2, 3, 8) and first + 1 not in (0, 1, 2, 3, 8)
+    assert first not in (0, 1, 2, 3, 4, 8) and first + 1 not in (0, 1, 2, 3, 4, 8)
     # the control: without the kernel's own barriers, the first free ids are taken
     control = report_of(_kernel_with_barriers(False)).given["sync"]
     assert control == 1

@@ -31,6 +31,7 @@ from tvm.tirx.layout import ComposeLayout, TileLayout
 
 from .errors import DispatchError
 from .irfacts import (
+    BARRIER_REDUCTIONS,
     BINARY_NODES,
     Location,
     as_int,
@@ -188,6 +189,7 @@ class Enclosing:
     # (data var, buffer): every allocated or declared buffer in scope, to size the memory a
     # declaration lies in (a tile carved from a pool's allocation)
     buffers: list[tuple[Var, Any]] = field(default_factory=list)
+    votes: tuple[BarrierVote, ...] = ()  # the function's registers only bar.red writes
 
     def snapshot(self) -> Enclosing:
         return Enclosing(
@@ -203,6 +205,7 @@ class Enclosing:
             list(self.scalars),
             self.stored_once,
             list(self.buffers),
+            self.votes,
         )
 
     @property
@@ -268,7 +271,11 @@ def scan(mod_or_func: Any) -> list[CallBounds]:
     out: list[CallBounds] = []
     for func in funcs:
         if isinstance(func, tvm.tirx.PrimFunc):
-            env = Enclosing(function=func, stored_once=_stored_once(func.body))
+            env = Enclosing(
+                function=func,
+                stored_once=_stored_once(func.body),
+                votes=barrier_votes(func.body),
+            )
             _walk(func.body, env, out)
     return out
 
@@ -565,7 +572,52 @@ def _stored_once(body: Any) -> tuple[Any, ...]:
     address or a data pointer handed to a call or a view (``R.ptr_to``, ``R.data``), not
     an element passed to a call statement, which may be its destination (``T.ptx[
     "mov.u32"](R[0], x)``, a ``.pred`` result)."""
-    stored, escaped = [], []
+    stored, escaped, votes = _writes(body)
+    escaped += [buf for buf, _, _ in votes]  # a barrier reduction's destination
+    return tuple(
+        b
+        for b in stored
+        if sum(1 for o in stored if o.same_as(b)) == 1 and not any(e.same_as(b) for e in escaped)
+    )
+
+
+@dataclass(frozen=True)
+class BarrierVote:
+    """A register that only barrier reductions write (``bar.red.or.pred v[0], id, b, p``):
+    every thread that completed one generation of the barrier together holds the same
+    value. ``threads``: the thread count ``b`` (None: the CTA's, ``b`` not given);
+    ``aligned``: every writing instruction is ``.aligned`` (``bar.red`` always is), so a
+    warp takes part whole."""
+
+    buffer: Any
+    threads: int | None
+    aligned: bool
+
+
+def barrier_votes(body: Any) -> tuple[BarrierVote, ...]:
+    """The register buffers of ``body`` that barrier reductions write and nothing else may
+    write (no store, no tile primitive, no address handed on, no other call), all with one
+    constant thread count (or none)."""
+    stored, escaped, votes = _writes(body)
+    found: list[BarrierVote] = []
+    for buf, threads, _ in votes:
+        if any(b.same_as(buf) for b in (*stored, *escaped)) or str(buf.scope()) != "local":
+            continue
+        same = [(t, a) for b, t, a in votes if b.same_as(buf)]
+        if threads is False or any(t != threads for t, _ in same):
+            continue  # a count that is not a constant, or counts that differ
+        if not any(v.buffer.same_as(buf) for v in found):
+            found.append(BarrierVote(buf, threads, all(a for _, a in same)))
+    return tuple(found)
+
+
+def _writes(body: Any) -> tuple[list[Any], list[Any], list[tuple[Any, Any, bool]]]:
+    """Who may write which buffers in ``body``: the buffers of its store statements (once
+    per store), those something else may write (a tile primitive's region, an address or
+    data pointer handed on, an element passed to a call statement) and the destinations
+    of barrier reductions (buffer, thread count: None without one, False where it is not
+    a constant; ``.aligned``), whose other arguments count as handed on."""
+    stored, escaped, votes = [], [], []
     for n in statements(body):
         kind = type(n).__name__
         if kind == "BufferStore":
@@ -574,14 +626,33 @@ def _stored_once(body: Any) -> tuple[Any, ...]:
         elif kind == "TilePrimitiveCall":
             escaped += [a.source for a in n.args if type(a).__name__ == "TensorRegion"]
         elif kind == "Evaluate":  # a call's register argument may be its destination
-            escaped += _referenced(n.value) + _arguments(n.value)
+            vote = _barrier_vote(n.value)
+            if vote is not None:
+                votes.append(vote)
+                for a in n.value.args[1:]:
+                    escaped += _referenced(a) + [b for b in [loaded_buffer(a)] if b is not None]
+            else:
+                escaped += _referenced(n.value) + _arguments(n.value)
         elif kind == "DeclBuffer":
             escaped += _referenced(n.buffer.data)
-    return tuple(
-        b
-        for b in stored
-        if sum(1 for o in stored if o.same_as(b)) == 1 and not any(e.same_as(b) for e in escaped)
-    )
+    return stored, escaped, votes
+
+
+def _barrier_vote(call: Any) -> tuple[Any, Any, bool] | None:
+    """(destination buffer, thread count, aligned) of a barrier reduction statement."""
+    name = getattr(getattr(call, "op", None), "name", None)
+    if name not in BARRIER_REDUCTIONS or not call.args:
+        return None
+    dest = loaded_buffer(call.args[0])
+    if dest is None:
+        return None
+    threads: Any = None
+    if BARRIER_REDUCTIONS[name]:
+        count = as_int(call.args[2]) if len(call.args) > 2 else None
+        threads = count if count is not None else False
+    tokens = [str(getattr(a, "value", "")) for a in call.args]
+    aligned = name.startswith("tirx.ptx.bar_") or "aligned" in tokens
+    return dest, threads, aligned
 
 
 def _arguments(expr: Any) -> list[Any]:

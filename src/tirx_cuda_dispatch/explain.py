@@ -19,7 +19,7 @@ from tvm import sym
 
 from .call import Operand, tensor_region
 from .dispatch import Candidate, Outcome, plan_facts
-from .irfacts import as_int, evaluated_calls, location_of, statements
+from .irfacts import BARRIER_REDUCTIONS, as_int, evaluated_calls, location_of, statements
 from .lowering import run_lower
 from .resources import (
     COMPLETIONS,
@@ -417,6 +417,7 @@ _SYNC = {
     "tirx.ptx.bar_sync_count": ("named barriers", "bar.sync"),
     "tirx.ptx.bar_sync": ("named barriers", "bar.sync"),
     "tirx.ptx.bar_arrive": ("named barriers", "bar.arrive"),
+    **{name: ("named barriers", "bar.red") for name in BARRIER_REDUCTIONS},
     "tirx.cuda.warpgroup_sync": ("named barriers", "warpgroup_sync"),
     "tirx.cuda.cta_sync": ("CTA barriers", "cta_sync"),
     "tirx.ptx.mbarrier_init": ("mbarriers initialised", "init"),
@@ -469,6 +470,13 @@ def _sync_text(what: str, call: Any) -> str:
         return f"{str(args[1]).strip(chr(34))} {_arg(args[0])}"
     if what in ("bar.sync", "bar.arrive"):
         return f"{what} {_arg(args[0])} ({_arg(args[1])} threads)"
+    if what == "bar.red":  # d, a{, b}, c, then the modifiers: .popc / .and / .or
+        op = next(
+            (str(a.value) for a in args if getattr(a, "value", None) in ("popc", "and", "or")), ""
+        )
+        counted = BARRIER_REDUCTIONS[str(call.op.name)]
+        threads = f"{_arg(args[2])} threads" if counted else "the CTA"
+        return f"bar.red.{op} {_arg(args[1])} ({threads})"
     if what == "warpgroup_sync":
         return f"{what} {_arg(args[0])}"
     if what == "init":
@@ -508,7 +516,7 @@ def _attach_ptxas(report: Explanation, func_or_mod: Any, target: Any) -> None:
 _PHASE_ENDS = {
     "tirx.cuda.cta_sync", "tirx.tvm_storage_sync", "tirx.ptx.bar_sync", "tirx.ptx.bar_sync_count",
     "tirx.cuda.warpgroup_sync", "tirx.cuda.mbarrier_wait", "tirx.ptx.cp_async_wait_group",
-    "tirx.ptx.wgmma_wait_group", "tirx.ptx.cp_async_bulk_wait_group",
+    "tirx.ptx.wgmma_wait_group", "tirx.ptx.cp_async_bulk_wait_group", *BARRIER_REDUCTIONS,
 }  # fmt: skip
 
 

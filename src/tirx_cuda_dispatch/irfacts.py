@@ -15,6 +15,17 @@ import tvm
 from tvm import sym
 from tvm.tirx import Var
 
+# The reduction forms of the CTA's named barriers (PTX ISA "bar, barrier": ``bar.red.popc``,
+# ``bar.red.{and,or}.pred``; ``barrier.red`` likewise, ``.aligned`` or not), by TVM op: whether
+# the thread count operand ``b`` is given. Their destination receives one value for every
+# thread that took part in the barrier's completion.
+BARRIER_REDUCTIONS = {
+    f"tirx.ptx.{mnemonic}_red_{kind}{suffix}": bool(suffix)
+    for mnemonic in ("bar", "barrier")
+    for kind in ("popc", "pred")
+    for suffix in ("", "_count")
+}
+
 
 def as_int(value: Any) -> int | None:
     """``value`` as a Python int when it is a constant, else None."""

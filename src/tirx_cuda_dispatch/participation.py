@@ -159,8 +159,9 @@ def participation(call: Any) -> Participation:
         _resolve(resolve_scalars(c, enclosing), subst, enclosing, coords.ranges)
         for c in enclosing.conditions
     ]
-    if call.scope == "warp":
-        conditions = [_votes_read_as_uniform(c) for c in conditions]
+    conditions = [
+        _votes_read_as_uniform(c, call.scope, enclosing, _cta_warps(call)) for c in conditions
+    ]
     varying = list(coords.varying)
     uniform = [c for c in conditions if not _depends_on(c, varying)]
     per_thread = [
@@ -308,17 +309,40 @@ def _reads_memory(expr: Any) -> bool:
 # ``__ballot_sync`` over 0xffffffff): uniform over the warp whatever each lane votes.
 WARP_VOTES = ("tirx.cuda.any_sync", "tirx.cuda.ballot_sync")
 FULL_MASK = 0xFFFFFFFF
+SCOPE_THREADS = {"warp": 32, "warpgroup": 128}
 
 
-def _votes_read_as_uniform(expr: Any) -> Any:
-    """``expr`` with each full-mask warp vote in it replaced by a fresh variable: a value
-    the whole warp shares, so a warp-scope call under ``if any_sync(...)`` runs on every
-    lane or on none (a narrower mask, or a vote at a wider scope, stays per-thread)."""
+def _votes_read_as_uniform(expr: Any, scope: str, enclosing: Any, cta_warps: int) -> Any:
+    """``expr`` with each vote an instance of ``scope`` shares replaced by a fresh variable,
+    so a call under ``if <vote>`` runs on every thread of the instance or on none:
+
+    - at warp scope, a full-mask warp vote (``any_sync``, ``ballot_sync``; a narrower mask
+      stays per-thread);
+    - a register only barrier reductions write (``bar.red``: :func:`.bounds.barrier_votes`)
+      where a barrier generation holds whole instances of the scope: ``.aligned`` (a warp
+      arrives whole) and, beyond a warp, a thread count that is a multiple of the
+      warpgroup's 128 (the simulator checks that each generation of such a barrier holds
+      whole warpgroups) or the whole CTA."""
+    cta = 32 * cta_warps
+    shared = [
+        v.buffer
+        for v in getattr(enclosing, "votes", ())
+        if v.aligned
+        and (
+            v.threads is None
+            or (scope in SCOPE_THREADS and v.threads % SCOPE_THREADS[scope] == 0)
+            or (scope == "cta" and v.threads == cta)
+        )
+    ]
 
     def vote(node: Any) -> Any:
         op = getattr(node, "op", None)
-        if getattr(op, "name", None) in WARP_VOTES and as_int(node.args[0]) == FULL_MASK:
+        name = getattr(op, "name", None)
+        if scope == "warp" and name in WARP_VOTES and as_int(node.args[0]) == FULL_MASK:
             return Var("warp_vote", str(node.ty))
+        loaded = loaded_buffer(node)
+        if loaded is not None and any(b.same_as(loaded) for b in shared):
+            return Var("barrier_vote", str(node.ty))
         return None
 
     return replace_leaves(expr, vote)

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import tvm
 
-from .irfacts import evaluated_calls
+from .irfacts import BARRIER_REDUCTIONS, evaluated_calls
 
 BARRIER_IDS = 16  # per CTA (PTX ISA "bar, barrier")
 # Ids we never hand out: 0 is __syncthreads; TVM 0.27's built-in variants hard-code 8
@@ -290,13 +290,15 @@ _BARRIER_CALLS = (
 
 def barrier_ids_in(func: Any) -> set[int]:
     """The named-barrier ids a function's own statements use (constant ids of
-    ``bar``/``barrier`` PTX calls and ``warpgroup_sync``); a non-constant id blocks every
-    id (it may be any of them)."""
+    ``bar``/``barrier`` PTX calls, their reductions ``bar.red`` included, and
+    ``warpgroup_sync``); a non-constant id blocks every id (it may be any of them)."""
     used: set[int] = set()
     for call in evaluated_calls(func.body):
-        if getattr(call.op, "name", None) not in _BARRIER_CALLS or not call.args:
+        name = getattr(call.op, "name", None)
+        at = 1 if name in BARRIER_REDUCTIONS else 0  # bar.red d, a, ...: the id follows d
+        if (name not in _BARRIER_CALLS and at == 0) or len(call.args) <= at:
             continue
-        value = getattr(call.args[0], "value", None)
+        value = getattr(call.args[at], "value", None)
         if isinstance(value, int):
             used.add(value)
         else:

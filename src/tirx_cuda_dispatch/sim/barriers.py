@@ -23,6 +23,7 @@ the cluster's threads, counted by thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,8 @@ class _Generation:
     warps: list[int] = field(default_factory=list)
     released: np.ndarray | None = None  # join of the arrivals' clocks
     unordered: bool = False
+    reduces: bool | None = None  # bar.red arrivals (True), bar.sync / bar.arrive (False)
+    votes: int = 0  # bar.red: threads whose predicate is true
 
 
 class NamedBarriers:
@@ -56,15 +59,19 @@ class NamedBarriers:
         self.current: dict[int, _Generation] = {}
         self.completed: dict[int, int] = {}  # barrier -> generations completed
         self.released: dict[tuple[int, int], np.ndarray | None] = {}
+        self.reduced: dict[tuple[int, int], int] = {}  # bar.red: true votes of a generation
 
     def arrive(
         self, barrier: Any, expected: int, warps: list[int], sync: bool, what: str,
-        threads: int | None = None,
+        threads: int | None = None, votes: int | None = None,
+        deliver: Callable[[int, int], None] | None = None,
     ) -> Wait | None:  # fmt: skip
         """``warps`` (one statement's) arrive at ``barrier`` that completes at ``expected``
         threads (``threads`` of them arrive: by default all of each warp's 32). With
         ``sync`` they wait for the generation they complete: what they wait for (None: it
-        completed now)."""
+        completed now). ``votes`` (``bar.red``): how many of the arriving threads' predicates
+        are true; once the generation completes, ``deliver(true votes, threads)`` gives the
+        arriving warps its reduction."""
         m = self.m
         clocks = m.clocks
         released = [clocks.release(w) for w in warps]
@@ -80,6 +87,22 @@ class NamedBarriers:
             )
         arrived = WARP * len(warps) if threads is None else threads
         straddles = gen.arrived + arrived > expected  # which warps complete it is unknown
+        reduces = votes is not None
+        if gen.reduces is not None and gen.reduces != reduces:
+            raise SimError(
+                f"{what}: warps {warps} arrive with {'bar.red' if reduces else 'bar.sync/arrive'} "
+                f"while the barrier's earlier arrivals (warps {gen.warps}) came from "
+                f"{'bar.red' if gen.reduces else 'bar.sync/arrive'}: PTX does not allow the two "
+                "on one barrier at once"
+            )
+        gen.reduces = reduces
+        if reduces:
+            if straddles:
+                raise SimError(
+                    f"{what}: warps {warps} arrive {arrived} threads where {expected - gen.arrived} "
+                    "complete the generation: which threads' votes it reduces is unknown"
+                )
+            gen.votes += votes
         gen.arrived += arrived
         gen.warps += warps
         gen.released = joined if gen.released is None else np.maximum(gen.released, joined)
@@ -97,21 +120,52 @@ class NamedBarriers:
             return None
         if gen is None:  # completed by this very statement
             self._acquire(barrier, last, warps)
+            if deliver is not None:
+                deliver(self.reduced[(barrier, last)], expected)
             return None
         number = gen.number
+
+        def then() -> None:
+            self._acquire(barrier, number, warps)
+            if deliver is not None:
+                deliver(self.reduced[(barrier, number)], expected)
+
         return Wait(
             what,
             lambda: self.completed.get(barrier, 0) > number,
             lambda: self._state(barrier, number),
-            then=lambda: self._acquire(barrier, number, warps),
+            then=then,
         )
 
     def _complete(self, barrier: int, gen: _Generation, unordered: bool) -> None:
         self.m.events += 1
         self.released[(barrier, gen.number)] = None if unordered else gen.released
         self.released.pop((barrier, gen.number - 4), None)
+        if gen.reduces:
+            self._whole_warpgroups(barrier, gen)
+            self.reduced[(barrier, gen.number)] = gen.votes
+            self.reduced.pop((barrier, gen.number - 4), None)
         self.completed[barrier] = gen.number + 1
         self.current.pop(barrier, None)
+
+    def _whole_warpgroups(self, barrier: Any, gen: _Generation) -> None:
+        """A ``bar.red`` whose thread count is a multiple of 128 is read as the same answer
+        in every thread of a warpgroup (:mod:`..participation`): so each warpgroup that
+        took part in a generation must have taken part whole."""
+        if gen.expected % 128:
+            return
+        groups: dict[int, set[int]] = {}
+        for w in gen.warps:
+            groups.setdefault(w // 4, set()).add(w)
+        split = sorted(g for g, ws in groups.items() if len(ws) != 4)
+        if split:
+            raise SimError(
+                f"bar.red {barrier}, {gen.expected}: generation {gen.number} completed with "
+                f"warps {sorted(gen.warps)}, so warpgroup {split[0]} arrived split across "
+                "generations and its threads may get different answers; a thread count "
+                "that is a multiple of 128 must gather whole warpgroups (a call at "
+                "warpgroup scope reads the vote as the whole warpgroup's)"
+            )
 
     def _acquire(self, barrier: int, number: int, warps: list[int]) -> None:
         released = self.released.get((barrier, number))

@@ -184,9 +184,12 @@ def register_operand(m: Any, target: Any, what: str) -> tuple[Any, np.dtype]:
     return target, dtype
 
 
-def write_register(m: Any, target: Any, values: np.ndarray, what: str = "PTX") -> None:
+def write_register(
+    m: Any, target: Any, values: np.ndarray, what: str = "PTX", threads: np.ndarray | None = None
+) -> None:
     """Write ``values`` (one per thread, the register's own dtype or its bits as an
-    unsigned integer of the same width) to the register element ``target``."""
+    unsigned integer of the same width) to the register element ``target`` of the active
+    threads (or of ``threads``)."""
     target, dtype = register_operand(m, target, what)
     b = m.bound(target.source)
     offsets, size = m.address(b, target.indices)
@@ -194,7 +197,7 @@ def write_register(m: Any, target: Any, values: np.ndarray, what: str = "PTX") -
     if values.dtype.itemsize != dtype.itemsize:
         raise SimError(f"{what}: {values.dtype} value into {dtype} register {target}")
     raw = values.view(np.uint8).reshape(m.threads, dtype.itemsize)
-    m.memory_op(b, m.active_threads(), offsets, size, raw, 1)
+    m.memory_op(b, m.active_threads() if threads is None else threads, offsets, size, raw, 1)
 
 
 def register_bits(m: Any, operand: Any, bits: int, what: str = "PTX") -> np.ndarray:

@@ -6,6 +6,7 @@ Each entry's docstring is its meaning, with the CUDA / PTX ISA section it comes 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -160,6 +161,8 @@ def named_barrier(
     spelling: str,
     aligned: bool = True,
     sync: bool = True,
+    votes: np.ndarray | None = None,
+    deliver: Callable[[np.ndarray, int, int], None] | None = None,
 ) -> None:
     """The active warps arrive at named barriers (PTX ISA "bar, barrier";
     :class:`.barriers.NamedBarriers`): ``ids`` gives each thread's barrier (0-15, the same
@@ -167,7 +170,9 @@ def named_barrier(
     number; ``None``: every thread of the CTA, as ``bar.sync a`` without ``b``). Warps
     arrive whole and count 32 threads each. With ``sync`` (``bar.sync``) the warps wait
     for the completion, which orders them after every arrival; ``bar.arrive`` does not
-    wait. ``spelling`` is the instruction as errors name it."""
+    wait. ``spelling`` is the instruction as errors name it. ``votes`` (``bar.red``): each
+    thread's predicate; once a generation completes, ``deliver(threads, true votes,
+    thread count)`` gives its reduction to the arriving ``threads`` (a warp's lanes)."""
     active = np.broadcast_to(m.mask, m.tid.shape)
     ids = m.per_thread(ids).astype(np.int64)
     counts = None if count is None else m.per_thread(np.asarray(count)).astype(np.int64)
@@ -214,12 +219,14 @@ def named_barrier(
             what = f"{spelling} {barrier}, {expected}"
             if expected <= 0 or expected % 32:
                 raise SimError(f"{what}: the thread count must be a positive multiple of 32")
-        kind = "bar.sync" if sync else "bar.arrive"
+        kind = "bar.red" if votes is not None else "bar.sync" if sync else "bar.arrive"
         m.counters.instructions[kind] += len(warps)
         key = barrier if m.cluster == 1 else (cta, barrier)
         if m.cluster > 1:
             what += f" of the CTA of rank {cta}"
-        wait = m.barriers.arrive(key, expected, warps, sync, what)
+        true = None if votes is None else int(np.count_nonzero(m.per_thread(votes)[threads]))
+        give = None if deliver is None else functools.partial(deliver, threads)
+        wait = m.barriers.arrive(key, expected, warps, sync, what, votes=true, deliver=give)
         if wait is not None:
             mask = np.zeros(m.threads, dtype=bool)
             mask[threads] = True

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..irfacts import BARRIER_REDUCTIONS
 from . import fragments
 from .asynchrony import Effect
 from .calls import (
@@ -304,6 +305,44 @@ def _bar_arrive(m: Machine, call: Any) -> None:
     count = m.per_thread(m.eval(parsed.operands[1]))
     aligned = mnemonic == "bar" or "aligned" in parsed.tokens
     named_barrier(m, ids, count, spelling, aligned=aligned, sync=False)
+
+
+@TABLE.entry(*BARRIER_REDUCTIONS)
+def _bar_red(m: Machine, call: Any) -> None:
+    """``bar{.cta}.red.popc.u32 d, a{, b}, c`` and ``bar{.cta}.red.{and,or}.pred d, a{, b},
+    c`` (= ``barrier{.cta}.red...aligned``; ``barrier.red`` likewise; PTX ISA "bar,
+    barrier"): the threads arrive at named barrier ``a`` as ``bar.sync`` does and wait for
+    it to complete; the predicates ``c`` of every thread of the completing generation are
+    reduced (``.popc``: how many are true; ``.and``: all; ``.or``: any) and each of them
+    receives the result in ``d`` (a ``.pred`` result reads 1 or 0 in the ``u32`` register
+    TVM gives it). PTX forbids ``bar.red`` and ``bar.sync``/``bar.arrive`` at one barrier
+    at once (an error here), and arrivals of one statement that complete a generation and
+    start the next are an error (whose votes each counts is unknown). A thread count that
+    is a multiple of 128 must gather whole warpgroups (:mod:`..participation` reads such a
+    vote as the warpgroup's). Counted as ``bar.red`` per warp."""
+    name = call.op.name.removeprefix("tirx.ptx.")
+    mnemonic = name.split("_")[0]
+    parsed = plain_ptx_operands(call, mnemonic)
+    tokens = parsed.tokens
+    spelling = ".".join([mnemonic, *tokens])
+    counted = BARRIER_REDUCTIONS[call.op.name]
+    if len(parsed.operands) != (4 if counted else 3):
+        raise SimError(
+            f"{spelling} takes a destination, a barrier, {'a thread count, ' if counted else ''}and a predicate"
+        )
+    dest, bar_id = parsed.operands[0], parsed.operands[1]
+    pred = parsed.operands[-1]
+    ids = m.per_thread(m.eval(bar_id))
+    count = m.per_thread(m.eval(parsed.operands[2])) if counted else None
+    votes = m.per_thread(m.eval(pred)) != 0
+    op = "popc" if "popc" in tokens else "and" if "and" in tokens else "or"
+
+    def deliver(threads: np.ndarray, true: int, expected: int) -> None:
+        value = {"popc": true, "and": int(true == expected), "or": int(true > 0)}[op]
+        write_register(m, dest, np.full(m.threads, value, dtype=np.uint32), spelling, threads)
+
+    aligned = mnemonic == "bar" or "aligned" in tokens
+    named_barrier(m, ids, count, spelling, aligned=aligned, votes=votes, deliver=deliver)
 
 
 def _bar_form(call: Any, action: str) -> tuple[str, PtxOperands, str]:
