@@ -11,11 +11,14 @@ in one interleaved run (``norms.time_queued``). TFLOP/s counts ``4 B H S^2 D`` (
 for causal); speeds are torch's time over ours (above 1, ours is faster). Ours, at every
 shape: "ws", examples/attention.py's ``attention_ws_kernel`` (a TMA producer warpgroup,
 two consumers (three at head dim 64) in ping-pong with the intra-warpgroup overlap,
-128-row key tiles (80 at head dim 256), O out by TMA), and "sm80", examples/attention_sm80.py (FlashAttention-2's
+128-row key tiles (80 at head dim 256), the lagged reference max, O out by TMA), and "sm80", examples/attention_sm80.py (FlashAttention-2's
 structure: cp.async, ldmatrix, mma.sync; issue 33 asks it to reach the flash backend);
 at ``ABLATIONS`` also the kernel with a piece taken away or changed ("direct store": O
 from registers; "two rings": a ring each for K and V, head dim 256's default, and "one
-ring", K and V on one ring, at head dim 256; "no overlap"; "n64": 64-row key tiles (at
+ring", K and V on one ring, at head dim 256; "no lag": every tile's softmax whole (its row
+max before the exponentials, O rescaled each tile: the default before ``lagged_max``);
+"two consumers": two at causal head dim 64's 4,096 rows (the default there without the
+lagged max); "no overlap"; "n64": 64-row key tiles (at
 head dim 256 against its default, FA3's 80); "c2": two consumers at head dim 64; "per
 block": one CTA a query block ("per block c3": with three consumers, causal head dim 64's
 default before its blocks paired); "no obuf" / "obuf": O out through Q's rows or a buffer
@@ -97,19 +100,24 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     # the rows' sums of P added over the quad once a block (lane_sums) or once a key tile
     "ws lane sums": ("attention", "attention_ws_kernel", {"lane_sums": True}),
     "ws row sums": ("attention", "attention_ws_kernel", {"lane_sums": False}),
+    # every tile's softmax whole (the default before the lagged reference max)
+    "ws no lag": ("attention", "attention_ws_kernel", {"lagged_max": False}),
+    "ws two consumers": ("attention", "attention_ws_kernel", {"consumers": 2}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
-    (4096, 128, False, "float16"): ("ws", "ws per block", "ws direct store", "ws two rings",
-                                    "ws no overlap", "ws n64 no overlap", "wg", "ws no obuf"),
-    (4096, 256, False, "float16"): ("ws", "ws one ring", "ws n64"),
-    (8192, 256, True, "float16"): ("ws", "ws n64"),
-    (1024, 128, False, "float16"): ("ws", "ws per block", "ws no obuf", "ws row sums"),
-    (1024, 64, False, "float16"): ("ws", "ws per block", "ws no obuf"),
-    (4096, 64, False, "float16"): ("ws", "ws c2", "sm80", "sm80 row sums"),
-    (1024, 128, True, "float16"): ("ws", "ws no obuf"),
-    (4096, 64, True, "float16"): ("ws", "ws no obuf", "ws per block c3", "ws lane sums"),
-    (16384, 64, False, "float16"): ("ws", "ws row sums", "sm80", "sm80 row sums"),
+    (4096, 128, False, "float16"): ("ws", "ws no lag", "ws per block", "ws direct store",
+                                    "ws two rings", "ws no overlap", "ws n64 no overlap", "wg",
+                                    "ws no obuf"),
+    (4096, 256, False, "float16"): ("ws", "ws no lag", "ws one ring", "ws n64"),
+    (8192, 256, True, "float16"): ("ws", "ws no lag", "ws n64"),
+    (1024, 128, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf", "ws row sums"),
+    (8192, 128, False, "float16"): ("ws", "ws no lag"),
+    (1024, 64, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf"),
+    (4096, 64, False, "float16"): ("ws", "ws no lag", "ws c2", "sm80", "sm80 row sums"),
+    (1024, 128, True, "float16"): ("ws", "ws no lag", "ws no obuf"),
+    (4096, 64, True, "float16"): ("ws", "ws no lag", "ws two consumers"),
+    (16384, 64, False, "float16"): ("ws", "ws no lag", "ws row sums", "sm80", "sm80 row sums"),
 }  # fmt: skip
 # head dim 256: float16 only
 WIDE = {(seq, 256, causal, "float16"): ("ws", "sm80") for causal in CAUSAL for seq in SEQS}

@@ -1,5 +1,6 @@
 """What each piece of the attention kernel's online softmax costs: examples/attention.py's
-``attention_ws_kernel`` (its defaults) timed whole and with one piece of
+``attention_ws_kernel`` (its defaults, but every tile's softmax whole: ``lagged_max=False``,
+the kernel this study led to replace) timed whole and with one piece of
 ``softmax_rows`` left out, against torch's cuDNN and flash backends in the same
 interleaved run (``norms.time_queued``).
 
@@ -90,7 +91,9 @@ def measure(gpu, seq: int, d: int, causal: bool, reps: int) -> list[str]:
     )
     fns = {}
     for name, left_out in LEFT_OUT.items():
-        func = example_without(left_out).attention_ws_kernel(HEADS, seq, d, causal=causal)
+        func = example_without(left_out).attention_ws_kernel(
+            HEADS, seq, d, causal=causal, lagged_max=False
+        )
         fn = runtime.build(func, runtime.gpu_arch(), STRICT)[runtime.entry_name(func)]
         o = torch.empty((HEADS, seq, d), dtype=torch.float16, device="cuda")
         lse = torch.empty((HEADS, seq), dtype=torch.float32, device="cuda")

@@ -292,25 +292,27 @@ def attention_kernel(
     return attention
 
 
-def default_consumers(d: int, seq: int, causal: bool) -> int:
+def default_consumers(d: int, seq: int, causal: bool, lagged_max: bool = True) -> int:
     """Consumer warpgroups of the warp-specialized kernel (64 query rows each): three at
     head dim 64 (FA3's tile; on an H100 1.05-1.13 of cuDNN from 4,096 rows where two reach
-    0.88-0.96), except causal to 4,096 rows (1,024: 0.82 with three, 0.93 with two: the
-    192-row blocks' diagonal work is uneven; to 4,096 rows two pair their blocks on the
-    persistent grid: on an H200 at 4,096 1.003 of cuDNN against 0.990 with three, one CTA a
-    block); two at head dim 128 (three need more shared
-    memory than a CTA has with three stages)."""
-    return 3 if d == 64 and (not causal or seq > 4096) else 2
+    0.88-0.96), except causal below 4,096 rows (1,024: 0.82 with three, 0.93 with two: the
+    192-row blocks' diagonal work is uneven) and, without ``lagged_max``, at 4,096 rows
+    too (two pair their blocks on the persistent grid: on an H200 1.003 of cuDNN against
+    0.990 with three, one CTA a block; with the lagged max 1.046 against 1.081 with
+    three); two at head dim 128 (three need more shared memory than a CTA has with three
+    stages)."""
+    return 3 if d == 64 and (not causal or seq > 4096 or lagged_max and seq == 4096) else 2
 
 
 REGISTERS = {2: (40, 232), 3: (24, 160)}  # setmaxnreg by consumers: producer's, consumers'
 SHARED_BYTES = 227 * 1024  # the most dynamic shared memory a CTA may have (sm_90)
 WS_OMITS = (
     None, "full_wait", "empty_arrive", "rescale", "first_turn", "pv_wait", "store_fence",
-    "store_wait", "q_empty_wait", "v_wait",
+    "store_wait", "q_empty_wait", "v_wait", "rebase",
 )  # fmt: skip
 # named barriers (0 is the CTA's): consumer c's turn to issue is 1 + c; its barrier
-# before the TMA store of O is 1 + consumers + c
+# before the TMA store of O is 1 + consumers + c; its vote (lagged_max) 1 + 2 consumers + c
+LAG_BOUND = 256.0  # lagged_max: a lane's sum of P over a tile (so every P) stays below it
 
 
 def attention_ws_kernel(
@@ -335,6 +337,7 @@ def attention_ws_kernel(
     q_split: bool | None = None,
     o_buffer: bool | None = None,
     lane_sums: bool | None = None,
+    lagged_max: bool | None = None,
 ):
     """FlashAttention-3's structure: per CTA 64 ``consumers`` query rows of one head and
     ``1 + consumers`` warpgroups. Warpgroup 0, the producer, gives registers back
@@ -420,13 +423,26 @@ def attention_ws_kernel(
     them once at the end, as FlashAttention-3 does, instead of once a key tile (None: but
     with two consumers at head dim 64 and non-causal at head dim 128 off the persistent
     grid; on an H200 +0.6-4% at S 1024-16384, the most at 1,024 x 128, and slower at
-    causal 4,096 x 64 by 2% and at 16,384 x 128 by 0.2-1.8%)."""
+    causal 4,096 x 64 by 2% and at 16,384 x 128 by 0.2-1.8%). ``lagged_max``: after a
+    block's first key tile, a tile's exponentials take the rows' last reference max (the
+    first tile's, at first) instead of the tile's row max, so no max, no rescale of O and
+    no shuffle stand before them (FlashAttention-4 rescales only where the max grew far);
+    each lane's sum of its part of P then bounds every P of its rows, and where a lane's
+    exceeds ``LAG_BOUND`` (P past 2^8, or infinite) the consumer's warpgroup votes
+    (``bar.red.or``) to rebase the tile: Q K^T again (so K's stage, with a ring of its
+    own, is freed after the vote, not once S is in), the row max, O and the sums
+    rescaled, P again. It takes the overlap and the lane sums, and no ``ex2_emulation``
+    (None: wherever those hold, with the lane sums then on by default; on an H200 1-13%
+    faster, docs/performance.md). ``omit="rebase"``: the vote is ignored (a broken
+    kernel)."""
     kv_heads = heads if kv_heads is None else kv_heads
     e2e = 0 if ex2_emulation is None else ex2_emulation
+    if lagged_max is None:  # where the kernel takes it (on an H200 1-13% faster: docs)
+        lagged_max = overlap and lane_sums is not False and not e2e
     block_n = (80 if d == 256 else 128) if block_n is None else block_n
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
-    consumers = default_consumers(d, seq, causal) if consumers is None else consumers
+    consumers = default_consumers(d, seq, causal, lagged_max) if consumers is None else consumers
     br = BM * consumers  # query rows per CTA
     if (d not in (64, 128, 256) or seq < 1 or (seq % br and not tma_store) or heads % kv_heads
             or omit not in WS_OMITS or block_n % 16 or not 64 <= block_n <= 256
@@ -472,10 +488,18 @@ def attention_ws_kernel(
         raise ValueError("o_buffer: O's rows go out through it by TMA; it takes tma_store")
     stages, split_kv = rings_of(o_buffer)
     registers = REGISTERS[consumers] if registers is None else registers
+    if lane_sums is None and lagged_max:
+        lane_sums = True
     if lane_sums is None:  # where it measured faster (an H200): not with two consumers at
         # head dim 64 (causal to 4,096 rows), nor non-causal at head dim 128 off the
         # persistent grid (8,192 rows and more)
         lane_sums = not (d == 64 and consumers == 2 or d == 128 and not (persistent or causal))
+    if lagged_max and not (overlap and lane_sums and not e2e):
+        raise ValueError(
+            "lagged_max sums P per lane and votes between a tile's Q K^T and its P V, its "
+            "exponentials on MUFU: it takes overlap=True, lane_sums=True and no "
+            f"ex2_emulation (got overlap={overlap}, lane_sums={lane_sums}, ex2_emulation={e2e})"
+        )
     group = heads // kv_heads
     scale = LOG2E / math.sqrt(d)
     acc_s = fragments.wgmma_accumulator_layout(bn, 1)
@@ -620,6 +644,35 @@ def attention_ws_kernel(
                           mbar=b.bars.ptr_to([q_full(c)]))  # fmt: skip
 
     @T.macro
+    def lagged_tile(b, c, g, t, q0):
+        """(``lagged_max``) Tile t's P against the rows' reference max ``m_old`` (its bias
+        ``-m_old scale`` in ``l_tile``), each lane's sums of its part of P in ``l_lane``,
+        and the warpgroup's vote: does any lane's pass ``LAG_BOUND``? Then rebase: S
+        again, the row max, alpha, O and the running sums rescaled, P again."""
+        Tx.wg.exp2(b.S_r[:, :], b.S_r[:, :], bias=b.l_tile[:, :], scale=T.float32(scale))
+        Tx.wg.sum(b.l_lane[:, :], b.S_r[:, :], axes=[-1])
+        mine = T.decl_buffer((2,), "float32", data=b.l_lane.data, scope="local")
+        T.evaluate(T.ptx["bar.red.or.pred"](
+            b.vote[0], T.uint32(1 + 2 * consumers + c), T.uint32(128),
+            T.ptx.pred(mine[0] + mine[1] > T.float32(LAG_BOUND))))  # fmt: skip
+        if omit != "rebase":
+            if b.vote[0] != T.uint32(0):
+                issue_qk(b, c, g)
+                T.ptx["wgmma.wait_group.sync.aligned"](0)  # (P V of tile g - 1 too)
+                mask(b.S_r, t, q0)
+                Tx.wg.max(b.m_new[:, :], b.S_r[:, :], axes=[-1])
+                Tx.wg.maximum(b.m_new[:, :], b.m_new[:, :], b.m_old[:, :])
+                Tx.wg.sub(b.alpha[:, :], b.m_old[:, :], b.m_new[:, :])
+                Tx.wg.exp2(b.alpha[:, :], b.alpha[:, :], scale=T.float32(scale))
+                Tx.wg.mul(b.l_tile[:, :], b.m_new[:, :], T.float32(-scale))
+                Tx.wg.exp2(b.S_r[:, :], b.S_r[:, :], bias=b.l_tile[:, :], scale=T.float32(scale))
+                Tx.wg.sum(b.l_lane[:, :], b.S_r[:, :], axes=[-1])
+                Tx.wg.mul(b.l_run[:, :], b.l_run[:, :], b.alpha[:, :])
+                if rescale:
+                    Tx.wg.mul(b.O_r[:, :], b.O_r[:, :], b.alpha[:, :])
+                Tx.wg.copy(b.m_old[:, :], b.m_new[:, :])
+
+    @T.macro
     def produce(b, i, base, qb, h):
         """The producer's first thread: block i (of this CTA) of query rows qb of head h.
         Tile t is the CTA's tile i kts + t: its stage and the phases follow from that."""
@@ -672,15 +725,25 @@ def attention_ws_kernel(
                 issue_pv(b, g - 1)
                 pass_turn(c, t, n_tiles, more)
                 T.ptx["wgmma.wait_group.sync.aligned"](1)  # S is in; P V still runs
-                free_stage(b.bars, 0, g, tid_wg)
-                release_q(b, c, tid_wg, t == n_tiles - 1)
-                mask(b.S_r, t, q0)
-                softmax_rows(b.S_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_tile, scale,
-                             ex2_emulation=e2e)  # fmt: skip
+                if lagged_max:  # (a rebase reads Q's rows and K's stage again)
+                    mask(b.S_r, t, q0)
+                    lagged_tile(b, c, g, t, q0)
+                    free_stage(b.bars, 0, g, tid_wg)
+                    release_q(b, c, tid_wg, t == n_tiles - 1)
+                else:
+                    free_stage(b.bars, 0, g, tid_wg)
+                    release_q(b, c, tid_wg, t == n_tiles - 1)
+                    mask(b.S_r, t, q0)
+                    softmax_rows(b.S_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_tile, scale,
+                                 ex2_emulation=e2e)  # fmt: skip
                 if omit != "pv_wait":
                     T.ptx["wgmma.wait_group.sync.aligned"](0)  # P V is in: O, P free
                 free_stage(b.bars, 1, g - 1, tid_wg)
-                rescale_and_round(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, rescale)
+                if lagged_max:
+                    Tx.wg.add(b.l_run[:, :], b.l_run[:, :], b.l_lane[:, :])
+                    Tx.wg.cast(b.P16[:, :], b.S_r[:, :])
+                else:
+                    rescale_and_round(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, rescale)
             g_last = T.meta_var(base + n_tiles - 1)
             wait_stage(b.bars, 1, g_last)
             issue_pv(b, g_last)
@@ -786,11 +849,14 @@ def attention_ws_kernel(
         l_sum = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         l_tile = T.alloc_buffer((BM, 1), "float32", scope="local", layout=rows)
         l_parts = T.alloc_buffer((BM, 4), "float32", scope="local", layout=parts)
+        l_lane = T.alloc_buffer((BM, 4), "float32", scope="local", layout=parts)
+        vote = T.alloc_buffer((1,), "uint32", scope="local")
         b = T.meta_var(SimpleNamespace(
             Q=Q, K=K, V=V, Out=Out, LSE=LSE, LSE_rows=LSE_rows, Q_s=Q_s, O_s=O_s, K_s=K_s, V_s=V_s,
             bars=bars, lse_w=lse_w, lse_s=lse_s, S_r=S_r, P16=P16, O_r=O_r, O16=O16,
             m_old=m_old, m_new=m_new, alpha=alpha, l_sum=l_sum, l_tile=l_tile,
-            l_run=l_parts if lane_sums else l_sum))  # the running sums
+            l_run=l_parts if lane_sums else l_sum,  # the running sums
+            l_lane=l_lane, vote=vote))  # (lagged_max) a tile's lane sums; the rebase vote
         if tid == 0:
             for c in range(q_bars):  # Q's full (the producer's expect_tx)
                 T.ptx.mbarrier.init.shared.b64(bars.ptr_to([c]), 1)

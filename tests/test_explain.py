@@ -88,10 +88,10 @@ def test_the_overview_reads_as_the_kernel():
     text = report.overview()
     lines = text.splitlines()
     assert lines[0] == f"{len(report)} tile-primitive calls, {len(report)} lowered by our variants"
-    assert "tma_auto x4" in lines[1] and "wgmma x4" in lines[1]
+    assert "tma_auto x4" in lines[1] and "wgmma x5" in lines[1]  # and the rebase's Q K^T
     for buffer in ("Q", "K", "V", "Out"):
         assert sum(ln.strip().startswith(f"tensor map over {buffer} ") for ln in lines) == 1
-    assert "wgmma group: " in text and "calls [6], [18], [19], [31]" in text
+    assert "wgmma group: " in text and "calls [6], [18], [19], [22], [35]" in text
     for r in report:  # every call once, indented under its loops
         [line] = [ln for ln in lines if ln.strip().startswith(f"[{r.index}] ")]
         assert line.startswith("  " * (len(r.loops) + 1) + f"[{r.index}] {r.scope}.{r.op} -> ")
@@ -102,6 +102,7 @@ def test_the_overview_reads_as_the_kernel():
     # the ping-pong's named barriers, the ring's mbarriers with their arrival counts
     assert "  registers: dec 24, inc 160" in lines
     assert "bar.sync 1 + (wg - 1) (256 threads)" in text and "bar.arrive 1 (256 threads)" in text
+    assert "bar.red.or 7 + (wg - 1) (128 threads)" in text  # the lagged max's rebase vote
     # each consumer's Q full, the ring's full and empty, each consumer's Q empty (q_split)
     assert (
         "bars[c] (count 1), bars[3 + s] (count 1), bars[6 + s] (count 3), bars[9 + c] (count 1)"

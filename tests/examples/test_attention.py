@@ -4,6 +4,7 @@ simulator and on the GPU, and a dropped rescale or wgmma wait is caught."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from executors import execute
@@ -76,6 +77,8 @@ def test_shapes_it_does_not_take_are_an_error():
         attention.attention_kernel(3, 128, 64, kv_heads=2)
     with pytest.raises(ValueError, match="a multiple of 192 without the TMA store"):
         attention.attention_ws_kernel(1, 200, 64, tma_store=False)
+    with pytest.raises(ValueError, match=r"lagged_max .* it takes overlap=True"):
+        attention.attention_ws_kernel(1, 256, 64, lagged_max=True, overlap=False)
 
 
 # -- the warp-specialized kernel (FA3's structure) ----------------------------------------------
@@ -93,8 +96,11 @@ def test_the_warp_specialized_kernel_is_all_ours_with_the_register_split():
     report = explain(func, "sm_90a")
     assert [r.index for r in report if r.variant is None] == []
     variants = [r.variant for r in report]
-    # Q, K and V in, O out; tile 0's Q K^T, the loop's Q K^T and P V, the last P V
-    assert variants.count("tma_auto") == 4 and variants.count("wgmma") == 4
+    # Q, K and V in, O out; tile 0's Q K^T, the loop's Q K^T and P V, the rebase's Q K^T
+    # (lagged_max), the last P V
+    assert variants.count("tma_auto") == 4 and variants.count("wgmma") == 5
+    unlagged = explain(attention.attention_ws_kernel(2, 256, 64, kv_heads=1, lagged_max=False))
+    assert [r.variant for r in unlagged].count("wgmma") == 4
     # two rings (head dim 256's default): V a tile behind K, in the loop and after it
     split = explain(attention.attention_ws_kernel(2, 256, 64, kv_heads=1, split_kv=True), "sm_90a")
     assert [r.variant for r in split].count("tma_auto") == 5
@@ -196,9 +202,9 @@ def test_causal_masks_only_the_tiles_that_cross_the_diagonal():
         return [lines[i - 2].strip() for i in masks]
 
     found = guards(attention.attention_ws_kernel(1, 256, 64, causal=True, persistent=False))
-    assert len(found) == 2  # tile 0, and the loop's tiles
+    assert len(found) == 3  # tile 0, the loop's tiles, and the loop's rebase (lagged_max)
     assert all(g.startswith("if (") and "blockIdx.x" in g for g in found)
-    assert "t_1 * 128" in found[1]
+    assert "t_1 * 128" in found[1] and "t_1 * 128" in found[2]
     assert guards(attention.attention_ws_kernel(1, 256, 64)) == []
 
 
@@ -210,7 +216,10 @@ def test_causal_masks_only_the_tiles_that_cross_the_diagonal():
         ("v_wait", r"b\.V_s\[.*race on pool byte 73728: .*wgmma reads it after a TMA copy"),
         ("empty_arrive", r"deadlock: no warp can run.*3 of 3 arrivals still pending"),
         ("first_turn", r"deadlock: no warp can run.*wait at bar.sync 2, 256"),
-        ("pv_wait", r"while wgmma\.mma_async\.m64n64k16\.f32\.f16\.f16 .*in flight"),
+        (
+            "pv_wait",
+            r"while wgmma\.mma_async\.m64n64k16\.f32\.f16\.f16 .*(in flight|still reads it)",
+        ),
         ("store_fence", r"copy_async .*wrote through the generic proxy with no fence.proxy.async"),
         ("store_wait", r"the CTA exits with cp\.async\.bulk\.tensor.*reading shared memory"),
     ],
@@ -370,24 +379,79 @@ def test_an_oversubscribed_register_split_is_a_deadlock_the_simulator_names():
 def test_the_row_sums_shuffle_once_a_block_with_lane_sums_and_equal_numpy(lane_sums):
     """lane_sums: the tiles' sums of P stay each lane's part (no shuffle) and the finish
     adds the quad's parts (two shuffles, once); without, every tile's sum shuffles (the
-    control the count tells apart). Both equal float64 on a ragged length, three consumers."""
+    control the count tells apart; without lane sums, no lagged max either). Both equal
+    float64 on a ragged length, three consumers."""
     args = attention.inputs(1, 200, 64, seed=9)
     func = attention.attention_ws_kernel(1, 200, 64, consumers=3, lane_sums=lane_sums)
     sums = [r for r in explain(func, "sm_90a") if r.op == "sum"]
     shuffled = [r for r in sums if "shfl.xor 1/2" in r.plan["schedule"]]
-    assert len(sums) == (3 if lane_sums else 2)  # tile 0's, the loop's (and the finish's)
+    # tile 0's, the loop's (and with the lane sums the rebase's and the finish's)
+    assert len(sums) == (4 if lane_sums else 2)
     assert len(shuffled) == (1 if lane_sums else 2)
     out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert attention.close(o, lse, *args[:3]) is None
 
 
-def test_the_warp_specialized_kernel_without_the_rescale_is_caught():
+@pytest.mark.parametrize("lagged_max", [False, True], ids=["every-tile", "lagged"])
+def test_the_warp_specialized_kernel_without_the_rescale_is_caught(lagged_max):
+    """Every tile rescales O without the lagged max; with it, only a rebase does, so the
+    keys grow past the first tile's for the comparison to see the missing rescale."""
     args = attention.inputs(1, 256, 64, seed=5)
-    out = sim.run(attention.attention_ws_kernel(1, 256, 64, omit="rescale"), args,
-                  target="sm_90a")  # fmt: skip
+    if lagged_max:
+        args = growing_keys(args, 4.0)
+    func = attention.attention_ws_kernel(1, 256, 64, omit="rescale", lagged_max=lagged_max)
+    out = sim.run(func, args, target="sm_90a")
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert "outputs of O" in attention.close(o, lse, *args[:3])
+
+
+def growing_keys(args: list, factor: float, first: int = 128) -> list:
+    """``args`` with the keys from ``first`` on scaled by ``factor``: their scores outgrow
+    the first key tile's row max (by 2^8 and more at 4; past float32's exponent at 60)."""
+    k = args[1].astype(np.float32)
+    k[:, first:, :] *= factor
+    return [args[0], k.astype(args[1].dtype), *args[2:]]
+
+
+LAGGED = [  # (heads, seq, head dim, causal, keywords, the keys' factor from key 128 on)
+    (2, 256, 64, False, {"sms": 2}, 4.0),  # persistent CTAs taking a block of both heads
+    (2, 256, 64, False, {"sms": 2}, 60.0),
+    (1, 200, 128, True, {"persistent": False}, 60.0),  # ragged, causal, one CTA a block
+    (1, 200, 256, False, {}, 4.0),  # two rings: K's stage freed after the vote
+]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("shape", LAGGED, ids=lambda s: "h{}-s{}-d{}-{}-x{:g}".format(*s[:4], s[5]))
+def test_the_lagged_max_rebases_the_tiles_that_outgrow_it(shape, where, gpu):
+    """Keys whose scores outgrow the first tile's max (by 2^8 and more; past float32's
+    exponent): the lanes' sums of P pass the bound (or overflow), the consumer votes, and
+    the tile is rebased (Q K^T again, the rescale): equal to float64. The simulator counts
+    the rebases' wgmma groups against the same kernel on data that never trips the vote."""
+    heads, seq, d, causal, keywords, factor = shape
+    func = attention.attention_ws_kernel(heads, seq, d, causal=causal, **keywords)
+    plain = attention.inputs(heads, seq, d, seed=8)
+    args = growing_keys(plain, factor)
+    if where == "sim":
+        result = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+        if factor == 4.0:
+            calm = sim.run(func, plain, target="sm_90a", pipeline=STRICT)
+            groups = [r.counters.instructions["wgmma.commit_group"] for r in (result, calm)]
+            assert groups[0] > groups[1]  # the rebases' Q K^T
+        out = result.arrays
+    else:
+        out = execute(func, args, where, gpu, pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3], causal=causal) is None
+
+
+def test_a_kernel_that_ignores_the_vote_is_caught():
+    """The control: the vote taken and ignored (``omit="rebase"``) leaves P against a max
+    the scores outgrew (infinite past float32's range), which the comparison names."""
+    args = growing_keys(attention.inputs(1, 256, 64, seed=8), 60.0)
+    out = sim.run(attention.attention_ws_kernel(1, 256, 64, omit="rebase"), args, target="sm_90a")
+    assert "outputs of O" in attention.close(out[3], out[4], *args[:3])
 
 
 @pytest.mark.parametrize("where", WHERE)
