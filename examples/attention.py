@@ -24,7 +24,7 @@ rows of one head:
 
 :func:`attention_ws_kernel` is FlashAttention-3's structure, for any length: a producer
 warpgroup (``setmaxnreg.dec``) whose first thread loads Q and a ring of 128-row K/V tiles
-with TMA on full/empty mbarriers (at head dim 256 a ring each for K and V, 64-row tiles),
+with TMA on full/empty mbarriers (at head dim 256 a ring each for K and V, 80-row tiles),
 and two consumer warpgroups (``setmaxnreg.inc``) of 64 query rows each, taking turns to
 issue their wgmma at two named barriers (ping-pong), each running tile t's softmax while its
 P V of tile t-1 runs (the intra-warpgroup overlap), O out through shared memory by one TMA
@@ -32,7 +32,10 @@ store (three consumers at head dim 64). Kernels up to 4,096 rows run on a persis
 grid: each CTA takes one query block of several heads in turn (causal: a pair of blocks
 of equal total work), its producer loading the next head's Q and tiles while the
 consumers finish the last (where O leaves through a buffer of its own, a consumer's rows
-of Q are free as soon as its block's last Q K^T is in). The simulator schedules the
+of Q are free as soon as its block's last Q K^T is in). After a block's first key tile
+its consumers take the exponentials against the rows' last reference max (the lagged
+reference max: no row max before them), and rebase a tile, on a warpgroup vote
+(``bar.red``), only where a lane's sum of P passes 2^8. The simulator schedules the
 warpgroups apart.
 
 ``python examples/attention.py`` prints the explain() report and checks small heads of
