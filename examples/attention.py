@@ -99,6 +99,45 @@ def softmax_rows(
         tx.sum(l_sum[:, :], S_r[:, :], axes=[-1], accum=True)
 
 
+def lagged_rows(S_r, l_lane, l_tile, scale: float, tx=Tx.wg) -> None:
+    """A key tile's P against the rows' reference max (``lagged_max``), emitted into the
+    kernel being parsed: ``P = exp2(S scale + l_tile)`` (``l_tile`` holds ``-m scale`` of
+    the reference ``m``: one FFMA and one ex2 an element, no row max before them) and each
+    lane's sums of its part of P in ``l_lane`` (the rows' parts layout: no shuffle), which
+    bound every P the lane holds."""
+    tx.exp2(S_r[:, :], S_r[:, :], bias=l_tile[:, :], scale=T.float32(scale))
+    tx.sum(l_lane[:, :], S_r[:, :], axes=[-1])
+
+
+def rebase_rows(
+    S_r, O_r, m_old, m_new, alpha, l_run, l_lane, l_tile, scale: float, rescale: bool, tx=Tx.wg
+) -> None:
+    """After :func:`lagged_rows` tripped the bound and S was computed again (masked): the
+    tile's whole online softmax against the rows' true max, the new reference in
+    ``m_old`` and its bias in ``l_tile``, the running lane sums ``l_run`` and O rescaled by
+    ``alpha`` (O unless ``rescale`` is False: a broken kernel), P and ``l_lane`` again."""
+    tx.max(m_new[:, :], S_r[:, :], axes=[-1])
+    tx.maximum(m_new[:, :], m_new[:, :], m_old[:, :])
+    tx.sub(alpha[:, :], m_old[:, :], m_new[:, :])
+    tx.exp2(alpha[:, :], alpha[:, :], scale=T.float32(scale))
+    tx.mul(l_tile[:, :], m_new[:, :], T.float32(-scale))
+    lagged_rows(S_r, l_lane, l_tile, scale, tx)
+    tx.mul(l_run[:, :], l_run[:, :], alpha[:, :])
+    if rescale:
+        tx.mul(O_r[:, :], O_r[:, :], alpha[:, :])
+    tx.copy(m_old[:, :], m_new[:, :])
+
+
+def lane_total(view, count: int):
+    """The sum of a thread's ``count`` registers of a rows' parts tile (``view``: its
+    registers as a flat local buffer): at most ``LAG_BOUND`` keeps every P of its rows
+    below it."""
+    total = view[0]
+    for k in range(1, count):
+        total = total + view[k]
+    return total
+
+
 def rescale_and_round(S_r, P16, O_r, m_old, m_new, alpha, rescale: bool, tx=Tx.wg) -> None:
     """After :func:`softmax_rows`: ``O = O alpha`` (unless ``rescale`` is False: a broken
     kernel), ``m_old = m_new`` (``copy -> threadwise``), and P rounded to Q's type in
@@ -314,7 +353,8 @@ WS_OMITS = (
     "store_wait", "q_empty_wait", "v_wait", "rebase",
 )  # fmt: skip
 # named barriers (0 is the CTA's): consumer c's turn to issue is 1 + c; its barrier
-# before the TMA store of O is 1 + consumers + c; its vote (lagged_max) 1 + 2 consumers + c
+# before the TMA store of O is 1 + consumers + c; its vote (lagged_max) 9 + c (8 is TVM's
+# built-ins')
 LAG_BOUND = 256.0  # lagged_max: a lane's sum of P over a tile (so every P) stays below it
 
 
@@ -652,28 +692,18 @@ def attention_ws_kernel(
         ``-m_old scale`` in ``l_tile``), each lane's sums of its part of P in ``l_lane``,
         and the warpgroup's vote: does any lane's pass ``LAG_BOUND``? Then rebase: S
         again, the row max, alpha, O and the running sums rescaled, P again."""
-        Tx.wg.exp2(b.S_r[:, :], b.S_r[:, :], bias=b.l_tile[:, :], scale=T.float32(scale))
-        Tx.wg.sum(b.l_lane[:, :], b.S_r[:, :], axes=[-1])
+        lagged_rows(b.S_r, b.l_lane, b.l_tile, scale)
         mine = T.decl_buffer((2,), "float32", data=b.l_lane.data, scope="local")
         T.evaluate(T.ptx["bar.red.or.pred"](
-            b.vote[0], T.uint32(1 + 2 * consumers + c), T.uint32(128),
-            T.ptx.pred(mine[0] + mine[1] > T.float32(LAG_BOUND))))  # fmt: skip
+            b.vote[0], T.uint32(9 + c), T.uint32(128),
+            T.ptx.pred(lane_total(mine, 2) > T.float32(LAG_BOUND))))  # fmt: skip
         if omit != "rebase":
             if b.vote[0] != T.uint32(0):
                 issue_qk(b, c, g)
                 T.ptx["wgmma.wait_group.sync.aligned"](0)  # (P V of tile g - 1 too)
                 mask(b.S_r, t, q0)
-                Tx.wg.max(b.m_new[:, :], b.S_r[:, :], axes=[-1])
-                Tx.wg.maximum(b.m_new[:, :], b.m_new[:, :], b.m_old[:, :])
-                Tx.wg.sub(b.alpha[:, :], b.m_old[:, :], b.m_new[:, :])
-                Tx.wg.exp2(b.alpha[:, :], b.alpha[:, :], scale=T.float32(scale))
-                Tx.wg.mul(b.l_tile[:, :], b.m_new[:, :], T.float32(-scale))
-                Tx.wg.exp2(b.S_r[:, :], b.S_r[:, :], bias=b.l_tile[:, :], scale=T.float32(scale))
-                Tx.wg.sum(b.l_lane[:, :], b.S_r[:, :], axes=[-1])
-                Tx.wg.mul(b.l_run[:, :], b.l_run[:, :], b.alpha[:, :])
-                if rescale:
-                    Tx.wg.mul(b.O_r[:, :], b.O_r[:, :], b.alpha[:, :])
-                Tx.wg.copy(b.m_old[:, :], b.m_new[:, :])
+                rebase_rows(b.S_r, b.O_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_lane,
+                            b.l_tile, scale, rescale)  # fmt: skip
 
     @T.macro
     def produce(b, i, base, qb, h):
@@ -929,6 +959,15 @@ def inputs(
     o = np.full((heads, seq, d), np.nan, kind)
     lse = np.full((heads, seq), np.nan, np.float32)
     return [q, k, v, o, lse]
+
+
+def growing_keys(args: list, factor: float, first: int = 128) -> list:
+    """:func:`inputs` with the keys from ``first`` on scaled by ``factor``: their scores
+    outgrow the first key tile's row max (at 4, P past 2^8 against it; at 60, past
+    float32's exponent), so ``lagged_max`` must rebase those tiles."""
+    k = args[1].astype(np.float32)
+    k[:, first:, :] *= factor
+    return [args[0], k.astype(args[1].dtype), *args[2:]]
 
 
 def reference(q, k, v, causal: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -102,7 +102,7 @@ def test_the_overview_reads_as_the_kernel():
     # the ping-pong's named barriers, the ring's mbarriers with their arrival counts
     assert "  registers: dec 24, inc 160" in lines
     assert "bar.sync 1 + (wg - 1) (256 threads)" in text and "bar.arrive 1 (256 threads)" in text
-    assert "bar.red.or 7 + (wg - 1) (128 threads)" in text  # the lagged max's rebase vote
+    assert "bar.red.or 9 + (wg - 1) (128 threads)" in text  # the lagged max's rebase vote
     # each consumer's Q full, the ring's full and empty, each consumer's Q empty (q_split)
     assert (
         "bars[c] (count 1), bars[3 + s] (count 1), bars[6 + s] (count 3), bars[9 + c] (count 1)"

@@ -107,16 +107,30 @@ def guarded_roundtrip(guard: str, scope: str, threads: int, op: str = "copy"):
             if T.cuda.any_sync(T.uint32(mask), R[0] > T.float32(0)) != 0:
                 copy(S_[:, :], A[:, :])
                 copy(B[:, :], S_[:, :])
+        elif guard == "V[lane % 2] after two bar.red":  # each element a vote of its own
+            V = T.alloc_buffer((2,), "uint32", scope="local")
+            vote = T.meta_var(T.ptx.pred(A[0, tid] > T.float32(0)))
+            T.evaluate(T.ptx["bar.red.or.pred"](V[0], T.uint32(1), T.uint32(128), vote))
+            T.evaluate(T.ptx["bar.red.or.pred"](V[1], T.uint32(2), T.uint32(128), vote))
+            if V[lane % 2] != T.uint32(0):
+                copy(S_[:, :], A[:, :])
         elif guard.startswith("bar.red"):  # a barrier vote: bar.red(count) or bar.red(CTA)
             V = T.alloc_buffer((1,), "uint32", scope="local")
             if guard.endswith("stored too"):  # a store of the thread's own writes it too
                 V[0] = T.Cast("uint32", lane)
+            if guard.endswith("stored through an alias"):  # ... through another declaration
+                W = T.decl_buffer((1,), "uint32", data=V.data, scope="local")
+                W[0] = T.Cast("uint32", lane)
             vote = T.meta_var(T.ptx.pred(A[0, tid] > T.float32(0)))
             if guard.startswith("bar.red(CTA)"):  # no count: every thread of the CTA
                 T.evaluate(T.ptx.bar.red.popc.u32(V[0], T.uint32(1), vote))
+            elif guard.startswith("bar.red(128) not aligned"):  # warps may take part diverged
+                T.evaluate(T.ptx["barrier.red.or.pred"](V[0], T.uint32(1), T.uint32(128), vote))
             else:
                 count = T.meta_var(int(guard.split("(")[1].split(")")[0]))
                 T.evaluate(T.ptx["bar.red.or.pred"](V[0], T.uint32(1), T.uint32(count), vote))
+                if guard.endswith("and 256"):  # a second vote into it, of another count
+                    T.evaluate(T.ptx["bar.red.or.pred"](V[0], T.uint32(2), T.uint32(256), vote))
             if V[0] != T.uint32(0):
                 copy(S_[:, :], A[:, :])
                 copy(B[:, :], S_[:, :])
@@ -285,14 +299,29 @@ def test_a_barrier_vote_is_uniform_over_its_generations(guard, scope, threads, r
         ("bar.red(64)", "warpgroup", 128),
         ("bar.red(128)", "cta", 256),
         ("bar.red(128) stored too", "warpgroup", 128),
+        ("bar.red(128) stored through an alias", "warpgroup", 128),
+        ("bar.red(128) and 256", "warpgroup", 128),
+        ("bar.red(128) not aligned", "warpgroup", 128),
+        ("V[lane % 2] after two bar.red", "warpgroup", 128),
     ],
-    ids=["half-warpgroup", "cta-scope", "stored-too"],
+    ids=[
+        "half-warpgroup",
+        "cta-scope",
+        "stored-too",
+        "alias",
+        "two-counts",
+        "not-aligned",
+        "per-lane-element",
+    ],  # fmt: skip
 )
 def test_a_barrier_vote_that_does_not_span_the_scope_is_declined(guard, scope, threads):
     """Controls: generations of 64 threads (two warps of a warpgroup may get different
-    answers), 128 under a CTA-scope call (two warpgroups may), and a vote register that a
-    store of each thread's lane also writes."""
-    [report, _] = tcd.explain(guarded_roundtrip(guard, scope, threads))
+    answers), 128 under a CTA-scope call (two warpgroups may), a vote register that a
+    store of each thread's lane also writes (directly, or through a declaration over its
+    data), votes of two counts into one register, ``barrier.red`` without ``.aligned``
+    (a warp may take part diverged), and a register of two votes read at a per-lane
+    element."""
+    report = tcd.explain(guarded_roundtrip(guard, scope, threads))[0]
     assert report.variant is None
     [reason] = [c.reason for c in report.candidates if c.variant == "gmem_smem"]
     assert "cannot prove that every thread of the" in reason

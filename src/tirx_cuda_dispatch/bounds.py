@@ -31,10 +31,11 @@ from tvm.tirx.layout import ComposeLayout, TileLayout
 
 from .errors import DispatchError
 from .irfacts import (
-    BARRIER_REDUCTIONS,
     BINARY_NODES,
+    BarrierReduction,
     Location,
     as_int,
+    barrier_reduction,
     buffer_var,
     loaded_buffer,
     location_of,
@@ -570,14 +571,15 @@ def _stored_once(body: Any) -> tuple[Any, ...]:
     """The buffers that exactly one store statement of ``body`` writes and nothing else may
     write: not a tile primitive's operand region (``Tx.thread.copy(R[0:1], ...)``), not an
     address or a data pointer handed to a call or a view (``R.ptr_to``, ``R.data``), not
-    an element passed to a call statement, which may be its destination (``T.ptx[
-    "mov.u32"](R[0], x)``, a ``.pred`` result)."""
+    a buffer another declaration aliases (``T.decl_buffer(..., data=R.data)``), not an
+    element passed to a call statement, which may be its destination (``T.ptx[
+    "mov.u32"](R[0], x)``, a ``.pred`` result, ``bar.red``)."""
     stored, escaped, votes = _writes(body)
-    escaped += [buf for buf, _, _ in votes]  # a barrier reduction's destination
+    escaped += [buf for buf, _ in votes]
     return tuple(
         b
         for b in stored
-        if sum(1 for o in stored if o.same_as(b)) == 1 and not any(e.same_as(b) for e in escaped)
+        if sum(1 for o in stored if o.same_as(b)) == 1 and not _escapes(b, escaped)
     )
 
 
@@ -595,29 +597,38 @@ class BarrierVote:
 
 
 def barrier_votes(body: Any) -> tuple[BarrierVote, ...]:
-    """The register buffers of ``body`` that barrier reductions write and nothing else may
-    write (no store, no tile primitive, no address handed on, no other call), all with one
-    constant thread count (or none)."""
+    """The register scalars of ``body`` (local, one element) that barrier reductions write
+    and nothing else may (no store, no tile primitive, no address handed on, no aliasing
+    declaration, no other call), all with one constant thread count (or all without)."""
     stored, escaped, votes = _writes(body)
     found: list[BarrierVote] = []
-    for buf, threads, _ in votes:
-        if any(b.same_as(buf) for b in (*stored, *escaped)) or str(buf.scope()) != "local":
+    for buf, _ in votes:
+        if (
+            not _is_register_scalar(buf)
+            or any(b.same_as(buf) for b in stored)
+            or _escapes(buf, escaped)
+            or any(v.buffer.same_as(buf) for v in found)
+        ):
             continue
-        same = [(t, a) for b, t, a in votes if b.same_as(buf)]
-        if threads is False or any(t != threads for t, _ in same):
-            continue  # a count that is not a constant, or counts that differ
-        if not any(v.buffer.same_as(buf) for v in found):
-            found.append(BarrierVote(buf, threads, all(a for _, a in same)))
+        reds = [r for b, r in votes if b.same_as(buf)]
+        counts = {None if r.threads is None else as_int(r.threads) for r in reds}
+        if len(counts) != 1 or any(
+            r.threads is not None and as_int(r.threads) is None for r in reds
+        ):
+            continue  # counts that differ, or one that is not a constant
+        found.append(BarrierVote(buf, counts.pop(), all(r.aligned for r in reds)))
     return tuple(found)
 
 
-def _writes(body: Any) -> tuple[list[Any], list[Any], list[tuple[Any, Any, bool]]]:
+def _writes(body: Any) -> tuple[list[Any], list[Any], list[tuple[Any, BarrierReduction]]]:
     """Who may write which buffers in ``body``: the buffers of its store statements (once
     per store), those something else may write (a tile primitive's region, an address or
-    data pointer handed on, an element passed to a call statement) and the destinations
-    of barrier reductions (buffer, thread count: None without one, False where it is not
-    a constant; ``.aligned``), whose other arguments count as handed on."""
-    stored, escaped, votes = [], [], []
+    data pointer handed on, an element passed to a call statement; and the data variable a
+    declaration aliases: every buffer over it) and the barrier reductions with the
+    buffer each writes (their other arguments count as handed on)."""
+    stored: list[Any] = []
+    escaped: list[Any] = []
+    votes: list[tuple[Any, BarrierReduction]] = []
     for n in statements(body):
         kind = type(n).__name__
         if kind == "BufferStore":
@@ -626,33 +637,25 @@ def _writes(body: Any) -> tuple[list[Any], list[Any], list[tuple[Any, Any, bool]
         elif kind == "TilePrimitiveCall":
             escaped += [a.source for a in n.args if type(a).__name__ == "TensorRegion"]
         elif kind == "Evaluate":  # a call's register argument may be its destination
-            vote = _barrier_vote(n.value)
-            if vote is not None:
-                votes.append(vote)
+            red = barrier_reduction(n.value)
+            dest = None if red is None else loaded_buffer(red.destination)
+            if dest is not None:
+                votes.append((dest, red))
                 for a in n.value.args[1:]:
                     escaped += _referenced(a) + [b for b in [loaded_buffer(a)] if b is not None]
             else:
                 escaped += _referenced(n.value) + _arguments(n.value)
-        elif kind == "DeclBuffer":
-            escaped += _referenced(n.buffer.data)
+        elif kind == "DeclBuffer":  # a declaration over another buffer's data: both alias
+            aliased = _referenced(n.data) if n.data is not None else []
+            escaped += aliased + ([n.buffer] if aliased else [])
     return stored, escaped, votes
 
 
-def _barrier_vote(call: Any) -> tuple[Any, Any, bool] | None:
-    """(destination buffer, thread count, aligned) of a barrier reduction statement."""
-    name = getattr(getattr(call, "op", None), "name", None)
-    if name not in BARRIER_REDUCTIONS or not call.args:
-        return None
-    dest = loaded_buffer(call.args[0])
-    if dest is None:
-        return None
-    threads: Any = None
-    if BARRIER_REDUCTIONS[name]:
-        count = as_int(call.args[2]) if len(call.args) > 2 else None
-        threads = count if count is not None else False
-    tokens = [str(getattr(a, "value", "")) for a in call.args]
-    aligned = name.startswith("tirx.ptx.bar_") or "aligned" in tokens
-    return dest, threads, aligned
+def _escapes(buf: Any, escaped: list[Any]) -> bool:
+    """Whether something in ``escaped`` (buffers, or the variables their data names) may
+    write ``buf``."""
+    var = buffer_var(buf.data)
+    return any(e.same_as(buf) or (var is not None and e.same_as(var)) for e in escaped)
 
 
 def _arguments(expr: Any) -> list[Any]:

@@ -19,7 +19,14 @@ from tvm import sym
 
 from .call import Operand, tensor_region
 from .dispatch import Candidate, Outcome, plan_facts
-from .irfacts import BARRIER_REDUCTIONS, as_int, evaluated_calls, location_of, statements
+from .irfacts import (
+    BARRIER_REDUCTIONS,
+    as_int,
+    barrier_reduction,
+    evaluated_calls,
+    location_of,
+    statements,
+)
 from .lowering import run_lower
 from .resources import (
     COMPLETIONS,
@@ -470,13 +477,10 @@ def _sync_text(what: str, call: Any) -> str:
         return f"{str(args[1]).strip(chr(34))} {_arg(args[0])}"
     if what in ("bar.sync", "bar.arrive"):
         return f"{what} {_arg(args[0])} ({_arg(args[1])} threads)"
-    if what == "bar.red":  # d, a{, b}, c, then the modifiers: .popc / .and / .or
-        op = next(
-            (str(a.value) for a in args if getattr(a, "value", None) in ("popc", "and", "or")), ""
-        )
-        counted = BARRIER_REDUCTIONS[str(call.op.name)]
-        threads = f"{_arg(args[2])} threads" if counted else "the CTA"
-        return f"bar.red.{op} {_arg(args[1])} ({threads})"
+    if what == "bar.red":
+        red = barrier_reduction(call)
+        threads = "the CTA" if red.threads is None else f"{_arg(red.threads)} threads"
+        return f"bar.red.{red.op} {_arg(red.barrier)} ({threads})"
     if what == "warpgroup_sync":
         return f"{what} {_arg(args[0])}"
     if what == "init":

@@ -27,6 +27,44 @@ BARRIER_REDUCTIONS = {
 }
 
 
+@dataclass(frozen=True)
+class BarrierReduction:
+    """One ``bar.red`` statement's parts: ``d, a{, b}, c`` and its modifiers (TVM's call
+    carries the operands, then the modifier tokens, then a marker)."""
+
+    destination: Any  # the register element written
+    barrier: Any  # ``a``: the named barrier's id
+    threads: Any  # ``b``: the thread count (None: the CTA's)
+    predicate: Any  # ``c``
+    op: str  # "popc", "and" or "or"
+    aligned: bool  # ``bar.red`` always; ``barrier.red`` with ``.aligned``: warps take part whole
+    spelling: str  # the instruction as PTX writes it (``bar.red.or.pred``)
+
+
+def barrier_reduction(call: Any) -> BarrierReduction | None:
+    """The parts of a barrier reduction call (:data:`BARRIER_REDUCTIONS`), or None for any
+    other expression."""
+    name = getattr(getattr(call, "op", None), "name", None)
+    if name not in BARRIER_REDUCTIONS:
+        return None
+    operands = 4 if BARRIER_REDUCTIONS[name] else 3
+    args = list(call.args)
+    if len(args) < operands + 1:
+        return None
+    tokens = [str(a.value) for a in args[operands:-1] if isinstance(getattr(a, "value", None), str)]
+    mnemonic = name.removeprefix("tirx.ptx.").split("_")[0]
+    op = next((t for t in tokens if t in ("popc", "and", "or")), "")
+    return BarrierReduction(
+        destination=args[0],
+        barrier=args[1],
+        threads=args[2] if operands == 4 else None,
+        predicate=args[operands - 1],
+        op=op,
+        aligned=mnemonic == "bar" or "aligned" in tokens,
+        spelling=".".join([mnemonic, *(t for t in tokens if t)]),
+    )
+
+
 def as_int(value: Any) -> int | None:
     """``value`` as a Python int when it is a constant, else None."""
     if isinstance(value, bool):

@@ -309,7 +309,6 @@ def _reads_memory(expr: Any) -> bool:
 # ``__ballot_sync`` over 0xffffffff): uniform over the warp whatever each lane votes.
 WARP_VOTES = ("tirx.cuda.any_sync", "tirx.cuda.ballot_sync")
 FULL_MASK = 0xFFFFFFFF
-SCOPE_THREADS = {"warp": 32, "warpgroup": 128}
 
 
 def _votes_read_as_uniform(expr: Any, scope: str, enclosing: Any, cta_warps: int) -> Any:
@@ -319,21 +318,9 @@ def _votes_read_as_uniform(expr: Any, scope: str, enclosing: Any, cta_warps: int
     - at warp scope, a full-mask warp vote (``any_sync``, ``ballot_sync``; a narrower mask
       stays per-thread);
     - a register only barrier reductions write (``bar.red``: :func:`.bounds.barrier_votes`)
-      where a barrier generation holds whole instances of the scope: ``.aligned`` (a warp
-      arrives whole) and, beyond a warp, a thread count that is a multiple of the
-      warpgroup's 128 (the simulator checks that each generation of such a barrier holds
-      whole warpgroups) or the whole CTA."""
-    cta = 32 * cta_warps
-    shared = [
-        v.buffer
-        for v in getattr(enclosing, "votes", ())
-        if v.aligned
-        and (
-            v.threads is None
-            or (scope in SCOPE_THREADS and v.threads % SCOPE_THREADS[scope] == 0)
-            or (scope == "cta" and v.threads == cta)
-        )
-    ]
+      where every generation of the barrier holds whole instances of the scope
+      (:func:`_vote_spans`)."""
+    shared = [v.buffer for v in getattr(enclosing, "votes", ()) if _vote_spans(v, scope, cta_warps)]
 
     def vote(node: Any) -> Any:
         op = getattr(node, "op", None)
@@ -346,6 +333,19 @@ def _votes_read_as_uniform(expr: Any, scope: str, enclosing: Any, cta_warps: int
         return None
 
     return replace_leaves(expr, vote)
+
+
+def _vote_spans(vote: Any, scope: str, cta_warps: int) -> bool:
+    """Whether each generation of a barrier vote holds whole instances of ``scope``: the
+    vote is ``.aligned`` (a warp arrives whole), and its thread count is the CTA's, or a
+    multiple of the scope's threads below CTA scope (of a warpgroup's 128: the simulator
+    checks that such a barrier gathers whole warpgroups, docs/simulator.md)."""
+    if not vote.aligned:
+        return False
+    if vote.threads is None or vote.threads == 32 * cta_warps:
+        return True
+    threads = SCOPES[scope].threads
+    return scope in ("warp", "warpgroup") and vote.threads % threads == 0
 
 
 def _other_ranges(enclosing: Any, subst: dict[Var, Any]) -> list[tuple[Var, int, int]]:

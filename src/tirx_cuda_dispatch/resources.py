@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import tvm
 
-from .irfacts import BARRIER_REDUCTIONS, evaluated_calls
+from .irfacts import barrier_reduction, evaluated_calls
 
 BARRIER_IDS = 16  # per CTA (PTX ISA "bar, barrier")
 # Ids we never hand out: 0 is __syncthreads; TVM 0.27's built-in variants hard-code 8
@@ -294,11 +294,14 @@ def barrier_ids_in(func: Any) -> set[int]:
     ``warpgroup_sync``); a non-constant id blocks every id (it may be any of them)."""
     used: set[int] = set()
     for call in evaluated_calls(func.body):
-        name = getattr(call.op, "name", None)
-        at = 1 if name in BARRIER_REDUCTIONS else 0  # bar.red d, a, ...: the id follows d
-        if (name not in _BARRIER_CALLS and at == 0) or len(call.args) <= at:
+        red = barrier_reduction(call)  # bar.red d, a, ...: the id follows d
+        if red is not None:
+            barrier = red.barrier
+        elif getattr(call.op, "name", None) in _BARRIER_CALLS and call.args:
+            barrier = call.args[0]
+        else:
             continue
-        value = getattr(call.args[at], "value", None)
+        value = getattr(barrier, "value", None)
         if isinstance(value, int):
             used.add(value)
         else:

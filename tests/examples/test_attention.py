@@ -4,7 +4,6 @@ simulator and on the GPU, and a dropped rescale or wgmma wait is caught."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from executors import execute
@@ -399,40 +398,36 @@ def test_the_warp_specialized_kernel_without_the_rescale_is_caught(lagged_max):
     keys grow past the first tile's for the comparison to see the missing rescale."""
     args = attention.inputs(1, 256, 64, seed=5)
     if lagged_max:
-        args = growing_keys(args, 4.0)
+        args = attention.growing_keys(args, 4.0)
     func = attention.attention_ws_kernel(1, 256, 64, omit="rescale", lagged_max=lagged_max)
     out = sim.run(func, args, target="sm_90a")
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert "outputs of O" in attention.close(o, lse, *args[:3])
 
 
-def growing_keys(args: list, factor: float, first: int = 128) -> list:
-    """``args`` with the keys from ``first`` on scaled by ``factor``: their scores outgrow
-    the first key tile's row max (by 2^8 and more at 4; past float32's exponent at 60)."""
-    k = args[1].astype(np.float32)
-    k[:, first:, :] *= factor
-    return [args[0], k.astype(args[1].dtype), *args[2:]]
-
-
-LAGGED = [  # (heads, seq, head dim, causal, keywords, the keys' factor from key 128 on)
-    (2, 256, 64, False, {"sms": 2}, 4.0),  # persistent CTAs taking a block of both heads
-    (2, 256, 64, False, {"sms": 2}, 60.0),
-    (1, 200, 128, True, {"persistent": False}, 60.0),  # ragged, causal, one CTA a block
-    (1, 200, 256, False, {}, 4.0),  # two rings: K's stage freed after the vote
+LAGGED = [  # (heads, seq, head dim, causal, keywords, the keys' factor, from which key)
+    (2, 256, 64, False, {"sms": 2}, 4.0, 128),  # persistent CTAs taking a block of both heads
+    (2, 256, 64, False, {"sms": 2}, 60.0, 128),
+    (1, 200, 128, True, {"persistent": False}, 60.0, 128),  # ragged, causal, a CTA a block
+    # a ring each for K and V, two stages of 64 keys: tile 1's rebase reads K's stage 1
+    # while tile 3's load waits for it (K's stage is freed after the vote)
+    (1, 256, 64, False, {"split_kv": True, "block_n": 64, "stages": 2}, 4.0, 64),
 ]
 
 
 @pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize("shape", LAGGED, ids=lambda s: "h{}-s{}-d{}-{}-x{:g}".format(*s[:4], s[5]))
+@pytest.mark.parametrize(
+    "shape", LAGGED, ids=lambda s: "h{}-s{}-d{}-{}-{}-x{:g}".format(*s[:4], len(s[4]), s[5])
+)
 def test_the_lagged_max_rebases_the_tiles_that_outgrow_it(shape, where, gpu):
     """Keys whose scores outgrow the first tile's max (by 2^8 and more; past float32's
     exponent): the lanes' sums of P pass the bound (or overflow), the consumer votes, and
     the tile is rebased (Q K^T again, the rescale): equal to float64. The simulator counts
     the rebases' wgmma groups against the same kernel on data that never trips the vote."""
-    heads, seq, d, causal, keywords, factor = shape
+    heads, seq, d, causal, keywords, factor, first = shape
     func = attention.attention_ws_kernel(heads, seq, d, causal=causal, **keywords)
     plain = attention.inputs(heads, seq, d, seed=8)
-    args = growing_keys(plain, factor)
+    args = attention.growing_keys(plain, factor, first)
     if where == "sim":
         result = sim.run(func, args, target="sm_90a", pipeline=STRICT)
         if factor == 4.0:
@@ -449,7 +444,7 @@ def test_the_lagged_max_rebases_the_tiles_that_outgrow_it(shape, where, gpu):
 def test_a_kernel_that_ignores_the_vote_is_caught():
     """The control: the vote taken and ignored (``omit="rebase"``) leaves P against a max
     the scores outgrew (infinite past float32's range), which the comparison names."""
-    args = growing_keys(attention.inputs(1, 256, 64, seed=8), 60.0)
+    args = attention.growing_keys(attention.inputs(1, 256, 64, seed=8), 60.0)
     out = sim.run(attention.attention_ws_kernel(1, 256, 64, omit="rebase"), args, target="sm_90a")
     assert "outputs of O" in attention.close(out[3], out[4], *args[:3])
 

@@ -510,15 +510,18 @@ def test_barrier_meanings_are_in_the_table():
 
 
 # -- barrier reductions (PTX ISA "bar, barrier": bar.red) ---------------------------------------
-def barrier_vote(
-    threads: int, op: str, count: int | None, split: bool = False, mixed: bool = False
-):
-    """Each warpgroup of ``threads`` reduces its threads' ``A > 0`` at named barrier 1 +
-    its index (``count`` threads; None: the CTA's, one barrier) and stores what it got.
-    ``split``: all warpgroups on barrier 1 with a count of 128, arriving warp by warp in
-    turn (warps 0 and 4 first, ...), so each generation gathers warps of two warpgroups.
-    ``mixed``: warpgroup 1 arrives at its barrier with ``bar.sync`` instead."""
-    spelling = {"popc": "bar.red.popc.u32", "and": "bar.red.and.pred", "or": "bar.red.or.pred"}[op]
+SPELLINGS = {"popc": "bar.red.popc.u32", "and": "bar.red.and.pred", "or": "bar.red.or.pred"}
+
+
+def barrier_vote(threads: int, op: str, count: int | None, form: str = "own"):
+    """Each thread reduces its ``A > 0`` with ``op`` at a named barrier of ``count`` threads
+    (None: the CTA's) and stores what it got. ``form``: "own", each warpgroup at barrier
+    1 + its index; "cta", barrier 1 without a count; "turns", every warp at barrier 1,
+    one warp of each warpgroup at a time (warps 0 and 4 first, ...); "branches", each
+    warpgroup at barrier 1 from a branch of its own; "one", every warp at barrier 1 in
+    one statement; "with sync", warpgroup 1 arrives with ``bar.sync``; "mixed ops", warps
+    2 and 3 reduce with ``.popc``."""
+    spelling = SPELLINGS[op]
 
     # fmt: off
     @T.prim_func
@@ -527,22 +530,36 @@ def barrier_vote(
         B = T.match_buffer(B_ptr, (threads,), "int64")
         T.device_entry()
         T.cta_id([1])
-        wg = T.warpgroup_id([threads // 128])
-        wid = T.warp_id_in_wg([4])
+        if threads % 128 == 0:  # (a CTA of 48 threads has no warpgroups)
+            wg = T.warpgroup_id([threads // 128])
+            wid = T.warp_id_in_wg([4])
         tid = T.thread_id([threads])
         V = T.alloc_buffer((1,), "uint32", scope="local")
+        V[0] = T.uint32(7)  # (overwritten by every form)
         vote = T.meta_var(T.ptx.pred(A[tid] > T.float32(0)))
-        if count is None:
+        if form == "cta":
             T.evaluate(T.ptx[spelling](V[0], T.uint32(1), vote))
-        elif split:
+        elif form == "turns":
             for k in T.serial(4):
                 if wid == k:
                     T.evaluate(T.ptx[spelling](V[0], T.uint32(1), T.uint32(count), vote))
-        elif mixed and threads > 128:
+        elif form == "branches":
+            if wg == 0:
+                T.evaluate(T.ptx[spelling](V[0], T.uint32(1), T.uint32(count), vote))
+            else:
+                T.evaluate(T.ptx[spelling](V[0], T.uint32(1), T.uint32(count), vote))
+        elif form == "one":
+            T.evaluate(T.ptx[spelling](V[0], T.uint32(1), T.uint32(count), vote))
+        elif form == "with sync":
             if wg == 1:
                 T.ptx.bar.sync(T.uint32(1), T.uint32(count))
             else:
                 T.evaluate(T.ptx[spelling](V[0], T.uint32(1), T.uint32(count), vote))
+        elif form == "mixed ops":
+            if wid < 2:
+                T.evaluate(T.ptx[spelling](V[0], T.uint32(1), T.uint32(count), vote))
+            else:
+                T.evaluate(T.ptx[SPELLINGS["popc"]](V[0], T.uint32(1), T.uint32(count), vote))
         else:
             T.evaluate(T.ptx[spelling](V[0], T.Cast("uint32", 1 + wg), T.uint32(count), vote))
         B[tid] = T.Cast("int64", V[0])
@@ -557,34 +574,46 @@ def reduce_votes(a: np.ndarray, op: str, group: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("op", ["popc", "and", "or"])
-@pytest.mark.parametrize("count", [128, None])
-def test_barrier_reductions_give_each_generation_its_threads_votes(op, count, rng):
-    """Two warpgroups, each at a barrier of its own (or both at the CTA's): every thread
-    gets the reduction of its generation's predicates, on data where the warpgroups'
-    answers differ and where every or no thread votes yes."""
-    a = nonzero(256, "float32", rng)
-    a[:128] = np.abs(a[:128])  # warpgroup 0 all yes
-    group = 256 if count is None else 128
-    func = barrier_vote(256, op, count)
+@pytest.mark.parametrize(
+    "threads, count, form",
+    [(256, 128, "own"), (256, None, "cta"), (128, 128, "turns"), (48, None, "cta")],
+    ids=["a-barrier-each", "the-cta", "warp-by-warp", "48-threads"],
+)
+def test_barrier_reductions_give_each_generation_its_threads_votes(op, threads, count, form, rng):
+    """Every thread gets the reduction of its generation's predicates, on data where the
+    warpgroups' answers differ and where every or no thread votes yes: two warpgroups at
+    barriers of their own, the whole CTA at one, one warpgroup whose warps arrive one at a
+    time (the first three wait and receive the answer when the last completes it), and a
+    CTA of 48 threads (a warp of 16: ``.and`` counts the threads, not 32 a warp)."""
+    a = nonzero(threads, "float32", rng)
+    a[: min(128, threads)] = np.abs(a[: min(128, threads)])  # warpgroup 0 all yes
+    group = threads if count is None else count
+    func = barrier_vote(threads, op, count, form)
     for values in (a, -np.abs(a), np.abs(a)):
-        poison = np.full(256, -7, np.int64)
+        poison = np.full(threads, -7, np.int64)
         result = sim.run(func, [values, poison], pipeline=BUILTIN)
         np.testing.assert_array_equal(result[1], reduce_votes(values, op, group))
-        assert result.counters.instructions["bar.red"] == 8
+        assert result.counters.instructions["bar.red"] == -(-threads // 32)
 
 
-def test_a_warpgroup_split_across_generations_of_a_128_count_is_an_error(rng):
-    """Control: both warpgroups at one barrier of 128 threads, arriving a warp of each at a
-    time: the first generation gathers warps 0, 4, 1 and 5, so warpgroup 0's threads may
-    get different answers, which a warpgroup-scope call under the vote would not see."""
+@pytest.mark.parametrize(
+    "form, count, expect",
+    [
+        ("turns", 128, r"completed with warps \[0, 1, 4, 5\], part of warpgroup 0"),
+        ("branches", 128, r"warps \[0, 1, 2, 3, 4, 5, 6, 7\] arrive at it, more than the 4"),
+        ("one", 128, r"arrive 256 threads where 128 complete the generation"),
+        ("with sync", 256, "PTX does not allow the two on one barrier at once"),
+        ("mixed ops", 256, r"reduce with \.popc while the generation's earlier arrivals"),
+    ],
+    ids=["warp-by-warp", "two-branches", "one-statement", "with-bar-sync", "mixed-ops"],
+)
+def test_barrier_votes_that_may_split_or_mix_are_errors(form, count, expect, rng):
+    """Controls: two warpgroups at one barrier of 128 threads, arriving a warp of each at
+    a time or from two branches (on the GPU a generation may gather warps of both, so a
+    warpgroup's threads may get different answers: this library reads such a vote as the
+    warpgroup's), one statement filling two generations, ``bar.red`` with ``bar.sync``,
+    and two reductions in one generation."""
     a = nonzero(256, "float32", rng)
-    with pytest.raises(SimError, match=r"warps \[0, 1, 4, 5\], so warpgroup 0 arrived split"):
-        sim.run(barrier_vote(256, "or", 128, split=True), [a, np.zeros(256, np.int64)],
-                pipeline=BUILTIN)  # fmt: skip
-
-
-def test_bar_red_and_bar_sync_at_one_barrier_is_an_error(rng):
-    a = nonzero(256, "float32", rng)
-    with pytest.raises(SimError, match="PTX does not allow the two on one barrier at once"):
-        sim.run(barrier_vote(256, "or", 256, mixed=True), [a, np.zeros(256, np.int64)],
+    with pytest.raises(SimError, match=expect):
+        sim.run(barrier_vote(256, "or", count, form), [a, np.zeros(256, np.int64)],
                 pipeline=BUILTIN)  # fmt: skip

@@ -48,7 +48,9 @@ class _Generation:
     released: np.ndarray | None = None  # join of the arrivals' clocks
     unordered: bool = False
     reduces: bool | None = None  # bar.red arrivals (True), bar.sync / bar.arrive (False)
-    votes: int = 0  # bar.red: threads whose predicate is true
+    reduction: str = ""  # bar.red: popc, and, or
+    true: int = 0  # bar.red: threads whose predicate is true
+    false: int = 0  # ... and false
 
 
 class NamedBarriers:
@@ -59,19 +61,20 @@ class NamedBarriers:
         self.current: dict[int, _Generation] = {}
         self.completed: dict[int, int] = {}  # barrier -> generations completed
         self.released: dict[tuple[int, int], np.ndarray | None] = {}
-        self.reduced: dict[tuple[int, int], int] = {}  # bar.red: true votes of a generation
+        self.reduced: dict[tuple[Any, int], tuple[int, int]] = {}  # bar.red: true, false
+        self.voters: dict[Any, set[int]] = {}  # bar.red: the warps that ever arrived
 
     def arrive(
         self, barrier: Any, expected: int, warps: list[int], sync: bool, what: str,
-        threads: int | None = None, votes: int | None = None,
+        threads: int | None = None, votes: tuple[str, int, int] | None = None,
         deliver: Callable[[int, int], None] | None = None,
     ) -> Wait | None:  # fmt: skip
         """``warps`` (one statement's) arrive at ``barrier`` that completes at ``expected``
         threads (``threads`` of them arrive: by default all of each warp's 32). With
         ``sync`` they wait for the generation they complete: what they wait for (None: it
-        completed now). ``votes`` (``bar.red``): how many of the arriving threads' predicates
-        are true; once the generation completes, ``deliver(true votes, threads)`` gives the
-        arriving warps its reduction."""
+        completed now). ``votes`` (``bar.red``): the reduction and how many of the arriving
+        threads' predicates are true and false; once the generation completes,
+        ``deliver(true, false)`` gives the arriving warps the generation's counts."""
         m = self.m
         clocks = m.clocks
         released = [clocks.release(w) for w in warps]
@@ -97,12 +100,7 @@ class NamedBarriers:
             )
         gen.reduces = reduces
         if reduces:
-            if straddles:
-                raise SimError(
-                    f"{what}: warps {warps} arrive {arrived} threads where {expected - gen.arrived} "
-                    "complete the generation: which threads' votes it reduces is unknown"
-                )
-            gen.votes += votes
+            self._vote(barrier, gen, expected, warps, votes, straddles, arrived, what)
         gen.arrived += arrived
         gen.warps += warps
         gen.released = joined if gen.released is None else np.maximum(gen.released, joined)
@@ -121,14 +119,14 @@ class NamedBarriers:
         if gen is None:  # completed by this very statement
             self._acquire(barrier, last, warps)
             if deliver is not None:
-                deliver(self.reduced[(barrier, last)], expected)
+                deliver(*self.reduced[(barrier, last)])
             return None
         number = gen.number
 
         def then() -> None:
             self._acquire(barrier, number, warps)
             if deliver is not None:
-                deliver(self.reduced[(barrier, number)], expected)
+                deliver(*self.reduced[(barrier, number)])
 
         return Wait(
             what,
@@ -143,15 +141,46 @@ class NamedBarriers:
         self.released.pop((barrier, gen.number - 4), None)
         if gen.reduces:
             self._whole_warpgroups(barrier, gen)
-            self.reduced[(barrier, gen.number)] = gen.votes
-            self.reduced.pop((barrier, gen.number - 4), None)
+            self.reduced[(barrier, gen.number)] = (gen.true, gen.false)
         self.completed[barrier] = gen.number + 1
         self.current.pop(barrier, None)
 
+    def _vote(
+        self, barrier: Any, gen: _Generation, expected: int, warps: list[int],
+        votes: tuple[str, int, int], straddles: bool, arrived: int, what: str,
+    ) -> None:  # fmt: skip
+        """A ``bar.red`` arrival joins ``gen``: its votes counted, after the checks."""
+        reduction, true, false = votes
+        if straddles:
+            raise SimError(
+                f"{what}: warps {warps} arrive {arrived} threads where {expected - gen.arrived} "
+                "complete the generation: which threads' votes it reduces is unknown"
+            )
+        if gen.reduction and gen.reduction != reduction:
+            raise SimError(
+                f"{what}: warps {warps} reduce with .{reduction} while the generation's earlier "
+                f"arrivals (warps {gen.warps}) reduce with .{gen.reduction}: one generation "
+                "takes one operation (PTX ISA: mixing them is undefined)"
+            )
+        gen.reduction = reduction
+        gen.true += true
+        gen.false += false
+        if expected % 128 == 0:
+            voters = self.voters.setdefault(barrier, set())
+            voters.update(warps)
+            if len(voters) > expected // WARP:
+                raise SimError(
+                    f"{what}: warps {sorted(voters)} arrive at it, more than the "
+                    f"{expected // WARP} of one generation, so on the GPU a generation may "
+                    "gather warps of two warpgroups and their threads get different answers. "
+                    "This library reads a vote of a count that is a multiple of 128 as the "
+                    "same in every thread of a warpgroup (participation.py): give each "
+                    "warpgroup's vote a barrier id of its own"
+                )
+
     def _whole_warpgroups(self, barrier: Any, gen: _Generation) -> None:
-        """A ``bar.red`` whose thread count is a multiple of 128 is read as the same answer
-        in every thread of a warpgroup (:mod:`..participation`): so each warpgroup that
-        took part in a generation must have taken part whole."""
+        """A ``bar.red`` generation of a count that is a multiple of 128 holds whole
+        warpgroups (this library's rule: see :meth:`_vote`)."""
         if gen.expected % 128:
             return
         groups: dict[int, set[int]] = {}
@@ -161,10 +190,10 @@ class NamedBarriers:
         if split:
             raise SimError(
                 f"bar.red {barrier}, {gen.expected}: generation {gen.number} completed with "
-                f"warps {sorted(gen.warps)}, so warpgroup {split[0]} arrived split across "
-                "generations and its threads may get different answers; a thread count "
-                "that is a multiple of 128 must gather whole warpgroups (a call at "
-                "warpgroup scope reads the vote as the whole warpgroup's)"
+                f"warps {sorted(gen.warps)}, part of warpgroup {split[0]}. This library reads "
+                "a vote of a count that is a multiple of 128 as the same in every thread of "
+                "a warpgroup (participation.py): let whole warpgroups vote, each at a "
+                "barrier id of its own"
             )
 
     def _acquire(self, barrier: int, number: int, warps: list[int]) -> None:

@@ -163,6 +163,7 @@ def named_barrier(
     sync: bool = True,
     votes: np.ndarray | None = None,
     deliver: Callable[[np.ndarray, int, int], None] | None = None,
+    reduction: str = "",
 ) -> None:
     """The active warps arrive at named barriers (PTX ISA "bar, barrier";
     :class:`.barriers.NamedBarriers`): ``ids`` gives each thread's barrier (0-15, the same
@@ -171,8 +172,8 @@ def named_barrier(
     arrive whole and count 32 threads each. With ``sync`` (``bar.sync``) the warps wait
     for the completion, which orders them after every arrival; ``bar.arrive`` does not
     wait. ``spelling`` is the instruction as errors name it. ``votes`` (``bar.red``): each
-    thread's predicate; once a generation completes, ``deliver(threads, true votes,
-    thread count)`` gives its reduction to the arriving ``threads`` (a warp's lanes)."""
+    thread's predicate; once a generation completes, ``deliver(threads, true votes, false
+    votes)`` gives its reduction (``reduction``: popc, and, or) to the arriving ``threads``."""
     active = np.broadcast_to(m.mask, m.tid.shape)
     ids = m.per_thread(ids).astype(np.int64)
     counts = None if count is None else m.per_thread(np.asarray(count)).astype(np.int64)
@@ -224,9 +225,12 @@ def named_barrier(
         key = barrier if m.cluster == 1 else (cta, barrier)
         if m.cluster > 1:
             what += f" of the CTA of rank {cta}"
-        true = None if votes is None else int(np.count_nonzero(m.per_thread(votes)[threads]))
+        tally = None
+        if votes is not None:  # the arriving threads' true and false votes
+            true = int(np.count_nonzero(m.per_thread(votes)[threads]))
+            tally = (reduction, true, len(threads) - true)
         give = None if deliver is None else functools.partial(deliver, threads)
-        wait = m.barriers.arrive(key, expected, warps, sync, what, votes=true, deliver=give)
+        wait = m.barriers.arrive(key, expected, warps, sync, what, votes=tally, deliver=give)
         if wait is not None:
             mask = np.zeros(m.threads, dtype=bool)
             mask[threads] = True

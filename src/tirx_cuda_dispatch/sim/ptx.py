@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..irfacts import BARRIER_REDUCTIONS
+from ..irfacts import BARRIER_REDUCTIONS, barrier_reduction
 from . import fragments
 from .asynchrony import Effect
 from .calls import (
@@ -316,33 +316,24 @@ def _bar_red(m: Machine, call: Any) -> None:
     reduced (``.popc``: how many are true; ``.and``: all; ``.or``: any) and each of them
     receives the result in ``d`` (a ``.pred`` result reads 1 or 0 in the ``u32`` register
     TVM gives it). PTX forbids ``bar.red`` and ``bar.sync``/``bar.arrive`` at one barrier
-    at once (an error here), and arrivals of one statement that complete a generation and
-    start the next are an error (whose votes each counts is unknown). A thread count that
-    is a multiple of 128 must gather whole warpgroups (:mod:`..participation` reads such a
-    vote as the warpgroup's). Counted as ``bar.red`` per warp."""
-    name = call.op.name.removeprefix("tirx.ptx.")
-    mnemonic = name.split("_")[0]
-    parsed = plain_ptx_operands(call, mnemonic)
-    tokens = parsed.tokens
-    spelling = ".".join([mnemonic, *tokens])
-    counted = BARRIER_REDUCTIONS[call.op.name]
-    if len(parsed.operands) != (4 if counted else 3):
-        raise SimError(
-            f"{spelling} takes a destination, a barrier, {'a thread count, ' if counted else ''}and a predicate"
-        )
-    dest, bar_id = parsed.operands[0], parsed.operands[1]
-    pred = parsed.operands[-1]
-    ids = m.per_thread(m.eval(bar_id))
-    count = m.per_thread(m.eval(parsed.operands[2])) if counted else None
-    votes = m.per_thread(m.eval(pred)) != 0
-    op = "popc" if "popc" in tokens else "and" if "and" in tokens else "or"
+    at once, and reductions of different operations in one generation (errors here); so
+    are arrivals of one statement that complete a generation and start the next (whose
+    votes each reduces is unknown) and, this library's rule, a barrier of a count that is
+    a multiple of 128 reached by more warps than one generation holds (:mod:`.barriers`).
+    Counted as ``bar.red`` per warp."""
+    plain_ptx_operands(call, "bar.red")  # no predicated form
+    red = barrier_reduction(call)
+    ids = m.per_thread(m.eval(red.barrier))
+    count = None if red.threads is None else m.per_thread(m.eval(red.threads))
+    votes = m.per_thread(m.eval(red.predicate)) != 0
 
-    def deliver(threads: np.ndarray, true: int, expected: int) -> None:
-        value = {"popc": true, "and": int(true == expected), "or": int(true > 0)}[op]
-        write_register(m, dest, np.full(m.threads, value, dtype=np.uint32), spelling, threads)
+    def deliver(threads: np.ndarray, true: int, false: int) -> None:
+        value = {"popc": true, "and": int(false == 0), "or": int(true > 0)}[red.op]
+        write_register(m, red.destination, np.full(m.threads, value, np.uint32), red.spelling,
+                       threads)  # fmt: skip
 
-    aligned = mnemonic == "bar" or "aligned" in tokens
-    named_barrier(m, ids, count, spelling, aligned=aligned, votes=votes, deliver=deliver)
+    named_barrier(m, ids, count, red.spelling, aligned=red.aligned, votes=votes,
+                  deliver=deliver, reduction=red.op)  # fmt: skip
 
 
 def _bar_form(call: Any, action: str) -> tuple[str, PtxOperands, str]:
