@@ -77,6 +77,7 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "sm80": ("attention_sm80", "attention_sm80_kernel", {}),  # cp.async + mma.sync
     # the row sums of P added over the quad every tile (sm80's default before lane sums)
     "sm80 row sums": ("attention_sm80", "attention_sm80_kernel", {"lane_sums": False}),
+    "sm80 no lag": ("attention_sm80", "attention_sm80_kernel", {"lagged_max": False}),
     # one exponential of P in k on the FMA pipe (FlashAttention-4's emulation)
     **{f"ws e{k}": ("attention", "attention_ws_kernel", {"ex2_emulation": k}) for k in (3, 4, 6)},
     # causal on a persistent grid: a CTA takes query blocks p and blocks - 1 - p of a head

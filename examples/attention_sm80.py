@@ -53,7 +53,8 @@ from tirx_cuda_dispatch import fragments
 WARPS = 4  # warps a CTA, each its own query rows
 LOG2E = 1.4426950408889634
 DTYPES = ("float16", "bfloat16")
-OMITS = (None, "wait", "barrier", "rescale")
+OMITS = (None, "wait", "barrier", "rescale", "rebase")
+FULL = 0xFFFFFFFF  # a warp vote over every lane
 
 # The Hopper kernels' helpers: inputs, the float64 reference and its bound, and the online
 # softmax and its finish, emitted here at warp scope.
@@ -63,6 +64,7 @@ _spec = importlib.util.spec_from_file_location(
 hopper = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hopper)
 inputs, reference, close = hopper.inputs, hopper.reference, hopper.close
+growing_keys = hopper.growing_keys
 
 
 def swizzled(shape: tuple[int, ...]) -> ComposeLayout:
@@ -115,6 +117,7 @@ def attention_sm80_kernel(
     q_in_registers: bool | None = None,
     stages: int | None = None,
     lane_sums: bool = True,
+    lagged_max: bool | None = None,
 ):
     """The kernel for ``heads`` (B*H) query heads of ``seq`` rows, head dim ``d``, and
     ``kv_heads`` key/value heads (query head ``h`` reads key/value head ``h / (heads /
@@ -140,7 +143,17 @@ def attention_sm80_kernel(
     (``fragments.mma_rows_layout``) and the quad's shuffles add them once at the end, as
     examples/attention.py's ``lane_sums`` (on an H200, 2026-11-29, one run, float16,
     against the sums added over the quad every tile: head dim 64 +1.5% to +5.6%, 128 and
-    256 -0.4% to +5.2%, within 0.4% where slower); else the sums are added every tile."""
+    256 -0.4% to +5.2%, within 0.4% where slower); else the sums are added every tile.
+    ``lagged_max``: examples/attention.py's lagged reference max at warp scope: after
+    the block's first key tile, a tile's exponentials take the rows' last reference max,
+    and where a lane's sums of P pass ``LAG_BOUND`` the warp votes (``__any_sync`` over
+    its 32 lanes: a warp's rows are its own) to rebase the tile: S = Q K^T again (K's
+    stage is still held), the row max, O and the sums rescaled, P again (None: at head
+    dim 64, with the lane sums, which it takes; on an H200, 2026-11-29, one run, float16,
+    against the whole softmax every tile: head dim 64 +1.4 / +2.3 / +2.2% at S 1024 /
+    4096 / 16384, causal 4096 +5.7%; head dim 128 -1.4 to +0.6% (24 registers spilled);
+    head dim 256 -22% non-causal, -3% causal, which was not looked into). ``omit="rebase"``:
+    the vote is ignored."""
     kv_heads = heads if kv_heads is None else kv_heads
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: one of {DTYPES}")
@@ -177,6 +190,10 @@ def attention_sm80_kernel(
     wait = omit != "wait"
     barrier = omit != "barrier"
     rescale = omit != "rescale"
+    if lagged_max is None:  # where it measured faster (docstring)
+        lagged_max = lane_sums and d == 64
+    if lagged_max and not lane_sums:
+        raise ValueError("lagged_max bounds P by each lane's sums of it: it takes lane_sums=True")
 
     def load(X, X_s, kv, t, slot) -> None:
         """Tile ``t`` of K or V into stage ``slot`` by cp.async; a partial last tile copied
@@ -210,6 +227,21 @@ def attention_sm80_kernel(
             Tx.warp.gemm(S_r[:, :], Q_r[:, cols] if q_in_registers else Q_r[:, :], K_f[:, :],
                          S_r[:, :], transpose_A=False, transpose_B=True, alpha=1.0,
                          beta=1.0)  # fmt: skip
+
+    def mask(S_r, t, q0, r0) -> None:
+        """-inf where the warp's row ``i`` may not see key ``t BN + j``: causal, only the
+        tiles on the diagonal have keys past the warp's rows; else the last tile's keys
+        past the end."""
+        if causal:
+            with T.If(t * BN + BN > q0 + r0 + 1):
+                with T.Then():
+                    Tx.warp.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
+                                   lambda i, j: t * BN + j <= q0 + r0 + i)  # fmt: skip
+        elif k_tail > 0:
+            with T.If(t == kts - 1):
+                with T.Then():
+                    Tx.warp.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
+                                   lambda i, j: t * BN + j < seq)  # fmt: skip
 
     def values(O_r, P16, V_s, V_f, slot) -> None:
         """O += P V, 16 keys at a time."""
@@ -255,6 +287,7 @@ def attention_sm80_kernel(
         l_sum = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
         l_tile = T.alloc_buffer((WM, 1), "float32", scope="local", layout=rows)
         l_parts = T.alloc_buffer((WM, 4), "float32", scope="local", layout=parts)
+        l_lane = T.alloc_buffer((WM, 4), "float32", scope="local", layout=parts)  # (lagged)
         l_run = T.meta_var(l_parts if lane_sums else l_sum)  # the running sums
         qb = T.meta_var(qbs - 1 - bx if causal else bx)  # causal: the longest blocks first
         q0 = T.meta_var(qb * BM)
@@ -305,16 +338,26 @@ def attention_sm80_kernel(
                 load(V, V_s, kv, t, 0)  # V of tile t while S = Q K^T runs
                 T.ptx.cp.async_.commit_group()
             scores(S_r, Q_r, Q_s, K_s, K_f, t % stages, r0)
-            if causal:  # only the tiles on the diagonal have keys past the warp's rows
-                if t * BN + BN > q0 + r0 + 1:
-                    Tx.warp.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
-                                   lambda i, j: t * BN + j <= q0 + r0 + i)  # noqa: B023
-            elif k_tail > 0:  # the last tile's keys past the end
-                if t == kts - 1:
-                    Tx.warp.select(S_r[:, :], S_r[:, :], T.float32(-math.inf),
-                                   lambda i, j: t * BN + j < seq)  # noqa: B023
-            hopper.online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_run, l_tile, scale,
-                                  rescale, Tx.warp)
+            mask(S_r, t, q0, r0)
+            if lagged_max:
+                if t == 0:  # the whole softmax: the rows' first reference
+                    hopper.online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_run, l_tile,
+                                          scale, rescale, Tx.warp)
+                else:
+                    hopper.lagged_rows(S_r, l_lane, l_tile, scale, Tx.warp)
+                    mine = T.decl_buffer((2 * mt,), "float32", data=l_lane.data, scope="local")
+                    passed = T.meta_var(hopper.lane_total(mine, 2 * mt) > T.float32(hopper.LAG_BOUND))
+                    if omit != "rebase":
+                        if T.cuda.any_sync(T.uint32(FULL), passed) != 0:  # the warp's rows
+                            scores(S_r, Q_r, Q_s, K_s, K_f, t % stages, r0)
+                            mask(S_r, t, q0, r0)
+                            hopper.rebase_rows(S_r, O_r, m_old, m_new, alpha, l_run, l_lane,
+                                               l_tile, scale, rescale, Tx.warp)  # fmt: skip
+                    Tx.warp.add(l_run[:, :], l_run[:, :], l_lane[:, :])
+                    Tx.warp.cast(P16[:, :], S_r[:, :])
+            else:
+                hopper.online_softmax(S_r, P16, O_r, m_old, m_new, alpha, l_run, l_tile, scale,
+                                      rescale, Tx.warp)
             if stages == 1:
                 if wait:  # V of tile t is in
                     T.ptx.cp.async_.wait_group(0)

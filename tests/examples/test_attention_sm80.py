@@ -23,10 +23,11 @@ def test_every_call_is_ours_and_every_region_is_proved():
     assert not [r.bounds_undecided for r in report if r.bounds_undecided]
     variants = {r.variant for r in report}
     assert {"ldgsts", "ldstmatrix", "mma.m16n8k*", "local"} <= variants
-    # S = Q K^T four k16 steps of D 64, O += P V four of the 64 keys: 8 gemm calls
-    assert sum(r.op == "gemm" for r in report) == 8
-    [row_max] = [r for r in report if r.op == "max"]
-    assert "shfl.xor 1/2" in row_max.plan["schedule"]  # a row lives in a quad of lanes
+    # S = Q K^T four k16 steps of D 64 (and again in the lagged max's rebase), O += P V
+    # four of the 64 keys: 12 gemm calls
+    assert sum(r.op == "gemm" for r in report) == 12
+    maxes = [r for r in report if r.op == "max"]  # tile 0's and the rebase's
+    assert len(maxes) == 2 and all("shfl.xor 1/2" in r.plan["schedule"] for r in maxes)
 
 
 SHAPES = [  # (query heads, key/value heads, sequence, head dim)
@@ -126,15 +127,60 @@ def test_lane_sums_shuffle_once_a_block_and_equal_numpy(block_m):
                                                block_n=64, lane_sums=lane_sums)  # fmt: skip
         sums = [r for r in explain(func, "sm_80") if r.op == "sum"]
         shuffled = [r for r in sums if "shfl.xor 1/2" in r.plan["schedule"]]
-        assert (len(sums), len(shuffled)) == ((2, 1) if lane_sums else (1, 1))
+        # tile 0's, the lagged tiles' and the rebase's (with the lane sums), the finish's
+        assert (len(sums), len(shuffled)) == ((4, 1) if lane_sums else (1, 1))
         if lane_sums:
             out = sim.run(func, args, target="sm_80", pipeline=STRICT)
             assert attention.close(out[3], out[4], *args[:3], causal=True) is None
 
 
-def test_a_dropped_rescale_is_caught_by_the_comparison():
-    args = attention.inputs(1, 192, 64, seed=2)
-    out = sim.run(attention.attention_sm80_kernel(1, 192, 64, omit="rescale"), args,
+@pytest.mark.parametrize("lagged_max", [False, True], ids=["every-tile", "lagged"])
+def test_a_dropped_rescale_is_caught_by_the_comparison(lagged_max):
+    """With the lagged max only a rebase rescales: the keys grow for the comparison to see
+    the missing rescale."""
+    args = attention.inputs(1, 128, 64, seed=2)
+    if lagged_max:
+        args = attention.growing_keys(args, 4.0, first=64)
+    func = attention.attention_sm80_kernel(1, 128, 64, omit="rescale", lagged_max=lagged_max)
+    out = sim.run(func, args, target="sm_80")
+    assert "outputs of O" in attention.close(out[3], out[4], *args[:3])
+
+
+LAGGED = [  # (heads, seq, head dim, causal, keywords, the keys' factor from key 64 on)
+    (1, 128, 64, False, {}, 4.0),  # the default (head dim 64): 32 rows a warp, two tiles
+    (1, 100, 64, True, {}, 60.0),  # ragged, causal; past float32's exponent
+    (1, 128, 128, False, {"lagged_max": True, "stages": 2}, 4.0),  # Q from shared memory
+]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("shape", LAGGED, ids=lambda s: "h{}-s{}-d{}-{}-x{:g}".format(*s[:4], s[5]))
+def test_the_lagged_max_rebases_the_tiles_that_outgrow_it(shape, where, gpu):
+    """The warp's vote (``__any_sync``) rebases the tiles whose keys outgrow the first
+    tile's max: equal to float64; the simulator counts the rebases' mma against the same
+    kernel on data that never trips the vote."""
+    heads, seq, d, causal, keywords, factor = shape
+    func = attention.attention_sm80_kernel(heads, seq, d, causal=causal, **keywords)
+    plain = attention.inputs(heads, seq, d, seed=8)
+    args = attention.growing_keys(plain, factor, first=64)
+    if where == "sim":
+        result = sim.run(func, args, target="sm_80", pipeline=STRICT)
+        if factor == 4.0:
+            calm = sim.run(func, plain, target="sm_80", pipeline=STRICT)
+
+            def mma(r):
+                return sum(n for k, n in r.counters.instructions.items() if k.startswith("mma"))
+
+            assert mma(result) > mma(calm)  # the rebases' S = Q K^T
+        out = result.arrays
+    else:
+        out = execute(func, args, where, gpu, pipeline=STRICT, target="sm_80")
+    assert attention.close(out[3], out[4], *args[:3], causal=causal) is None
+
+
+def test_a_kernel_that_ignores_the_vote_is_caught():
+    args = attention.growing_keys(attention.inputs(1, 128, 64, seed=8), 60.0, first=64)
+    out = sim.run(attention.attention_sm80_kernel(1, 128, 64, omit="rebase"), args,
                   target="sm_80")  # fmt: skip
     assert "outputs of O" in attention.close(out[3], out[4], *args[:3])
 
@@ -144,6 +190,8 @@ def test_shapes_it_does_not_take_are_an_error():
         attention.attention_sm80_kernel(1, 128, 96)
     with pytest.raises(ValueError, match="3 query heads in groups over 2"):
         attention.attention_sm80_kernel(3, 128, 64, kv_heads=2)
+    with pytest.raises(ValueError, match="lagged_max bounds P .* takes lane_sums=True"):
+        attention.attention_sm80_kernel(1, 128, 64, lane_sums=False, lagged_max=True)
     with pytest.raises(ValueError, match="stages 3: 1 or 2"):
         attention.attention_sm80_kernel(1, 128, 64, stages=3)
     with pytest.raises(ValueError, match="block_n 128 .* at most block_m"):
