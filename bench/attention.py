@@ -18,7 +18,8 @@ from registers; "two rings": a ring each for K and V, head dim 256's default, an
 ring", K and V on one ring, at head dim 256; "no lag": every tile's softmax whole (its row
 max before the exponentials, O rescaled each tile: the default before ``lagged_max``);
 "two consumers": two at causal head dim 64's 4,096 rows (the default there without the
-lagged max); "no overlap"; "n64": 64-row key tiles (at
+lagged max); "sm80 no lag": examples/attention_sm80.py without its lagged max; "no
+overlap"; "n64": 64-row key tiles (at
 head dim 256 against its default, FA3's 80); "c2": two consumers at head dim 64; "per
 block": one CTA a query block ("per block c3": with three consumers, causal head dim 64's
 default before its blocks paired); "no obuf" / "obuf": O out through Q's rows or a buffer
