@@ -281,14 +281,14 @@ def test_a_barrier_vote_is_uniform_over_its_generations(guard, scope, threads, r
     """``bar.red.or.pred V, 1, 128, p`` then ``if V != 0``: every thread that completes one
     generation of the barrier gets the same answer, so a call of a scope whose instances
     each arrive whole in one generation runs on all of the instance or on none (128
-    threads: a warpgroup; the whole CTA without a count; any count: a warp). Only the
-    first lane of the tile votes yes, so the calls run; the round trip moves every
-    element."""
+    threads: a warpgroup; the whole CTA without a count; any count: a warp). Thread 1 alone
+    votes yes, so the calls run; the round trip moves every element."""
     func = guarded_roundtrip(guard, scope, threads)
     assert [r.variant for r in tcd.explain(func)] == ["gmem_smem", "gmem_smem"]
     a = runtime.random_array((ROWS, COLS), "float32", rng)
-    a[0, :threads] = -np.abs(a[0, :threads]) - 1
-    a[0, 1] = 1.0  # one thread votes yes
+    votes = a.reshape(-1)[:threads]  # thread t votes A[0, t] > 0 (a view of A's first rows)
+    votes[:] = -np.abs(votes) - 1
+    votes[1] = 1.0  # thread 1 alone votes yes
     out = execute(func, [a, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE)
     np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
 
