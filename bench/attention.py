@@ -18,7 +18,9 @@ from registers; "two rings": a ring each for K and V, head dim 256's default, an
 ring", K and V on one ring, at head dim 256; "no lag": every tile's softmax whole (its row
 max before the exponentials, O rescaled each tile: the default before ``lagged_max``);
 "two consumers": two at causal head dim 64's 4,096 rows (the default there without the
-lagged max); "sm80 no lag": examples/attention_sm80.py without its lagged max; "no
+lagged max); "all tiles": every consumer computes every key tile of its CTA's (causal: to
+the last consumer's diagonal; a ragged last block's rows past the end too), the default
+before ``own_tiles``; "sm80 no lag": examples/attention_sm80.py without its lagged max; "no
 overlap"; "n64": 64-row key tiles (at
 head dim 256 against its default, FA3's 80); "c2": two consumers at head dim 64; "per
 block": one CTA a query block ("per block c3": with three consumers, causal head dim 64's
@@ -105,6 +107,8 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     # every tile's softmax whole (the default before the lagged reference max)
     "ws no lag": ("attention", "attention_ws_kernel", {"lagged_max": False}),
     "ws two consumers": ("attention", "attention_ws_kernel", {"consumers": 2}),
+    # every consumer computes every key tile of the CTA's (the default before own_tiles)
+    "ws all tiles": ("attention", "attention_ws_kernel", {"own_tiles": False}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there

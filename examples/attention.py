@@ -381,6 +381,7 @@ def attention_ws_kernel(
     o_buffer: bool | None = None,
     lane_sums: bool | None = None,
     lagged_max: bool | None = None,
+    own_tiles: bool = True,
 ):
     """FlashAttention-3's structure: per CTA 64 ``consumers`` query rows of one head and
     ``1 + consumers`` warpgroups. Warpgroup 0, the producer, gives registers back
@@ -477,7 +478,11 @@ def attention_ws_kernel(
     rescaled, P again. It takes the overlap and the lane sums, and no ``ex2_emulation``
     (None: wherever those hold, with the lane sums then on by default; on an H200 1-13%
     faster, docs/performance.md). ``omit="rebase"``: the vote is ignored (a broken
-    kernel)."""
+    kernel). ``own_tiles``: a consumer computes only the key tiles its own rows need
+    (causal: to its own diagonal, where the CTA's tiles reach its last consumer's; none
+    where its rows start past the sequence's end, in a ragged last block) and, for the
+    CTA's tiles past them, waits for the stage, passes its turn and frees the stage
+    (without it, every consumer computes every tile of the CTA's)."""
     kv_heads = heads if kv_heads is None else kv_heads
     e2e = 0 if ex2_emulation is None else ex2_emulation
     if lagged_max is None:  # where the kernel takes it (on an H200 1-13% faster: docs)
@@ -584,6 +589,12 @@ def attention_ws_kernel(
 
     def tiles_of(qb):  # key tiles of query block qb: causal, to its diagonal (and the end)
         return T.min((qb * br + br - 1) // bn + 1, kts) if causal else kts
+
+    idle = own_tiles and 0 in tails  # a consumer's rows may start past the end
+
+    def tiles_mine(q0):  # key tiles of a consumer's rows q0 to q0 + BM - 1 (own_tiles)
+        n = T.min((q0 + BM - 1) // bn + 1, kts) if causal else kts
+        return T.if_then_else(q0 < seq, n, 0) if idle else n
 
     @T.macro
     def turn(c):  # ping-pong: wait for my turn to issue
@@ -724,19 +735,9 @@ def attention_ws_kernel(
             load_tile(b, 1, base + n_tiles - 1, kv, n_tiles - 1)
 
     @T.macro
-    def consume(b, i, base, qb, h, c, tid_wg, more):
-        """Consumer c's 64 rows of block i (of this CTA): query rows qb of head h; ``more``:
-        this CTA has a later block (the ping-pong goes on into it)."""
-        n_tiles = T.meta_var(tiles_of(qb))
-        q0 = T.meta_var(qb * br + c * BM)  # the consumer's first row in the head
-        Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
-        Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
-        Tx.wg.fill(b.l_run[:, :], T.float32(0.0))
-        T.cuda.mbarrier_wait(b.bars.ptr_to([q_full(c)]), i % 2)
-        if pingpong and first_turn:
-            if i == 0:
-                if c == consumers - 1:  # consumer 0 issues first
-                    T.ptx.bar.arrive(1, 256)
+    def own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0):
+        """Consumer c's key tiles (the first ``n_mine`` of the CTA's ``n_tiles``): S, the
+        online softmax and O += P V."""
         if overlap:
             # tile 0: S, its softmax and P; its P V goes with tile 1's Q K^T
             wait_stage(b.bars, 0, base)
@@ -745,11 +746,11 @@ def attention_ws_kernel(
             pass_turn(c, 0, n_tiles, more)
             T.ptx["wgmma.wait_group.sync.aligned"](0)
             free_stage(b.bars, 0, base, tid_wg)
-            release_q(b, c, tid_wg, n_tiles == 1)
+            release_q(b, c, tid_wg, n_mine == 1)
             mask(b.S_r, 0, q0)
             online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_tile,
                            scale, rescale, ex2_emulation=e2e)  # fmt: skip
-            for t in T.serial(1, n_tiles):
+            for t in T.serial(1, n_mine):
                 g = T.meta_var(base + t)
                 wait_stage(b.bars, 0, g)
                 wait_stage(b.bars, 1, g - 1)
@@ -762,10 +763,10 @@ def attention_ws_kernel(
                     mask(b.S_r, t, q0)
                     lagged_tile(b, c, g, t, q0)
                     free_stage(b.bars, 0, g, tid_wg)
-                    release_q(b, c, tid_wg, t == n_tiles - 1)
+                    release_q(b, c, tid_wg, t == n_mine - 1)
                 else:
                     free_stage(b.bars, 0, g, tid_wg)
-                    release_q(b, c, tid_wg, t == n_tiles - 1)
+                    release_q(b, c, tid_wg, t == n_mine - 1)
                     mask(b.S_r, t, q0)
                     softmax_rows(b.S_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_tile, scale,
                                  ex2_emulation=e2e)  # fmt: skip
@@ -777,13 +778,13 @@ def attention_ws_kernel(
                     Tx.wg.cast(b.P16[:, :], b.S_r[:, :])
                 else:
                     rescale_and_round(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, rescale)
-            g_last = T.meta_var(base + n_tiles - 1)
+            g_last = T.meta_var(base + n_mine - 1)
             wait_stage(b.bars, 1, g_last)
             issue_pv(b, g_last)
             T.ptx["wgmma.wait_group.sync.aligned"](0)
             free_stage(b.bars, 1, g_last, tid_wg)
         else:
-            for t in T.serial(n_tiles):
+            for t in T.serial(n_mine):
                 g = T.meta_var(base + t)
                 wait_stage(b.bars, 0, g)
                 turn(c)
@@ -791,13 +792,44 @@ def attention_ws_kernel(
                 pass_turn(c, t, n_tiles, more)
                 T.ptx["wgmma.wait_group.sync.aligned"](0)
                 free_stage(b.bars, 0, g, tid_wg)
-                release_q(b, c, tid_wg, t == n_tiles - 1)
+                release_q(b, c, tid_wg, t == n_mine - 1)
                 mask(b.S_r, t, q0)
                 online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_run,
                                b.l_tile, scale, rescale, ex2_emulation=e2e)  # fmt: skip
                 wait_stage(b.bars, 1, g)
                 issue_pv(b, g)
                 T.ptx["wgmma.wait_group.sync.aligned"](0)
+                free_stage(b.bars, 1, g, tid_wg)
+
+    @T.macro
+    def consume(b, i, base, qb, h, c, tid_wg, more):
+        """Consumer c's 64 rows of block i (of this CTA): query rows qb of head h; ``more``:
+        this CTA has a later block (the ping-pong goes on into it)."""
+        n_tiles = T.meta_var(tiles_of(qb))  # the CTA's key tiles
+        q0 = T.meta_var(qb * br + c * BM)  # the consumer's first row in the head
+        n_mine = T.meta_var(tiles_mine(q0) if own_tiles else n_tiles)  # the ones it computes
+        Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
+        Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
+        Tx.wg.fill(b.l_run[:, :], T.float32(0.0))
+        T.cuda.mbarrier_wait(b.bars.ptr_to([q_full(c)]), i % 2)
+        if pingpong and first_turn:
+            if i == 0:
+                if c == consumers - 1:  # consumer 0 issues first
+                    T.ptx.bar.arrive(1, 256)
+        if idle:  # rows past the end compute nothing (n_mine is 0)
+            if q0 < seq:
+                own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0)
+        else:
+            own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0)
+        if own_tiles:  # the CTA's tiles past the consumer's: its turn passed, stages freed
+            for t in T.serial(n_mine, n_tiles):
+                g = T.meta_var(base + t)
+                wait_stage(b.bars, 0, g)
+                turn(c)
+                pass_turn(c, t, n_tiles, more)
+                free_stage(b.bars, 0, g, tid_wg)
+                release_q(b, c, tid_wg, t == 0)  # (rows past the end: no Q K^T released it)
+                wait_stage(b.bars, 1, g)
                 free_stage(b.bars, 1, g, tid_wg)
         finish(b.O_r, b.O16, b.m_old, b.l_sum, b.l_tile, scale,
                parts=b.l_run if lane_sums else None)  # fmt: skip

@@ -501,3 +501,30 @@ def test_exponentials_on_the_fma_pipe_equal_numpy(causal):
     out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert attention.close(o, lse, *args[:3], causal=causal) is None
+
+
+OWN = [  # (seq, causal, the consumers' key tiles with own_tiles, every consumer all the CTA's)
+    # causal, blocks of 192 rows over 128-key tiles: block 0 takes 2 tiles, whose second
+    # only consumer 2's rows reach; block 1 takes 3, consumer 0's rows only 2
+    (384, True, 1 + 1 + 2 + 2 + 3 + 3, 3 * 2 + 3 * 3),
+    # ragged: the last block's 8 rows are consumer 0's; consumers 1 and 2 compute nothing
+    (200, False, 3 * 2 + 1 * 2, 3 * 2 + 3 * 2),
+]
+
+
+@pytest.mark.parametrize("seq, causal, own, every", OWN)
+def test_each_consumer_computes_only_the_key_tiles_of_its_rows(seq, causal, own, every):
+    """``own_tiles`` (the default): a consumer's Q K^T and P V stop at the tiles its rows
+    need (the simulator counts two wgmma groups a tile, one a warp, on data that never trips the
+    lagged max's vote) and it passes its turn and frees the stages of the CTA's others;
+    equal to float64 either way. The control: ``own_tiles=False`` computes every tile."""
+    args = attention.inputs(1, seq, 64, seed=3)
+    groups = []
+    for own_tiles in (True, False):
+        func = attention.attention_ws_kernel(1, seq, 64, causal=causal, consumers=3,
+                                             persistent=False, own_tiles=own_tiles)  # fmt: skip
+        result = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+        o, lse = result.arrays[3].reshape(args[3].shape), result.arrays[4].reshape(args[4].shape)
+        assert attention.close(o, lse, *args[:3], causal=causal) is None
+        groups.append(result.counters.instructions["wgmma.commit_group"])
+    assert groups == [2 * 4 * own, 2 * 4 * every]  # Q K^T and P V, in each of 4 warps

@@ -787,6 +787,91 @@ def test_threads_leave_a_while_loop_in_different_iterations():
     np.testing.assert_array_equal(out[0], 1 + np.arange(32) % 3)
 
 
+# -- loops whose bounds differ between threads ---------------------------------------------------
+def ranged(first, stop, barrier: bool = False):
+    """Thread t adds up the values of ``for j in range(first(t), stop(t))`` (``barrier``:
+    each iteration also waits at named barrier 1 for both warps, 64 threads)."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (THREADS,), "int32")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([THREADS])
+        n = T.alloc_local((1,), "int32")
+        n[0] = 0
+        for j in T.serial(first(tid), stop(tid)):
+            n[0] = n[0] + j
+            if barrier:
+                T.ptx.bar.sync(1, THREADS)
+        B[tid] = n[0]
+    # fmt: on
+    return kernel
+
+
+def test_threads_run_the_iterations_of_their_own_loop_bounds():
+    """Each thread's start and trip count its own (warps of different roles, lanes
+    diverged): every thread takes exactly the values of its range."""
+    tid = np.arange(THREADS)
+    out = sim.run(ranged(lambda t: t % 3, lambda t: t % 3 + t % 5), [np.zeros(THREADS, np.int32)])
+    np.testing.assert_array_equal(out[0], [sum(range(t % 3, t % 3 + t % 5)) for t in tid])
+
+
+def test_a_barrier_in_a_loop_one_warp_leaves_early_is_a_deadlock():
+    """Warp 0 runs one iteration and warp 1 two: warp 1's second wait at the 64-thread
+    barrier has no partner, which the simulator names; the control: equal counts run."""
+    out = sim.run(ranged(lambda t: 0, lambda t: 2, True), [np.zeros(THREADS, np.int32)])
+    np.testing.assert_array_equal(out[0], np.ones(THREADS))
+    with pytest.raises(SimError, match=r"bar.sync 1, 64"):
+        sim.run(ranged(lambda t: 0, lambda t: 1 + t // 32, True), [np.zeros(THREADS, np.int32)])
+
+
+def ranged_handoff(later_start: bool):
+    """Warp 1 waits at named barrier 2 (both warps, 64 threads) for warp 0 to arrive:
+    warp 1 in its loop's second iteration while warp 0's loop ran one and warp 0 arrives
+    after it; or (``later_start``) warp 0 waits in its first iteration, value 0, and
+    warp 1 arrives in its first, value 1."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(B_ptr: T.handle):
+        B = T.match_buffer(B_ptr, (THREADS,), "int32")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([THREADS])
+        n = T.alloc_local((1,), "int32")
+        n[0] = 0
+        if later_start:
+            for j in T.serial(tid // 32, 2):
+                n[0] = n[0] + 1 + j
+                if j == tid // 32:  # each warp's first iteration
+                    if j == 0:
+                        T.ptx.bar.sync(2, THREADS)
+                    else:
+                        T.ptx.bar.arrive(2, THREADS)
+        else:
+            for j in T.serial(1 + tid // 32):
+                n[0] = n[0] + 1 + j
+                if j == 1:
+                    T.ptx.bar.sync(2, THREADS)
+            if tid < 32:
+                T.ptx.bar.arrive(2, THREADS)
+        B[tid] = n[0]
+    # fmt: on
+    return kernel
+
+
+@pytest.mark.parametrize("later_start", [False, True], ids=["after-its-loop", "later-value"])
+def test_a_warp_outside_the_running_iteration_goes_on_for_the_one_that_waits(later_start):
+    """A warp whose range does not hold the running value does not wait with the warp
+    that blocks in it: past its last value it goes on after the loop, before its first it
+    runs its own iterations, and arrives where the other waits (no deadlock)."""
+    out = sim.run(ranged_handoff(later_start), [np.zeros(THREADS, np.int32)])
+    want = [3, 2] if later_start else [1, 3]
+    np.testing.assert_array_equal(out[0], np.repeat(want, 32))
+
+
 # -- tcgen05 on the same queue ----------------------------------------------------------------
 def tmem_copy(wait_st: bool, wait_ld: bool, load: bool = True):
     """A warpgroup stores A[t, 0:4] to TMEM lane t with tcgen05.st, waits (``wait_st``),

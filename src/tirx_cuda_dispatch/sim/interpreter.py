@@ -67,8 +67,13 @@ def _dtype_of(node: Any) -> str:
     return str(node.ty.dtype)
 
 
-def _as_int(v: Any, what: str) -> int:
-    arr = np.asarray(v).ravel()
+def _as_int(v: Any, what: str, active: np.ndarray | None = None) -> int:
+    """``v`` as one integer: equal in every thread (in the ``active`` ones where given)."""
+    arr = np.asarray(v)
+    if active is not None and arr.size > 1 and active.size > 1:
+        arr = np.broadcast_to(arr, np.broadcast_shapes(arr.shape, active.shape))
+        arr = arr[np.broadcast_to(active, arr.shape)]
+    arr = arr.ravel()
     if arr.size == 0 or (arr != arr[0]).any():
         raise SimError(f"{what} differs between threads; the simulator needs it uniform")
     return int(arr[0])
@@ -255,11 +260,20 @@ class Machine:
         kind = int(s.kind)
         if kind not in (0, 2):  # serial, unrolled
             raise SimError(f"loop {s.loop_var} of kind {s.kind}: the simulator runs serial loops")
-        lo = _as_int(self.eval(s.min), f"start of loop {s.loop_var}")
-        n = _as_int(self.eval(s.extent), f"trip count of loop {s.loop_var}")
-        step = 1 if s.step is None else _as_int(self.eval(s.step), "loop step")
+        step = 1 if s.step is None else _as_int(self.eval(s.step), "loop step", self.mask)
         dt = parse_dtype(_dtype_of(s.loop_var))[0]
-        self.push(ForFrame(s, list(range(lo, lo + n * step, step)), dt, self.mask))
+        shape = self.mask.shape
+        lo = np.broadcast_to(np.asarray(self.eval(s.min), dtype=np.int64), shape)
+        end = lo + np.broadcast_to(np.asarray(self.eval(s.extent), dtype=np.int64), shape) * step
+        bounds = {(int(a), int(b)) for a, b in zip(lo[self.mask], end[self.mask], strict=True)}
+        if len(bounds) <= 1:  # every active thread runs the same iterations
+            first, last = bounds.pop() if bounds else (0, 0)
+            self.push(ForFrame(s, list(range(first, last, step)), dt, self.mask))
+            return
+        # threads of other bounds (warps of different roles, or diverged lanes): the loop
+        # runs the union of their values, each value with the threads whose range has it
+        values = sorted({v for a, b in bounds for v in range(a, b, step)})
+        self.push(ForFrame(s, values, dt, self.mask, (lo, end, step)))
 
     def _s_Bind(self, s: Any) -> None:
         self.env[s.var] = self.eval(s.value)

@@ -200,19 +200,62 @@ class _LoopFrame(Frame):
 
 
 class ForFrame(_LoopFrame):
-    """A serial loop: the loop variable takes ``values[i:]`` yet."""
+    """A serial loop: the loop variable takes ``values[i:]`` yet. ``ranges`` (threads
+    whose bounds differ): each thread's first value, its end and the step; a value runs
+    with the threads whose range holds it."""
 
-    def __init__(self, stmt: Any, values: list[int], dtype: Any, entry: np.ndarray) -> None:
+    def __init__(
+        self,
+        stmt: Any,
+        values: list[int],
+        dtype: Any,
+        entry: np.ndarray,
+        ranges: tuple[np.ndarray, np.ndarray, int] | None = None,
+    ) -> None:
         self.stmt, self.values, self.dtype, self.i = stmt, values, dtype, 0
-        self.loop, self.done = Loop(entry), False
+        self.loop, self.done, self.ranges = Loop(entry), False, ranges
+        self.current: np.ndarray | None = None  # (ranges) the threads of the running value
 
     def step(self, m: Any) -> None:
-        if self.done or self.i >= len(self.values) or not self.loop.start(m):
-            self.finish(m)
+        while True:
+            if self.done or self.i >= len(self.values) or not self.loop.start(m):
+                self.finish(m)
+                return
+            value = self.values[self.i]
+            self.i += 1
+            if self.ranges is not None:
+                lo, end, step = self.ranges
+                self.current = (lo <= value) & (value < end) & ((value - lo) % step == 0)
+                m.mask = m.mask & self.current
+                if not m.mask.any():
+                    continue
+            m.env[self.stmt.loop_var] = np.array([value], dtype=self.dtype)
+            m.enter(self.stmt.body)
             return
-        m.env[self.stmt.loop_var] = np.array([self.values[self.i]], dtype=self.dtype)
-        self.i += 1
-        m.enter(self.stmt.body)
+
+    def waiting(self, m: Any) -> list[tuple[np.ndarray, Frame]]:
+        """Besides the threads that continued or broke: (ranges) those outside the
+        running value's, which go on to their next value or, past their last, after the
+        loop."""
+        out = super().waiting(m)
+        if self.ranges is None or self.current is None or self.done:
+            return out
+        lo, end, step = self.ranges
+        loop = self.loop
+        idle = loop.entry & ~loop.broken & ~loop.left & ~self.current & m.members
+        if not idle.any():
+            return out
+        rest = self.values[self.i :]
+        last = lo + (end - lo - 1) // step * step  # each thread's last value (if end > lo)
+        later = (end > lo) & (last >= rest[0]) if rest else np.zeros_like(idle)
+        for group, done in ((idle & later, False), (idle & ~later, True)):
+            if group.any():
+                f = self.copy()
+                f.done, f.current = done, None
+                f.loop.entry = group
+                f.loop.broken = f.loop.left = np.zeros_like(loop.broken)
+                out.append((group, f))
+        return out
 
     def copy(self) -> ForFrame:
         f = ForFrame.__new__(ForFrame)
