@@ -109,6 +109,8 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "ws two consumers": ("attention", "attention_ws_kernel", {"consumers": 2}),
     # every consumer computes every key tile of the CTA's (the default before own_tiles)
     "ws all tiles": ("attention", "attention_ws_kernel", {"own_tiles": False}),
+    # (causal, one CTA a block) each head's blocks heaviest first, head after head
+    "ws section 1": ("attention", "attention_ws_kernel", {"section": 1}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there

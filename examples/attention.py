@@ -355,6 +355,7 @@ WS_OMITS = (
 # named barriers (0 is the CTA's): consumer c's turn to issue is 1 + c; its barrier
 # before the TMA store of O is 1 + consumers + c; its vote (lagged_max) 9 + c (8 is TVM's
 # built-ins')
+SECTION_BYTES = 16 << 20  # (section) K and V of a section's heads: a third of the L2
 LAG_BOUND = 256.0  # lagged_max: a lane's sum of P over a tile (so every P) stays below it
 
 
@@ -382,6 +383,7 @@ def attention_ws_kernel(
     lane_sums: bool | None = None,
     lagged_max: bool | None = None,
     own_tiles: bool = True,
+    section: int | None = None,
 ):
     """FlashAttention-3's structure: per CTA 64 ``consumers`` query rows of one head and
     ``1 + consumers`` warpgroups. Warpgroup 0, the producer, gives registers back
@@ -482,7 +484,14 @@ def attention_ws_kernel(
     (causal: to its own diagonal, where the CTA's tiles reach its last consumer's; none
     where its rows start past the sequence's end, in a ragged last block) and, for the
     CTA's tiles past them, waits for the stage, passes its turn and frees the stage
-    (without it, every consumer computes every tile of the CTA's)."""
+    (without it, every consumer computes every tile of the CTA's). ``section`` (causal,
+    one CTA a block): the launch order takes the heads ``section`` at a time and, within
+    such a section, the query blocks heaviest first across its heads (as the LPT tile
+    scheduler of FlashAttention's CuTe kernels does, its sections the heads whose K and V
+    fit the L2), so the grid's last CTAs are the short blocks of the last heads (1: a
+    head's blocks heaviest first, head after head; None: the most heads, dividing
+    ``heads``, whose K and V take at most ``SECTION_BYTES``).
+    """
     kv_heads = heads if kv_heads is None else kv_heads
     e2e = 0 if ex2_emulation is None else ex2_emulation
     if lagged_max is None:  # where the kernel takes it (on an H200 1-13% faster: docs)
@@ -578,8 +587,19 @@ def attention_ws_kernel(
     tails = tuple(min(BM, max(0, tail - c * BM)) for c in range(consumers))  # per consumer
     last = (qbs - 1) * br  # its first row
     paired = persistent and causal  # a CTA takes blocks p and qbs - 1 - p of a head
-    columns = qbs // 2 if paired else qbs  # CTAs a head's blocks spread over
-    head_ctas = min(heads, max(1, sms // columns)) if persistent else heads  # a column's CTAs
+    ordered = causal and not persistent  # one CTA a block, heaviest first
+    if section is None:  # the most heads whose K and V fit SECTION_BYTES, dividing heads
+        fits = [n for n in range(1, heads + 1) if heads % n == 0
+                and -(-n // group) * seq * d * 2 * 2 <= SECTION_BYTES]  # fmt: skip
+        section = max(fits, default=1) if ordered else 1
+    if section < 1 or heads % section or (section > 1 and not ordered):
+        raise ValueError(
+            f"section {section}: a divisor of the {heads} heads, and 1 but for causal "
+            "kernels of one CTA a block (persistent=False)"
+        )
+    columns = qbs // 2 if paired else qbs * section  # CTAs a head's (a section's) blocks
+    head_ctas = (min(heads, max(1, sms // columns)) if persistent
+                 else heads // section)  # a column's CTAs  # fmt: skip
     rounds = -(-heads // head_ctas)  # (persistent) heads a CTA takes at most
     pair_tiles = (qbs + 1) * (br // bn) if paired else 0  # key tiles of a pair of blocks
     wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
@@ -948,8 +968,9 @@ def attention_ws_kernel(
                     for i in T.serial(rounds):
                         if hx + i * head_ctas < heads:
                             produce(b, i, i * kts, qx, hx + i * head_ctas)
-                else:  # causal: the longest query blocks first
-                    produce(b, 0, 0, qbs - 1 - qx if causal else qx, hx)
+                else:  # causal: the longest query blocks first (of a section's heads)
+                    produce(b, 0, 0, qbs - 1 - qx // section if causal else qx,
+                            hx * section + qx % section)  # fmt: skip
         if wg >= 1:  # the consumers, 64 query rows each
             T.ptx.setmaxnreg.inc.sync.aligned.u32(registers[1])
             if paired:
@@ -966,8 +987,8 @@ def attention_ws_kernel(
                         consume(b, i, i * kts, qx, hx + i * head_ctas, wg - 1, tid_wg,
                                 hx + i * head_ctas + head_ctas < heads)  # fmt: skip
             else:
-                consume(b, 0, 0, qbs - 1 - qx if causal else qx, hx, wg - 1, tid_wg,
-                        T.bool(False))
+                consume(b, 0, 0, qbs - 1 - qx // section if causal else qx,
+                        hx * section + qx % section, wg - 1, tid_wg, T.bool(False))
     # fmt: on
     return attention_ws
 

@@ -528,3 +528,23 @@ def test_each_consumer_computes_only_the_key_tiles_of_its_rows(seq, causal, own,
         assert attention.close(o, lse, *args[:3], causal=causal) is None
         groups.append(result.counters.instructions["wgmma.commit_group"])
     assert groups == [2 * 4 * own, 2 * 4 * every]  # Q K^T and P V, in each of 4 warps
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("section", [1, 2, 4])
+def test_the_causal_grid_takes_the_heaviest_blocks_of_a_section_of_heads_first(section, where, gpu):
+    """One CTA a block, causal, ragged and grouped: the launch order takes ``section``
+    heads at a time, their blocks heaviest first; every order equals float64 with every
+    region proved. Sections that do not divide the heads, or on the persistent grid,
+    are an error."""
+    func = attention.attention_ws_kernel(4, 200, 64, causal=True, kv_heads=2, persistent=False,
+                                         section=section)  # fmt: skip
+    assert not [r.bounds_undecided for r in explain(func, "sm_90a") if r.bounds_undecided]
+    args = attention.inputs(4, 200, 64, seed=2, kv_heads=2)
+    out = execute(func, args, where, gpu, pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3], causal=True) is None
+    with pytest.raises(ValueError, match="section 3: a divisor of the 4 heads"):
+        attention.attention_ws_kernel(4, 200, 64, causal=True, persistent=False, section=3)
+    with pytest.raises(ValueError, match="section 2: .* one CTA a block"):
+        attention.attention_ws_kernel(4, 256, 64, causal=True, section=2)  # paired
