@@ -350,7 +350,7 @@ REGISTERS = {2: (40, 232), 3: (24, 160)}  # setmaxnreg by consumers: producer's,
 SHARED_BYTES = 227 * 1024  # the most dynamic shared memory a CTA may have (sm_90)
 WS_OMITS = (
     None, "full_wait", "empty_arrive", "rescale", "first_turn", "pv_wait", "store_fence",
-    "store_wait", "q_empty_wait", "v_wait", "rebase",
+    "store_wait", "q_empty_wait", "v_wait", "rebase", "idle_store",
 )  # fmt: skip
 # named barriers (0 is the CTA's): consumer c's turn to issue is 1 + c; its barrier
 # before the TMA store of O is 1 + consumers + c; its vote (lagged_max) 9 + c (8 is TVM's
@@ -384,6 +384,7 @@ def attention_ws_kernel(
     lagged_max: bool | None = None,
     own_tiles: bool = True,
     section: int | None = None,
+    balanced: bool | None = None,
 ):
     """FlashAttention-3's structure: per CTA 64 ``consumers`` query rows of one head and
     ``1 + consumers`` warpgroups. Warpgroup 0, the producer, gives registers back
@@ -480,7 +481,8 @@ def attention_ws_kernel(
     rescaled, P again. It takes the overlap and the lane sums, and no ``ex2_emulation``
     (None: wherever those hold, with the lane sums then on by default; on an H200 1-13%
     faster, docs/performance.md). ``omit="rebase"``: the vote is ignored (a broken
-    kernel). ``own_tiles``: a consumer computes only the key tiles its own rows need
+    kernel); ``omit="idle_store"``: a consumer whose rows lie past its block's stores them
+    anyway. ``own_tiles``: a consumer computes only the key tiles its own rows need
     (causal: to its own diagonal, where the CTA's tiles reach its last consumer's; none
     where its rows start past the sequence's end, in a ragged last block) and, for the
     CTA's tiles past them, waits for the stage, passes its turn and frees the stage
@@ -490,7 +492,15 @@ def attention_ws_kernel(
     scheduler of FlashAttention's CuTe kernels does, its sections the heads whose K and V
     fit the L2), so the grid's last CTAs are the short blocks of the last heads (1: a
     head's blocks heaviest first, head after head; None: the most heads, dividing
-    ``heads``, whose K and V take at most ``SECTION_BYTES``).
+    ``heads``, whose K and V take at most ``SECTION_BYTES``). ``balanced`` (non-causal,
+    persistent, three consumers, where 192-row blocks leave a head a 64-row block: its
+    64-row chunks number 3 q + 1 with q - 1 even): a head's rows are q - 1 blocks of 192
+    rows and two of 128 (their third consumer idle), and two CTAs take a head, each half
+    the 192-row blocks and one of 128, so no CTA takes a whole block more than another
+    (at 1,024 rows: five blocks of 192 and one of 64 over six CTAs a head left the busiest
+    CTAs three whole blocks against 2.59 on average; balanced, two CTAs a head take two
+    and a two-thirds block each; None: where it holds up to 1,024 rows: on an H200 3.4%
+    faster at 1,024 x 64, 2.4% slower at 4,096 x 64).
     """
     kv_heads = heads if kv_heads is None else kv_heads
     e2e = 0 if ex2_emulation is None else ex2_emulation
@@ -597,7 +607,24 @@ def attention_ws_kernel(
             f"section {section}: a divisor of the {heads} heads, and 1 but for causal "
             "kernels of one CTA a block (persistent=False)"
         )
-    columns = qbs // 2 if paired else qbs * section  # CTAs a head's (a section's) blocks
+    units = seq // BM  # (balanced) a head's 64-row chunks: 3 q + 1
+    balances = not (causal or not persistent or consumers != 3 or not tma_store
+                    or seq % BM or units % 3 != 1 or units < 4 or (units - 4) // 3 % 2)  # fmt: skip
+    if balanced is None:  # where it measured faster (an H200): 1,024 rows, not 4,096
+        balanced = balances and seq <= 1024
+    if balanced and not balances:
+        raise ValueError(
+            f"balanced: a non-causal persistent grid of three consumers with the TMA store, "
+            f"over 64-row chunks numbering 3 q + 1 with q - 1 even (seq {seq}: {seq / BM:g} "
+            f"chunks; causal={causal}, persistent={persistent}, consumers={consumers})"
+        )
+    per = (units - 4) // 6 + 1 if balanced else 1  # (balanced) blocks a CTA takes a head
+    wide = per - 1  # of them, 192-row blocks
+
+    def narrow_at(qx):  # (balanced) the first row of column qx's 128-row block
+        return 2 * wide * br + qx * 2 * BM
+
+    columns = 2 if balanced else qbs // 2 if paired else qbs * section  # CTAs a head's
     head_ctas = (min(heads, max(1, sms // columns)) if persistent
                  else heads // section)  # a column's CTAs  # fmt: skip
     rounds = -(-heads // head_ctas)  # (persistent) heads a CTA takes at most
@@ -608,13 +635,17 @@ def attention_ws_kernel(
     early_q = persistent and o_buffer  # Q free after the last Q K^T
 
     def tiles_of(qb):  # key tiles of query block qb: causal, to its diagonal (and the end)
-        return T.min((qb * br + br - 1) // bn + 1, kts) if causal else kts
+        return tiles_from(qb * br)
 
-    idle = own_tiles and 0 in tails  # a consumer's rows may start past the end
+    def tiles_from(r0):  # key tiles of the block of rows r0 to r0 + br - 1
+        return T.min((r0 + br - 1) // bn + 1, kts) if causal else kts
 
-    def tiles_mine(q0):  # key tiles of a consumer's rows q0 to q0 + BM - 1 (own_tiles)
+    # a consumer's rows may start past the end (or, balanced, past its block's)
+    idle = own_tiles and (0 in tails or balanced)
+
+    def tiles_mine(q0, stop):  # key tiles of a consumer's rows q0 to q0 + BM - 1 (own_tiles)
         n = T.min((q0 + BM - 1) // bn + 1, kts) if causal else kts
-        return T.if_then_else(q0 < seq, n, 0) if idle else n
+        return T.if_then_else(q0 < stop, n, 0) if idle else n
 
     @T.macro
     def turn(c):  # ping-pong: wait for my turn to issue
@@ -703,18 +734,18 @@ def attention_ws_kernel(
 
     @T.macro
     def load_q(
-        b, i, qb, h, c
+        b, i, r0, h, c
     ):  # (i: the CTA's block, counted from 0)  # Q's rows of consumer c (all of Q without q_split)
         if i > 0 and omit != "q_empty_wait":  # they stored the last block's O out of them
             T.cuda.mbarrier_wait(b.bars.ptr_to([q_free(c)]), (i - 1) % 2)
         T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
             b.bars.ptr_to([q_full(c)]), q_bytes))  # fmt: skip
         if q_split:
-            r0 = T.meta_var(qb * br + c * BM)
-            Tx.copy_async(b.Q_s[c * BM : c * BM + BM, :], b.Q[h, r0 : r0 + BM, :],
+            q0 = T.meta_var(r0 + c * BM)
+            Tx.copy_async(b.Q_s[c * BM : c * BM + BM, :], b.Q[h, q0 : q0 + BM, :],
                           mbar=b.bars.ptr_to([q_full(c)]))  # fmt: skip
         else:
-            Tx.copy_async(b.Q_s[:, :], b.Q[h, qb * br : qb * br + br, :],
+            Tx.copy_async(b.Q_s[:, :], b.Q[h, r0 : r0 + br, :],
                           mbar=b.bars.ptr_to([q_full(c)]))  # fmt: skip
 
     @T.macro
@@ -737,18 +768,18 @@ def attention_ws_kernel(
                             b.l_tile, scale, rescale)  # fmt: skip
 
     @T.macro
-    def produce(b, i, base, qb, h):
-        """The producer's first thread: block i (of this CTA) of query rows qb of head h.
-        Tile t is the CTA's tile i kts + t: its stage and the phases follow from that."""
+    def produce(b, i, base, r0, h):
+        """The producer's first thread: block i (of this CTA), query rows from r0, of head
+        h. Tile t is the CTA's tile base + t: its stage and the phases follow from that."""
         kv = T.meta_var(h // group)
-        n_tiles = T.meta_var(tiles_of(qb))
+        n_tiles = T.meta_var(tiles_from(r0))
         if not q_split:
-            load_q(b, i, qb, h, 0)
+            load_q(b, i, r0, h, 0)
         for t in T.serial(n_tiles):  # V a tile behind K: P V of tile t - 1 goes with
             load_tile(b, 0, base + t, kv, t)  # Q K^T of tile t
             if q_split and t == 0:  # each consumer's rows of Q, after tile 0
                 for c in range(consumers):
-                    load_q(b, i, qb, h, c)
+                    load_q(b, i, r0, h, c)
             if split_kv and t > 0:
                 load_tile(b, 1, base + t - 1, kv, t - 1)
         if split_kv:
@@ -822,35 +853,9 @@ def attention_ws_kernel(
                 free_stage(b.bars, 1, g, tid_wg)
 
     @T.macro
-    def consume(b, i, base, qb, h, c, tid_wg, more):
-        """Consumer c's 64 rows of block i (of this CTA): query rows qb of head h; ``more``:
-        this CTA has a later block (the ping-pong goes on into it)."""
-        n_tiles = T.meta_var(tiles_of(qb))  # the CTA's key tiles
-        q0 = T.meta_var(qb * br + c * BM)  # the consumer's first row in the head
-        n_mine = T.meta_var(tiles_mine(q0) if own_tiles else n_tiles)  # the ones it computes
-        Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
-        Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
-        Tx.wg.fill(b.l_run[:, :], T.float32(0.0))
-        T.cuda.mbarrier_wait(b.bars.ptr_to([q_full(c)]), i % 2)
-        if pingpong and first_turn:
-            if i == 0:
-                if c == consumers - 1:  # consumer 0 issues first
-                    T.ptx.bar.arrive(1, 256)
-        if idle:  # rows past the end compute nothing (n_mine is 0)
-            if q0 < seq:
-                own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0)
-        else:
-            own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0)
-        if own_tiles:  # the CTA's tiles past the consumer's: its turn passed, stages freed
-            for t in T.serial(n_mine, n_tiles):
-                g = T.meta_var(base + t)
-                wait_stage(b.bars, 0, g)
-                turn(c)
-                pass_turn(c, t, n_tiles, more)
-                free_stage(b.bars, 0, g, tid_wg)
-                release_q(b, c, tid_wg, t == 0)  # (rows past the end: no Q K^T released it)
-                wait_stage(b.bars, 1, g)
-                free_stage(b.bars, 1, g, tid_wg)
+    def store_o(b, i, r0, h, c, tid_wg, q0):
+        """Consumer c's rows of O and the LSE, from q0 (block i of the CTA's, rows from r0
+        of head h)."""
         finish(b.O_r, b.O16, b.m_old, b.l_sum, b.l_tile, scale,
                parts=b.l_run if lane_sums else None)  # fmt: skip
         if tma_store:  # through the consumer's rows of Q's stage or of the O buffer
@@ -868,10 +873,10 @@ def attention_ws_kernel(
             if tid_wg == 0:
                 T.ptx["cp.async.bulk.commit_group"]()
             # LSE: 64 floats, a plain copy (a tensor map needs rows of 16 bytes)
-            if tail == br:
+            if tail == br or balanced:
                 Tx.wg.copy(b.LSE[h, q0 : q0 + BM], b.lse_s[c, :])
             else:  # the last block stores its rows before the end only
-                if qb < qbs - 1:
+                if r0 < last:
                     Tx.wg.copy(b.LSE[h, q0 : q0 + BM], b.lse_s[c, :])
                 else:  # (rows counted from the last block's first)
                     lse_tail(c, 0, h, b.LSE, b.lse_s)
@@ -881,6 +886,43 @@ def attention_ws_kernel(
         else:
             Tx.wg.copy(b.Out[h, q0 : q0 + BM, :], b.O16[:, :])
             Tx.wg.copy(b.LSE_rows[h, q0 : q0 + BM, :], b.l_tile[:, :])
+
+    @T.macro
+    def consume(b, i, base, r0, h, c, tid_wg, more, stop):
+        """Consumer c's 64 rows of block i (of this CTA): query rows from r0 of head h, up
+        to ``stop`` (the end, or the block's last with ``balanced``); ``more``: this CTA
+        has a later block (the ping-pong goes on into it)."""
+        n_tiles = T.meta_var(tiles_from(r0))  # the CTA's key tiles
+        q0 = T.meta_var(r0 + c * BM)  # the consumer's first row in the head
+        n_mine = T.meta_var(tiles_mine(q0, stop) if own_tiles else n_tiles)  # its own
+        Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
+        Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
+        Tx.wg.fill(b.l_run[:, :], T.float32(0.0))
+        T.cuda.mbarrier_wait(b.bars.ptr_to([q_full(c)]), i % 2)
+        if pingpong and first_turn:
+            if i == 0:
+                if c == consumers - 1:  # consumer 0 issues first
+                    T.ptx.bar.arrive(1, 256)
+        if idle:  # rows past the end (the block's) compute nothing (n_mine is 0)
+            if q0 < stop:
+                own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0)
+        else:
+            own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0)
+        if own_tiles:  # the CTA's tiles past the consumer's: its turn passed, stages freed
+            for t in T.serial(n_mine, n_tiles):
+                g = T.meta_var(base + t)
+                wait_stage(b.bars, 0, g)
+                turn(c)
+                pass_turn(c, t, n_tiles, more)
+                free_stage(b.bars, 0, g, tid_wg)
+                release_q(b, c, tid_wg, t == 0)  # (rows past the end: no Q K^T released it)
+                wait_stage(b.bars, 1, g)
+                free_stage(b.bars, 1, g, tid_wg)
+        if idle and omit != "idle_store":  # rows past the end (the block's): no store
+            if q0 < stop:
+                store_o(b, i, r0, h, c, tid_wg, q0)
+        else:
+            store_o(b, i, r0, h, c, tid_wg, q0)
         if tid_wg == 0:
             if tma_store and omit != "store_wait":  # the store has read the rows (before
                 if not o_buffer:  # the CTA leaves or refills them; the O buffer's:
@@ -961,34 +1003,56 @@ def attention_ws_kernel(
                 if paired:  # blocks qbs - 1 - qx, then qx, of heads hx, hx + head_ctas, ...
                     for i in T.serial(rounds):
                         if hx + i * head_ctas < heads:
-                            produce(b, 2 * i, i * pair_tiles, qbs - 1 - qx, hx + i * head_ctas)
-                            produce(b, 2 * i + 1, i * pair_tiles + tiles_of(qbs - 1 - qx), qx,
+                            produce(b, 2 * i, i * pair_tiles, (qbs - 1 - qx) * br,
+                                    hx + i * head_ctas)  # fmt: skip
+                            produce(b, 2 * i + 1, i * pair_tiles + tiles_of(qbs - 1 - qx),
+                                    qx * br, hx + i * head_ctas)  # fmt: skip
+                elif balanced:  # column qx's blocks of heads hx, hx + head_ctas, ...
+                    for i in T.serial(rounds):
+                        if hx + i * head_ctas < heads:
+                            if wide > 0:  # the 192-row blocks, then one of 128
+                                for j in T.serial(wide):
+                                    produce(b, i * per + j, (i * per + j) * kts,
+                                            (qx * wide + j) * br, hx + i * head_ctas)  # fmt: skip
+                            produce(b, i * per + wide, (i * per + wide) * kts, narrow_at(qx),
                                     hx + i * head_ctas)  # fmt: skip
                 elif persistent:  # query block qx of heads hx, hx + head_ctas, ...
                     for i in T.serial(rounds):
                         if hx + i * head_ctas < heads:
-                            produce(b, i, i * kts, qx, hx + i * head_ctas)
+                            produce(b, i, i * kts, qx * br, hx + i * head_ctas)
                 else:  # causal: the longest query blocks first (of a section's heads)
-                    produce(b, 0, 0, qbs - 1 - qx // section if causal else qx,
+                    produce(b, 0, 0, (qbs - 1 - qx // section if causal else qx) * br,
                             hx * section + qx % section)  # fmt: skip
         if wg >= 1:  # the consumers, 64 query rows each
             T.ptx.setmaxnreg.inc.sync.aligned.u32(registers[1])
             if paired:
                 for i in T.serial(rounds):
                     if hx + i * head_ctas < heads:
-                        consume(b, 2 * i, i * pair_tiles, qbs - 1 - qx, hx + i * head_ctas,
-                                wg - 1, tid_wg, T.bool(True))  # fmt: skip
-                        consume(b, 2 * i + 1, i * pair_tiles + tiles_of(qbs - 1 - qx), qx,
+                        consume(b, 2 * i, i * pair_tiles, (qbs - 1 - qx) * br,
+                                hx + i * head_ctas, wg - 1, tid_wg, T.bool(True), seq)  # fmt: skip
+                        consume(b, 2 * i + 1, i * pair_tiles + tiles_of(qbs - 1 - qx), qx * br,
                                 hx + i * head_ctas, wg - 1, tid_wg,
-                                hx + i * head_ctas + head_ctas < heads)  # fmt: skip
+                                hx + i * head_ctas + head_ctas < heads, seq)  # fmt: skip
+            elif balanced:
+                for i in T.serial(rounds):
+                    if hx + i * head_ctas < heads:
+                        if wide > 0:  # the 192-row blocks, then one of 128
+                            for j in T.serial(wide):
+                                consume(b, i * per + j, (i * per + j) * kts,
+                                        (qx * wide + j) * br, hx + i * head_ctas, wg - 1,
+                                        tid_wg, T.bool(True), seq)  # fmt: skip
+                        consume(b, i * per + wide, (i * per + wide) * kts, narrow_at(qx),
+                                hx + i * head_ctas, wg - 1, tid_wg,
+                                hx + i * head_ctas + head_ctas < heads,
+                                narrow_at(qx) + 2 * BM)  # fmt: skip
             elif persistent:
                 for i in T.serial(rounds):
                     if hx + i * head_ctas < heads:
-                        consume(b, i, i * kts, qx, hx + i * head_ctas, wg - 1, tid_wg,
-                                hx + i * head_ctas + head_ctas < heads)  # fmt: skip
+                        consume(b, i, i * kts, qx * br, hx + i * head_ctas, wg - 1, tid_wg,
+                                hx + i * head_ctas + head_ctas < heads, seq)  # fmt: skip
             else:
-                consume(b, 0, 0, qbs - 1 - qx // section if causal else qx,
-                        hx * section + qx % section, wg - 1, tid_wg, T.bool(False))
+                consume(b, 0, 0, (qbs - 1 - qx // section if causal else qx) * br,
+                        hx * section + qx % section, wg - 1, tid_wg, T.bool(False), seq)
     # fmt: on
     return attention_ws
 

@@ -9,6 +9,7 @@ import pytest
 from executors import execute
 from modules import ROOT, load_file
 from tirx_cuda_dispatch import explain, sim
+from tirx_cuda_dispatch.bounds import OutOfBoundsError
 
 attention = load_file("example_attention", ROOT / "examples" / "attention.py")
 STRICT = "tirx_cuda_dispatch.strict"
@@ -548,3 +549,46 @@ def test_the_causal_grid_takes_the_heaviest_blocks_of_a_section_of_heads_first(s
         attention.attention_ws_kernel(4, 200, 64, causal=True, persistent=False, section=3)
     with pytest.raises(ValueError, match="section 2: .* one CTA a block"):
         attention.attention_ws_kernel(4, 256, 64, causal=True, section=2)  # paired
+
+
+BALANCED = [  # (heads, seq, SMs): two CTAs a head, each half its 192-row blocks and one of 128
+    (3, 256, 4),  # blocks of 128 rows only (the third consumer idle), two heads a CTA in turn
+    (1, 1024, 2),  # two of 192 and one of 128 a CTA
+]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("shape", BALANCED, ids=lambda s: "h{}-s{}-sms{}".format(*s))
+def test_the_balanced_grid_equals_numpy(shape, where, gpu):
+    """``balanced``: a head's rows as 192-row blocks and two of 128 whose third consumer
+    computes and stores nothing; equal to float64, every region proved."""
+    heads, seq, sms = shape
+    func = attention.attention_ws_kernel(heads, seq, 64, kv_heads=1, sms=sms, balanced=True)
+    assert not [r.bounds_undecided for r in explain(func, "sm_90a") if r.bounds_undecided]
+    args = attention.inputs(heads, seq, 64, seed=6, kv_heads=1)
+    out = execute(func, args, where, gpu, pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3]) is None
+
+
+def test_the_balanced_grid_is_the_default_to_1024_rows_and_an_error_where_it_cannot_be():
+    """On at 1,024 rows (16 chunks of 64: 3 x 5 + 1), off at 4,096; the control: the idle
+    consumer that stores its rows anyway writes past the block's (here past the end),
+    which the bounds proof names; shapes it cannot take are an error."""
+
+    def source(**kw):
+        return attention.attention_ws_kernel(2, 1024, 64, **kw).script()
+
+    assert source() == source(balanced=True) != source(balanced=False)
+    wide = attention.attention_ws_kernel(2, 4096, 64).script()
+    assert wide == attention.attention_ws_kernel(2, 4096, 64, balanced=False).script()
+    args = attention.inputs(3, 256, 64, seed=6, kv_heads=1)
+    broken = attention.attention_ws_kernel(3, 256, 64, kv_heads=1, sms=4, balanced=True,
+                                           omit="idle_store")  # fmt: skip
+    with pytest.raises(OutOfBoundsError, match=r"(?s)region out of bounds .*LSE\[.*extent 256"):
+        sim.run(broken, args, target="sm_90a", pipeline=STRICT)
+    for kw in ({"causal": True}, {"consumers": 2}, {"persistent": False}):
+        with pytest.raises(ValueError, match="balanced: a non-causal persistent grid"):
+            attention.attention_ws_kernel(2, 1024, 64, balanced=True, **kw)
+    with pytest.raises(ValueError, match=r"seq 1216: 19 chunks"):  # 3 x 6 + 1, 5 odd
+        attention.attention_ws_kernel(2, 1216, 64, balanced=True)
