@@ -20,7 +20,10 @@ max before the exponentials, O rescaled each tile: the default before ``lagged_m
 "two consumers": two at causal head dim 64's 4,096 rows (the default there without the
 lagged max); "all tiles": every consumer computes every key tile of its CTA's (causal: to
 the last consumer's diagonal; a ragged last block's rows past the end too), the default
-before ``own_tiles``; "sm80 no lag": examples/attention_sm80.py without its lagged max; "no
+before ``own_tiles``; "section 1": causal kernels of one CTA a block launched head after
+head (each head's blocks heaviest first), the order before ``section``; "unbalanced": at
+1,024 rows of head dim 64, five 192-row blocks and one of 64 a head over six CTAs, the
+grid before ``balanced``; "sm80 no lag": examples/attention_sm80.py without its lagged max; "no
 overlap"; "n64": 64-row key tiles (at
 head dim 256 against its default, FA3's 80); "c2": two consumers at head dim 64; "per
 block": one CTA a query block ("per block c3": with three consumers, causal head dim 64's
@@ -111,6 +114,8 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "ws all tiles": ("attention", "attention_ws_kernel", {"own_tiles": False}),
     # (causal, one CTA a block) each head's blocks heaviest first, head after head
     "ws section 1": ("attention", "attention_ws_kernel", {"section": 1}),
+    # (1,024 rows, head dim 64) five 192-row blocks and one of 64 over six CTAs a head
+    "ws unbalanced": ("attention", "attention_ws_kernel", {"balanced": False}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
@@ -121,10 +126,13 @@ ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together ther
     (8192, 256, True, "float16"): ("ws", "ws no lag", "ws n64"),
     (1024, 128, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf", "ws row sums"),
     (8192, 128, False, "float16"): ("ws", "ws no lag"),
-    (1024, 64, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf"),
+    (1024, 64, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf",
+                                   "ws unbalanced", "ws all tiles"),
     (4096, 64, False, "float16"): ("ws", "ws no lag", "ws c2", "sm80", "sm80 row sums"),
     (1024, 128, True, "float16"): ("ws", "ws no lag", "ws no obuf"),
-    (4096, 64, True, "float16"): ("ws", "ws no lag", "ws two consumers"),
+    (4096, 64, True, "float16"): ("ws", "ws no lag", "ws two consumers", "ws section 1",
+                                  "ws all tiles"),
+    (8192, 64, True, "float16"): ("ws", "ws section 1", "ws all tiles"),
     (16384, 64, False, "float16"): ("ws", "ws no lag", "ws row sums", "sm80", "sm80 row sums"),
 }  # fmt: skip
 # head dim 256: float16 only
