@@ -494,13 +494,13 @@ def attention_ws_kernel(
     head's blocks heaviest first, head after head; None: the most heads, dividing
     ``heads``, whose K and V take at most ``SECTION_BYTES``). ``balanced`` (non-causal,
     persistent, three consumers, where 192-row blocks leave a head a 64-row block: its
-    64-row chunks number 3 q + 1 with q - 1 even): a head's rows are q - 1 blocks of 192
-    rows and two of 128 (their third consumer idle), and two CTAs take a head, each half
-    the 192-row blocks and one of 128, so no CTA takes a whole block more than another
-    (at 1,024 rows: five blocks of 192 and one of 64 over six CTAs a head left the busiest
-    CTAs three whole blocks against 2.59 on average; balanced, two CTAs a head take two
-    and a two-thirds block each; None: where it holds up to 1,024 rows: on an H200 3.4%
-    faster at 1,024 x 64, 2.4% slower at 4,096 x 64).
+    64-row chunks number 3 q + 1 with q - 1 even; it takes ``own_tiles``): a head's rows
+    are q - 1 blocks of 192 rows and two of 128 (their third consumer idle), and two CTAs
+    take a head, each half the 192-row blocks and one of 128, so no CTA takes a whole
+    block more than another (at 1,024 rows: five blocks of 192 and one of 64 over six
+    CTAs a head left the busiest CTAs three whole blocks against 2.59 on average;
+    balanced, two CTAs a head take two and a two-thirds block each; None: where it holds
+    up to 1,024 rows: on an H200 3.4% faster at 1,024 x 64, 2.4% slower at 4,096 x 64).
     """
     kv_heads = heads if kv_heads is None else kv_heads
     e2e = 0 if ex2_emulation is None else ex2_emulation
@@ -608,15 +608,17 @@ def attention_ws_kernel(
             "kernels of one CTA a block (persistent=False)"
         )
     units = seq // BM  # (balanced) a head's 64-row chunks: 3 q + 1
-    balances = not (causal or not persistent or consumers != 3 or not tma_store
+    balances = not (causal or not persistent or consumers != 3 or not tma_store or not own_tiles
                     or seq % BM or units % 3 != 1 or units < 4 or (units - 4) // 3 % 2)  # fmt: skip
     if balanced is None:  # where it measured faster (an H200): 1,024 rows, not 4,096
         balanced = balances and seq <= 1024
     if balanced and not balances:
         raise ValueError(
-            f"balanced: a non-causal persistent grid of three consumers with the TMA store, "
+            f"balanced: a non-causal persistent grid of three consumers with the TMA store "
+            f"and own_tiles (the 128-row blocks' third consumer computes and stores nothing), "
             f"over 64-row chunks numbering 3 q + 1 with q - 1 even (seq {seq}: {seq / BM:g} "
-            f"chunks; causal={causal}, persistent={persistent}, consumers={consumers})"
+            f"chunks; causal={causal}, persistent={persistent}, consumers={consumers}, "
+            f"own_tiles={own_tiles})"
         )
     per = (units - 4) // 6 + 1 if balanced else 1  # (balanced) blocks a CTA takes a head
     wide = per - 1  # of them, 192-row blocks

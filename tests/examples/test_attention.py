@@ -580,6 +580,7 @@ def test_the_balanced_grid_is_the_default_to_1024_rows_and_an_error_where_it_can
         return attention.attention_ws_kernel(2, 1024, 64, **kw).script()
 
     assert source() == source(balanced=True) != source(balanced=False)
+    assert source(own_tiles=False) == source(own_tiles=False, balanced=False)
     wide = attention.attention_ws_kernel(2, 4096, 64).script()
     assert wide == attention.attention_ws_kernel(2, 4096, 64, balanced=False).script()
     args = attention.inputs(3, 256, 64, seed=6, kv_heads=1)
@@ -587,7 +588,7 @@ def test_the_balanced_grid_is_the_default_to_1024_rows_and_an_error_where_it_can
                                            omit="idle_store")  # fmt: skip
     with pytest.raises(OutOfBoundsError, match=r"(?s)region out of bounds .*LSE\[.*extent 256"):
         sim.run(broken, args, target="sm_90a", pipeline=STRICT)
-    for kw in ({"causal": True}, {"consumers": 2}, {"persistent": False}):
+    for kw in ({"causal": True}, {"consumers": 2}, {"persistent": False}, {"own_tiles": False}):
         with pytest.raises(ValueError, match="balanced: a non-causal persistent grid"):
             attention.attention_ws_kernel(2, 1024, 64, balanced=True, **kw)
     with pytest.raises(ValueError, match=r"seq 1216: 19 chunks"):  # 3 x 6 + 1, 5 odd
