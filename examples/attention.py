@@ -598,9 +598,13 @@ def attention_ws_kernel(
     last = (qbs - 1) * br  # its first row
     paired = persistent and causal  # a CTA takes blocks p and qbs - 1 - p of a head
     ordered = causal and not persistent  # one CTA a block, heaviest first
+
+    def section_kv(n):  # key/value heads the widest section of n heads reads
+        return max((k * n + n - 1) // group - k * n // group + 1 for k in range(heads // n))
+
     if section is None:  # the most heads whose K and V fit SECTION_BYTES, dividing heads
         fits = [n for n in range(1, heads + 1) if heads % n == 0
-                and -(-n // group) * seq * d * 2 * 2 <= SECTION_BYTES]  # fmt: skip
+                and section_kv(n) * seq * d * 2 * 2 <= SECTION_BYTES]  # fmt: skip
         section = max(fits, default=1) if ordered else 1
     if section < 1 or heads % section or (section > 1 and not ordered):
         raise ValueError(
@@ -891,9 +895,9 @@ def attention_ws_kernel(
 
     @T.macro
     def consume(b, i, base, r0, h, c, tid_wg, more, stop):
-        """Consumer c's 64 rows of block i (of this CTA): query rows from r0 of head h, up
-        to ``stop`` (the end, or the block's last with ``balanced``); ``more``: this CTA
-        has a later block (the ping-pong goes on into it)."""
+        """Consumer c's 64 rows of block i (of this CTA): query rows from r0 of head h,
+        before row ``stop`` (the end, or with ``balanced`` one past the block's last);
+        ``more``: this CTA has a later block (the ping-pong goes on into it)."""
         n_tiles = T.meta_var(tiles_from(r0))  # the CTA's key tiles
         q0 = T.meta_var(r0 + c * BM)  # the consumer's first row in the head
         n_mine = T.meta_var(tiles_mine(q0, stop) if own_tiles else n_tiles)  # its own

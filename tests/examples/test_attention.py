@@ -533,11 +533,12 @@ def test_each_consumer_computes_only_the_key_tiles_of_its_rows(seq, causal, own,
 
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("section", [1, 2, 4])
-def test_the_causal_grid_takes_the_heaviest_blocks_of_a_section_of_heads_first(section, where, gpu):
+def test_every_launch_order_of_the_causal_grid_equals_numpy(section, where, gpu):
     """One CTA a block, causal, ragged and grouped: the launch order takes ``section``
     heads at a time, their blocks heaviest first; every order equals float64 with every
     region proved. Sections that do not divide the heads, or on the persistent grid,
-    are an error."""
+    are an error; the default counts the key/value heads a section reads (grouped heads
+    5 to 9 read three of 5)."""
     func = attention.attention_ws_kernel(4, 200, 64, causal=True, kv_heads=2, persistent=False,
                                          section=section)  # fmt: skip
     assert not [r.bounds_undecided for r in explain(func, "sm_90a") if r.bounds_undecided]
@@ -545,6 +546,26 @@ def test_the_causal_grid_takes_the_heaviest_blocks_of_a_section_of_heads_first(s
     out = execute(func, args, where, gpu, pipeline=STRICT)
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert attention.close(o, lse, *args[:3], causal=True) is None
+    if section > 1:  # another launch order than head after head
+        assert (
+            func.script()
+            != attention.attention_ws_kernel(
+                4, 200, 64, causal=True, kv_heads=2, persistent=False, section=1
+            ).script()
+        )
+    kept = attention.SECTION_BYTES
+    try:  # 15 heads over 5 key/value heads: a section of 5 (heads 5-9) reads 3 of them
+        attention.SECTION_BYTES = 2 * 200 * 128 * 2 * 2  # room for two
+        grouped = attention.attention_ws_kernel(15, 200, 128, causal=True, kv_heads=5,
+                                                persistent=False).script()  # fmt: skip
+        assert (
+            grouped
+            == attention.attention_ws_kernel(
+                15, 200, 128, causal=True, kv_heads=5, persistent=False, section=3
+            ).script()
+        )
+    finally:
+        attention.SECTION_BYTES = kept
     with pytest.raises(ValueError, match="section 3: a divisor of the 4 heads"):
         attention.attention_ws_kernel(4, 200, 64, causal=True, persistent=False, section=3)
     with pytest.raises(ValueError, match="section 2: .* one CTA a block"):

@@ -17,6 +17,7 @@ from tvm.script import tirx as T
 
 from tirx_cuda_dispatch import runtime, sim
 from tirx_cuda_dispatch.sim import SimError
+from tirx_cuda_dispatch.sim.errors import NotModeled
 from tirx_cuda_dispatch.sim.memory import Memory
 
 THREADS = 64  # two warps: reading the other warp's bytes needs a barrier
@@ -788,9 +789,10 @@ def test_threads_leave_a_while_loop_in_different_iterations():
 
 
 # -- loops whose bounds differ between threads ---------------------------------------------------
-def ranged(first, stop, barrier: bool = False):
-    """Thread t adds up the values of ``for j in range(first(t), stop(t))`` (``barrier``:
-    each iteration also waits at named barrier 1 for both warps, 64 threads)."""
+def ranged(first, stop, barrier: bool = False, step: int = 1):
+    """Thread t adds up the values of ``for j in range(first(t), stop(t), step)``
+    (``barrier``: each iteration also waits at named barrier 1 for both warps, 64
+    threads)."""
 
     # fmt: off
     @T.prim_func
@@ -801,7 +803,7 @@ def ranged(first, stop, barrier: bool = False):
         tid = T.thread_id([THREADS])
         n = T.alloc_local((1,), "int32")
         n[0] = 0
-        for j in T.serial(first(tid), stop(tid)):
+        for j in T.serial(first(tid), stop(tid), step=step):
             n[0] = n[0] + j
             if barrier:
                 T.ptx.bar.sync(1, THREADS)
@@ -810,12 +812,27 @@ def ranged(first, stop, barrier: bool = False):
     return kernel
 
 
-def test_threads_run_the_iterations_of_their_own_loop_bounds():
-    """Each thread's start and trip count its own (warps of different roles, lanes
-    diverged): every thread takes exactly the values of its range."""
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_threads_run_the_iterations_of_their_own_loop_bounds(step):
+    """Each thread's start and stop its own (warps of different roles, lanes diverged),
+    every step: every thread takes exactly the values of its range; so does a loop whose
+    bounds are the same in every thread (TIR's extent is the range's length)."""
     tid = np.arange(THREADS)
-    out = sim.run(ranged(lambda t: t % 3, lambda t: t % 3 + t % 5), [np.zeros(THREADS, np.int32)])
-    np.testing.assert_array_equal(out[0], [sum(range(t % 3, t % 3 + t % 5)) for t in tid])
+    zeros = [np.zeros(THREADS, np.int32)]
+    out = sim.run(ranged(lambda t: t % 3, lambda t: t % 3 + t % 7, step=step), zeros)
+    np.testing.assert_array_equal(out[0], [sum(range(t % 3, t % 3 + t % 7, step)) for t in tid])
+    out = sim.run(ranged(lambda t: 1, lambda t: 8, step=step), zeros)
+    np.testing.assert_array_equal(out[0], np.full(THREADS, sum(range(1, 8, step))))
+
+
+def test_a_loop_counting_down_runs_and_with_bounds_of_its_own_a_thread_is_not_modeled():
+    """``range(6, 0, -1)`` in every thread runs 6 down to 1; per-thread bounds with a
+    negative step are named as not modelled instead of running nothing."""
+    zeros = [np.zeros(THREADS, np.int32)]
+    out = sim.run(ranged(lambda t: 6, lambda t: 0, step=-1), zeros)
+    np.testing.assert_array_equal(out[0], np.full(THREADS, 21))
+    with pytest.raises(NotModeled, match=r"bounds that differ between threads with step -1"):
+        sim.run(ranged(lambda t: 6 + t % 3, lambda t: 0, step=-1), zeros)
 
 
 def test_a_barrier_in_a_loop_one_warp_leaves_early_is_a_deadlock():

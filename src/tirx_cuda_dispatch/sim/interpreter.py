@@ -264,7 +264,8 @@ class Machine:
         dt = parse_dtype(_dtype_of(s.loop_var))[0]
         shape = self.mask.shape
         lo = np.broadcast_to(np.asarray(self.eval(s.min), dtype=np.int64), shape)
-        end = lo + np.broadcast_to(np.asarray(self.eval(s.extent), dtype=np.int64), shape) * step
+        # TIR's extent is the range's length (stop - min), its step apart
+        end = lo + np.broadcast_to(np.asarray(self.eval(s.extent), dtype=np.int64), shape)
         bounds = {(int(a), int(b)) for a, b in zip(lo[self.mask], end[self.mask], strict=True)}
         if len(bounds) <= 1:  # every active thread runs the same iterations
             first, last = bounds.pop() if bounds else (0, 0)
@@ -272,6 +273,11 @@ class Machine:
             return
         # threads of other bounds (warps of different roles, or diverged lanes): the loop
         # runs the union of their values, each value with the threads whose range has it
+        if step <= 0:
+            raise NotModeled(
+                f"loop {s.loop_var}: bounds that differ between threads with step {step}; "
+                "the simulator runs those with a positive step"
+            )
         values = sorted({v for a, b in bounds for v in range(a, b, step)})
         self.push(ForFrame(s, values, dt, self.mask, (lo, end, step)))
 

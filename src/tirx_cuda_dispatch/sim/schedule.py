@@ -183,7 +183,8 @@ class _LoopFrame(Frame):
         going_on = self.loop.left & ~self.loop.broken & m.members
         if going_on.any():  # continued: the next iteration
             f = self.copy()
-            f.loop.broken = f.loop.left = np.zeros_like(self.loop.broken)
+            f.loop.broken = np.zeros_like(self.loop.broken)
+            f.loop.left = np.zeros_like(self.loop.broken)
             f.loop.entry = going_on
             f.restart()
             out.append((going_on, f))
@@ -253,7 +254,8 @@ class ForFrame(_LoopFrame):
                 f = self.copy()
                 f.done, f.current = done, None
                 f.loop.entry = group
-                f.loop.broken = f.loop.left = np.zeros_like(loop.broken)
+                f.loop.broken = np.zeros_like(loop.broken)
+                f.loop.left = np.zeros_like(loop.broken)
                 out.append((group, f))
         return out
 
