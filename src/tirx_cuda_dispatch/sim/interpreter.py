@@ -266,11 +266,13 @@ class Machine:
         lo = np.broadcast_to(np.asarray(self.eval(s.min), dtype=np.int64), shape)
         # TIR's extent is the range's length (stop - min), its step apart
         end = lo + np.broadcast_to(np.asarray(self.eval(s.extent), dtype=np.int64), shape)
-        bounds = {(int(a), int(b)) for a, b in zip(lo[self.mask], end[self.mask], strict=True)}
-        if len(bounds) <= 1:  # every active thread runs the same iterations
-            first, last = bounds.pop() if bounds else (0, 0)
+        firsts, ends = lo[self.mask], end[self.mask]
+        if firsts.size == 0 or ((firsts == firsts[0]).all() and (ends == ends[0]).all()):
+            # every active thread runs the same iterations
+            first, last = (int(firsts[0]), int(ends[0])) if firsts.size else (0, 0)
             self.push(ForFrame(s, list(range(first, last, step)), dt, self.mask))
             return
+        bounds = {(int(a), int(b)) for a, b in zip(firsts, ends, strict=True)}
         # threads of other bounds (warps of different roles, or diverged lanes): the loop
         # runs the union of their values, each value with the threads whose range has it
         if step <= 0:
