@@ -182,12 +182,7 @@ class _LoopFrame(Frame):
         out = []
         going_on = self.loop.left & ~self.loop.broken & m.members
         if going_on.any():  # continued: the next iteration
-            f = self.copy()
-            f.loop.broken = np.zeros_like(self.loop.broken)
-            f.loop.left = np.zeros_like(self.loop.broken)
-            f.loop.entry = going_on
-            f.restart()
-            out.append((going_on, f))
+            out.append((going_on, self.next_iteration(going_on)))
         broken = self.loop.broken & m.members
         if broken.any():  # broke out: after the loop
             f = self.copy()
@@ -195,6 +190,15 @@ class _LoopFrame(Frame):
             f.loop.entry = broken
             out.append((broken, f))
         return out
+
+    def next_iteration(self, group: np.ndarray) -> _LoopFrame:
+        """A copy of the frame for ``group``, positioned at the loop's next iteration."""
+        f = self.copy()
+        f.loop.broken = np.zeros_like(self.loop.broken)
+        f.loop.left = np.zeros_like(self.loop.broken)
+        f.loop.entry = group
+        f.restart()
+        return f
 
     def restart(self) -> None:
         """Positioned at the start of an iteration."""
@@ -236,28 +240,19 @@ class ForFrame(_LoopFrame):
 
     def waiting(self, m: Any) -> list[tuple[np.ndarray, Frame]]:
         """Besides the threads that continued or broke: (ranges) those outside the
-        running value's, which go on to their next value or, past their last, after the
-        loop."""
+        running value's range go on at the next value (they skip the values theirs does
+        not hold and, past their last, leave the loop)."""
         out = super().waiting(m)
         if self.ranges is None or self.current is None or self.done:
             return out
-        lo, end, step = self.ranges
         loop = self.loop
         idle = loop.entry & ~loop.broken & ~loop.left & ~self.current & m.members
-        if not idle.any():
-            return out
-        rest = self.values[self.i :]
-        last = lo + (end - lo - 1) // step * step  # each thread's last value (if end > lo)
-        later = (end > lo) & (last >= rest[0]) if rest else np.zeros_like(idle)
-        for group, done in ((idle & later, False), (idle & ~later, True)):
-            if group.any():
-                f = self.copy()
-                f.done, f.current = done, None
-                f.loop.entry = group
-                f.loop.broken = np.zeros_like(loop.broken)
-                f.loop.left = np.zeros_like(loop.broken)
-                out.append((group, f))
+        if idle.any():
+            out.append((idle, self.next_iteration(idle)))
         return out
+
+    def restart(self) -> None:
+        self.current = None
 
     def copy(self) -> ForFrame:
         f = ForFrame.__new__(ForFrame)
