@@ -23,7 +23,8 @@ the last consumer's diagonal; a ragged last block's rows past the end too), the 
 before ``own_tiles``; "section 1": causal kernels of one CTA a block launched head after
 head (each head's blocks heaviest first), the order before ``section``; "unbalanced": at
 1,024 rows of head dim 64, five 192-row blocks and one of 64 a head over six CTAs, the
-grid before ``balanced``; "sm80 no lag": examples/attention_sm80.py without its lagged max; "no
+grid before ``balanced``; "no pdl": launched without programmatic dependent launch,
+the default before ``pdl``; "sm80 no lag": examples/attention_sm80.py without its lagged max; "no
 overlap"; "n64": 64-row key tiles (at
 head dim 256 against its default, FA3's 80); "c2": two consumers at head dim 64; "per
 block": one CTA a query block ("per block c3": with three consumers, causal head dim 64's
@@ -116,6 +117,8 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "ws section 1": ("attention", "attention_ws_kernel", {"section": 1}),
     # (1,024 rows, head dim 64) five 192-row blocks and one of 64 over six CTAs a head
     "ws unbalanced": ("attention", "attention_ws_kernel", {"balanced": False}),
+    # launched without programmatic dependent launch (the default before pdl)
+    "ws no pdl": ("attention", "attention_ws_kernel", {"pdl": False}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
@@ -127,9 +130,9 @@ ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together ther
     (1024, 128, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf", "ws row sums"),
     (8192, 128, False, "float16"): ("ws", "ws no lag"),
     (1024, 64, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf",
-                                   "ws unbalanced"),
+                                   "ws unbalanced", "ws no pdl"),
     (4096, 64, False, "float16"): ("ws", "ws no lag", "ws c2", "sm80", "sm80 row sums"),
-    (1024, 128, True, "float16"): ("ws", "ws no lag", "ws no obuf"),
+    (1024, 128, True, "float16"): ("ws", "ws no lag", "ws no obuf", "ws no pdl"),
     (4096, 64, True, "float16"): ("ws", "ws no lag", "ws two consumers", "ws section 1",
                                   "ws all tiles"),
     (8192, 64, True, "float16"): ("ws", "ws section 1", "ws all tiles"),

@@ -491,6 +491,36 @@ def test_the_consumers_take_turns_at_named_barriers():
     assert attention.close(o, lse, *args[:3]) is None
 
 
+def test_programmatic_dependent_launch_waits_before_any_global_access():
+    """``pdl`` (the default): every thread's griddepcontrol.wait comes before the kernel's
+    first TMA load (the grid before may still write what it reads or writes), then
+    launch_dependents, and the launch parameters carry TVM 0.27's tag, so its runtime
+    launches the grid with programmatic stream serialization; ``pdl=False`` (the control)
+    has neither."""
+    from tirx_cuda_dispatch import toolchain
+
+    def kernel_body(**kw):
+        src = toolchain.cuda_source(attention.attention_ws_kernel(1, 256, 64, **kw), "sm_90a",
+                                    pipeline=STRICT)  # fmt: skip
+        return src[src.index("__global__") :]
+
+    def launch(**kw):
+        _, device = toolchain.lowered(attention.attention_ws_kernel(1, 256, 64, **kw),
+                                      "sm_90a", STRICT)  # fmt: skip
+        (func,) = device.functions.values()
+        return list(func.attrs["tirx.kernel_launch_params"])
+
+    body = kernel_body()
+    wait, go = (
+        body.index("griddepcontrol_wait();"),
+        body.index("griddepcontrol_launch_dependents();"),
+    )
+    assert wait < go < body.index("cp_async_bulk_tensor")
+    assert "tirx.use_programtic_dependent_launch" in launch()
+    assert "griddepcontrol" not in kernel_body(pdl=False)
+    assert "tirx.use_programtic_dependent_launch" not in launch(pdl=False)
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_exponentials_on_the_fma_pipe_equal_numpy(causal):
     """``ex2_emulation=4`` (one exponential of P in four by a polynomial, FlashAttention-4's

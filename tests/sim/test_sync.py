@@ -617,3 +617,33 @@ def test_barrier_votes_that_may_split_or_mix_are_errors(form, count, expect, rng
     with pytest.raises(SimError, match=expect):
         sim.run(barrier_vote(256, "or", count, form), [a, np.zeros(256, np.int64)],
                 pipeline=BUILTIN)  # fmt: skip
+
+
+# -- programmatic dependent launch ------------------------------------------------------------
+@T.prim_func
+def grid_dependency(A: T.Buffer((2, 64), "float32")):
+    T.device_entry()
+    _, cy = T.cta_id([1, 2])
+    tx = T.thread_id([64])
+    T.ptx.griddepcontrol.wait()
+    A[cy, tx] = A[cy, tx] * T.float32(2.0)
+    T.ptx.griddepcontrol.launch_dependents()
+
+
+def test_griddepcontrol_runs_one_grid_with_no_grid_before_or_after():
+    """``griddepcontrol.wait`` and ``.launch_dependents`` (programmatic dependent launch):
+    the simulator runs one grid, so both complete at once; each is counted once a warp (2
+    CTAs of 2 warps) and the kernel's work is done; an action the PTX ISA lacks is not
+    modelled (the control)."""
+    a = nonzero((2, 64), "float32", np.random.default_rng(3))
+    out = sim.run(grid_dependency, [a.copy()], target="sm_90a")
+    assert (out[0] == a * 2).all()
+    counts = out.counters.as_dict()["instructions"]
+    assert counts["griddepcontrol.wait"] == counts["griddepcontrol.launch_dependents"] == 4
+    from types import SimpleNamespace
+
+    from tirx_cuda_dispatch.sim.ptx import TABLE
+
+    run = TABLE.get("tirx.ptx.griddepcontrol").run  # T.ptx checks the action; the IR not
+    with pytest.raises(sim.NotModeled, match=r"griddepcontrol\.stall: the PTX ISA has"):
+        run(None, SimpleNamespace(args=[SimpleNamespace(value="stall")]))

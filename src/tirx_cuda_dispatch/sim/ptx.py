@@ -1007,6 +1007,20 @@ def _fence_mbarrier_init(m: Machine, call: Any) -> None:
     m.counters.instructions["fence.mbarrier_init"] += len(m.warps())
 
 
+@TABLE.entry("tirx.ptx.griddepcontrol")
+def _griddepcontrol(m: Machine, call: Any) -> None:
+    """``griddepcontrol.wait`` / ``griddepcontrol.launch_dependents`` (PTX ISA
+    "griddepcontrol", sm_90+; programmatic dependent launch): ``.wait`` holds the executing
+    thread until every prerequisite grid has completed and its memory operations are
+    visible to it; ``.launch_dependents`` lets the dependent grids be scheduled once every
+    CTA of this grid has issued it or completed. The simulator runs one grid, which has no
+    prerequisite and no dependent grid: both complete at once; counted."""
+    action = getattr(call.args[0], "value", None) if call.args else None
+    if action not in ("wait", "launch_dependents"):
+        raise NotModeled(f"griddepcontrol.{action}: the PTX ISA has .wait and .launch_dependents")
+    m.counters.instructions[f"griddepcontrol.{action}"] += len(m.warps())
+
+
 _ARRIVE_SHAPES = {  # entry suffix -> (returns state, trailing operand: "count" / "tx")
     "_nocount": (False, None),
     "": (False, "count"),
