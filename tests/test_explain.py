@@ -103,9 +103,10 @@ def test_the_overview_reads_as_the_kernel():
     assert "  registers: dec 24, inc 160" in lines
     assert "bar.sync 1 + (wg - 1) (256 threads)" in text and "bar.arrive 1 (256 threads)" in text
     assert "bar.red.or 9 + (wg - 1) (128 threads)" in text  # the lagged max's rebase vote
-    # each consumer's Q full, the ring's full and empty, each consumer's Q empty (q_split)
+    # each consumer's Q full, the ring's full and empty (four stages), each consumer's Q
+    # empty (q_split)
     assert (
-        "bars[c] (count 1), bars[3 + s] (count 1), bars[6 + s] (count 3), bars[9 + c] (count 1)"
+        "bars[c] (count 1), bars[3 + s] (count 1), bars[7 + s] (count 3), bars[11 + c] (count 1)"
         in text
     )
     assert "CTA barriers: cta_sync" in text

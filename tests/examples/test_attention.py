@@ -225,10 +225,12 @@ def test_causal_masks_only_the_tiles_that_cross_the_diagonal():
     ],
 )
 def test_a_missing_wait_or_arrival_is_named_by_the_simulator(omit, expect):
-    """512 rows: four key tiles through three stages, so the producer refills one (V's
-    wait dropped from the kernel with a ring each for K and V)."""
+    """512 rows: four key tiles through three stages (head dim 64's default is four), so
+    the producer refills one (V's wait dropped from the kernel with a ring each for K and
+    V)."""
     args = attention.inputs(1, 512, 64, seed=5)
-    func = attention.attention_ws_kernel(1, 512, 64, omit=omit, split_kv=omit == "v_wait")
+    func = attention.attention_ws_kernel(1, 512, 64, omit=omit, split_kv=omit == "v_wait",
+                                         stages=3)  # fmt: skip
     with pytest.raises(sim.SimError, match=expect):
         sim.run(func, args, target="sm_90a")
 
@@ -332,7 +334,8 @@ def test_an_o_buffer_rewritten_before_the_store_read_it_is_caught(causal):
     consumers, the second consumer's first)."""
     args = attention.inputs(2, 256, 64, seed=5)
     func = attention.attention_ws_kernel(2, 256, 64, causal=causal, omit="store_wait",
-                                         persistent=True, sms=1, o_buffer=True)  # fmt: skip
+                                         persistent=True, sms=1, o_buffer=True,
+                                         stages=3)  # fmt: skip
     with pytest.raises(sim.SimError, match=r"O_s\[.*writes byte 122880 of shared pool while "
                        r"cp\.async\.bulk\.tensor.* still reads it"):  # fmt: skip
         sim.run(func, args, target="sm_90a")
