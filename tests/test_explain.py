@@ -11,6 +11,7 @@ import tvm
 import tirx_cuda_dispatch as tcd
 from kernels import warp_g2s
 from tirx_cuda_dispatch import demos
+from tirx_cuda_dispatch.explain import PDL_TAG
 
 
 def test_reports_in_program_order_with_required_keys():
@@ -110,6 +111,9 @@ def test_the_overview_reads_as_the_kernel():
         in text
     )
     assert "CTA barriers: cta_sync" in text
+    # programmatic dependent launch: the grid before waited for, the next let launch
+    assert "  grid dependency: griddepcontrol.wait, griddepcontrol.launch_dependents" in lines
+    assert "  launch: programmatic dependent launch" in lines  # (it waits: no warning)
 
 
 def test_the_overview_names_the_calls_that_are_not_ours():
@@ -119,6 +123,19 @@ def test_the_overview_names_the_calls_that_are_not_ours():
     assert text.splitlines()[0] == "1 tile-primitive calls, 0 lowered by our variants (not: [0])"
     assert "[0] warp.copy -> NONE OF OURS" in text
     assert "synchronization in the kernel's own code" not in text  # it writes none
+
+
+def test_a_programmatic_dependent_launch_with_no_wait_is_named():
+    """A kernel whose launch parameters carry TVM 0.27's programmatic-dependent-launch tag
+    but which never executes griddepcontrol.wait may touch global memory before the grid
+    before it completes: the overview says so and what to add; the attention kernel,
+    which waits, carries no such words (test above)."""
+    func = warp_g2s(32, 32)
+    params = ["blockIdx.x", "threadIdx.x", PDL_TAG]
+    text = tcd.explain(func.with_attr("tirx.kernel_launch_params", params)).overview()
+    assert "launch: programmatic dependent launch with no griddepcontrol.wait" in text
+    assert "T.ptx.griddepcontrol.wait() before its first global access" in text
+    assert "programmatic dependent launch" not in tcd.explain(func).overview()
 
 
 def test_a_region_with_parenthesised_offsets_is_reported_whole():

@@ -440,14 +440,21 @@ _SYNC = {
     "tirx.ptx.cp_async_bulk_wait_group": ("groups", "bulk wait"),
     "tirx.ptx.fence_proxy": ("fences", "fence.proxy.async"),
     "tirx.ptx.fence_mbarrier_init": ("fences", "fence.mbarrier_init"),
+    "tirx.ptx.griddepcontrol": ("grid dependency", "griddepcontrol"),
 }
+# TVM 0.27's launch tag for programmatic dependent launch (its spelling): its runtime
+# launches such a kernel with programmatic stream serialization (cuLaunchKernelEx)
+PDL_TAG = "tirx.use_programtic_dependent_launch"
 
 
 def kernel_synchronization(mod: Any) -> list[str]:
     """What the kernel's own code (not a tile call's plan) writes to order its threads, one
     line a kind, each statement once in program text: ``setmaxnreg`` counts, named
     barriers with their ids and thread counts, mbarriers by the element initialised (and
-    its arrival count), the commit/wait groups, CTA barriers, proxy fences."""
+    its arrival count), the commit/wait groups, CTA barriers, proxy fences, and the grid
+    dependency (``griddepcontrol``; a kernel launched with programmatic dependent launch
+    but no ``griddepcontrol.wait`` is named: it may touch global memory before the grid
+    before it completes)."""
     seen: dict[str, list[str]] = {}
     for func in mod.functions.values():
         for call in evaluated_calls(getattr(func, "body", None)):
@@ -457,6 +464,16 @@ def kernel_synchronization(mod: Any) -> list[str]:
             text = _sync_text(kind[1], call)
             if text not in seen.setdefault(kind[0], []):
                 seen[kind[0]].append(text)
+        params = func.attrs.get("tirx.kernel_launch_params") if func.attrs else None
+        if params is not None and PDL_TAG in [str(p) for p in params]:
+            launch = "programmatic dependent launch"
+            if "griddepcontrol.wait" not in seen.get("grid dependency", []):
+                launch += (
+                    " with no griddepcontrol.wait: the kernel may read or write global "
+                    "memory before the grid before it in the stream completes; call "
+                    "T.ptx.griddepcontrol.wait() before its first global access"
+                )
+            seen.setdefault("launch", []).append(launch)
     return [f"{kind}: {', '.join(texts)}" for kind, texts in seen.items()]
 
 
@@ -489,6 +506,8 @@ def _sync_text(what: str, call: Any) -> str:
         return _mbar(_arg(args[0]))
     if what in ("arrive", "arrive.expect_tx"):
         return f"{what} {_mbar(_arg(args[0]))}"
+    if what == "griddepcontrol":
+        return f"{what}.{getattr(args[0], 'value', args[0])}"
     return what
 
 
