@@ -24,7 +24,8 @@ before ``own_tiles``; "section 1": causal kernels of one CTA a block launched he
 head (each head's blocks heaviest first), the order before ``section``; "unbalanced": at
 1,024 rows of head dim 64, five 192-row blocks and one of 64 a head over six CTAs, the
 grid before ``balanced``; "no pdl": launched without programmatic dependent launch,
-the default before ``pdl``; "sm80 no lag": examples/attention_sm80.py without its lagged max; "no
+the default before ``pdl``; "three stages": head dim 64's ring of three stages, the
+default there before four; "sm80 no lag": examples/attention_sm80.py without its lagged max; "no
 overlap"; "n64": 64-row key tiles (at
 head dim 256 against its default, FA3's 80); "c2": two consumers at head dim 64; "per
 block": one CTA a query block ("per block c3": with three consumers, causal head dim 64's
@@ -76,7 +77,7 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "wg": ("attention", "attention_kernel", {}),
     "ws c2": ("attention", "attention_ws_kernel", {"consumers": 2, "o_buffer": False}),
     # one CTA a query block (the default for non-causal kernels is a persistent grid): O
-    # through Q's rows, three stages, the row sums per lane
+    # through Q's rows, the default stages, the row sums per lane
     "ws per block": ("attention", "attention_ws_kernel", {"persistent": False, "lane_sums": True}),
     "ws one ring": ("attention", "attention_ws_kernel", {"split_kv": False}),
     "ws two rings": ("attention", "attention_ws_kernel", {"split_kv": True, "o_buffer": False}),
@@ -119,6 +120,8 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "ws unbalanced": ("attention", "attention_ws_kernel", {"balanced": False}),
     # launched without programmatic dependent launch (the default before pdl)
     "ws no pdl": ("attention", "attention_ws_kernel", {"pdl": False}),
+    # three stages of the ring at head dim 64 (the default there before four)
+    "ws three stages": ("attention", "attention_ws_kernel", {"stages": 3}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
@@ -131,12 +134,14 @@ ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together ther
     (8192, 128, False, "float16"): ("ws", "ws no lag"),
     (1024, 64, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf",
                                    "ws unbalanced", "ws no pdl"),
-    (4096, 64, False, "float16"): ("ws", "ws no lag", "ws c2", "sm80", "sm80 row sums"),
+    (4096, 64, False, "float16"): ("ws", "ws no lag", "ws c2", "sm80", "sm80 row sums",
+                                   "ws three stages"),
     (1024, 128, True, "float16"): ("ws", "ws no lag", "ws no obuf", "ws no pdl"),
     (4096, 64, True, "float16"): ("ws", "ws no lag", "ws two consumers", "ws section 1",
                                   "ws all tiles"),
     (8192, 64, True, "float16"): ("ws", "ws section 1", "ws all tiles"),
-    (16384, 64, False, "float16"): ("ws", "ws no lag", "ws row sums", "sm80", "sm80 row sums"),
+    (16384, 64, False, "float16"): ("ws", "ws no lag", "ws row sums", "sm80", "sm80 row sums",
+                                    "ws three stages"),
 }  # fmt: skip
 # head dim 256: float16 only
 WIDE = {(seq, 256, causal, "float16"): ("ws", "sm80") for causal in CAUSAL for seq in SEQS}

@@ -55,6 +55,7 @@ from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import ComposeLayout, S, TileLayout
 
 from tirx_cuda_dispatch import fragments
+from tirx_cuda_dispatch.explain import PDL_TAG
 
 BM = 64  # query rows per CTA: one warpgroup's wgmma tile
 BN = 64  # key rows per step
@@ -347,10 +348,6 @@ def default_consumers(d: int, seq: int, causal: bool, lagged_max: bool = True) -
 
 
 REGISTERS = {2: (40, 232), 3: (24, 160)}  # setmaxnreg by consumers: producer's, consumers'
-# the launch parameters of attention_ws_kernel's grid with programmatic dependent launch
-# (TVM 0.27 spells the tag "programtic")
-PDL_LAUNCH = ["blockIdx.x", "threadIdx.x", "blockIdx.y", "tirx.use_programtic_dependent_launch",
-              "tirx.use_dyn_shared_memory"]  # fmt: skip
 SHARED_BYTES = 227 * 1024  # the most dynamic shared memory a CTA may have (sm_90)
 WS_OMITS = (
     None, "full_wait", "empty_arrive", "rescale", "first_turn", "pv_wait", "store_fence",
@@ -427,11 +424,12 @@ def attention_ws_kernel(
     consumer's named barrier, the store, ``cp.async.bulk.commit_group`` and
     ``wait_group.read``); else straight from the registers. Causal kernels take the
     query blocks heaviest first (CTA ``x`` of a head runs block ``blocks - 1 - x``), so
-    the last CTAs are short. ``stages``: 3 with the overlap (V's stage is held from
-    one tile's Q K^T to the next tile's P V, so two stages are the consumers'), 4 at
-    head dim 64 where they fit (on an H200 +3-4% at 4,096-16,384 rows, +3.4% causal at
-    1,024, level at 1,024 and 0.6-0.9% causal at 4,096 and 8,192; 5 stages measured
-    slower than 4), else 2; 2 at head dim 256 and at head dim 128 with ``o_buffer``.
+    the last CTAs are short. ``stages``: with the overlap 3 (V's stage is held from one
+    tile's Q K^T to the next tile's P V, so two stages are the consumers'), and 4 at
+    head dim 64 where four fit (on an H200 +3-4% at 4,096-16,384 rows, +3.4% causal at
+    1,024, level at 1,024 and +0.6-0.9% causal at 4,096 and 8,192; 5 stages measured
+    slower than 4); without it 2; 2 at head dim 256 and at head dim 128 with
+    ``o_buffer``.
     ``block_n``: keys a tile, a multiple of 16 from 64 to 256
     (None: 128, 80 at head dim 256: FA3's tile there, two stages of
     it 160 KiB; on an H200 1.018 of cuDNN at 4,096 x 256 and 1.004 causal at 8,192,
@@ -1082,8 +1080,9 @@ def attention_ws_kernel(
                 consume(b, 0, 0, (qbs - 1 - qx // section if causal else qx) * br,
                         hx * section + qx % section, wg - 1, tid_wg, T.bool(False), seq)
     # fmt: on
-    if pdl:  # TVM 0.27's runtime launches it with programmatic stream serialization
-        return attention_ws.with_attr("tirx.kernel_launch_params", PDL_LAUNCH)
+    if pdl:  # TVM 0.27's runtime launches it with programmatic stream serialization; its
+        # SplitHostDevice reads only such flags here and derives the grid's own tags
+        return attention_ws.with_attr("tirx.kernel_launch_params", [PDL_TAG])
     return attention_ws
 
 

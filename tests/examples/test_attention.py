@@ -166,8 +166,8 @@ def test_every_configuration_equals_numpy(block_n, overlap, consumers, causal):
 @pytest.mark.parametrize("overlap, causal", [(True, False), (False, True)])
 def test_a_ring_each_for_k_and_v_equals_numpy(overlap, causal):
     """FA3's two pipelines (head dim 256's default) at head dim 64: K's stage freed once S
-    is in, V's after P V, V loaded a tile behind K; 384 rows, three key tiles through three
-    stages of each ring."""
+    is in, V's after P V, V loaded a tile behind K; 384 rows, three key tiles through four
+    stages of each ring with the overlap, two without."""
     args = attention.inputs(1, 384, 64, seed=10)
     func = attention.attention_ws_kernel(1, 384, 64, causal=causal, overlap=overlap,
                                          split_kv=True)  # fmt: skip
@@ -494,34 +494,65 @@ def test_the_consumers_take_turns_at_named_barriers():
     assert attention.close(o, lse, *args[:3]) is None
 
 
+PDL_FORMS = {  # grid forms of attention_ws_kernel: (heads, seq, keywords)
+    "persistent": (1, 256, {}),
+    "paired": (2, 256, {"causal": True}),
+    "balanced": (3, 256, {"kv_heads": 1, "sms": 4, "balanced": True}),
+    "per block": (2, 200, {"causal": True, "persistent": False}),
+}
+
+
 def test_programmatic_dependent_launch_waits_before_any_global_access():
-    """``pdl`` (the default): every thread's griddepcontrol.wait comes before the kernel's
-    first TMA load (the grid before may still write what it reads or writes), then
-    launch_dependents, and the launch parameters carry TVM 0.27's tag, so its runtime
-    launches the grid with programmatic stream serialization; ``pdl=False`` (the control)
-    has neither."""
+    """``pdl`` (the default): in every grid form every thread's griddepcontrol.wait comes
+    right after the mbarriers' CTA barrier, under no ``if`` and before anything else (the
+    grid before may still write what this one reads or writes), then launch_dependents;
+    the launch parameters are TVM's own for the grid plus its programmatic-launch tag, so
+    its runtime launches the grid with programmatic stream serialization; ``pdl=False``
+    (the control) has neither, and the first TMA load of the CUDA comes after the wait."""
     from tirx_cuda_dispatch import toolchain
+    from tirx_cuda_dispatch.explain import PDL_TAG
 
-    def kernel_body(**kw):
-        src = toolchain.cuda_source(attention.attention_ws_kernel(1, 256, 64, **kw), "sm_90a",
-                                    pipeline=STRICT)  # fmt: skip
-        return src[src.index("__global__") :]
-
-    def launch(**kw):
-        _, device = toolchain.lowered(attention.attention_ws_kernel(1, 256, 64, **kw),
+    def launch(heads, seq, kw):
+        _, device = toolchain.lowered(attention.attention_ws_kernel(heads, seq, 64, **kw),
                                       "sm_90a", STRICT)  # fmt: skip
         (func,) = device.functions.values()
-        return list(func.attrs["tirx.kernel_launch_params"])
+        return [str(t) for t in func.attrs["tirx.kernel_launch_params"]]
 
-    body = kernel_body()
-    wait, go = (
-        body.index("griddepcontrol_wait();"),
-        body.index("griddepcontrol_launch_dependents();"),
-    )
-    assert wait < go < body.index("cp_async_bulk_tensor")
-    assert "tirx.use_programtic_dependent_launch" in launch()
-    assert "griddepcontrol" not in kernel_body(pdl=False)
-    assert "tirx.use_programtic_dependent_launch" not in launch(pdl=False)
+    for heads, seq, kw in PDL_FORMS.values():
+        script = attention.attention_ws_kernel(heads, seq, 64, **kw).script().splitlines()
+        [at] = [i for i, ln in enumerate(script) if ln.strip() == "T.cuda.cta_sync()"]
+        indent = script[at][: len(script[at]) - len(script[at].lstrip())]
+        assert script[at + 1 : at + 3] == [
+            indent + 'T.ptx.griddepcontrol("wait", "")',
+            indent + 'T.ptx.griddepcontrol("launch_dependents", "")',
+        ]
+        assert sum("griddepcontrol" in ln for ln in script) == 2
+        plain = attention.attention_ws_kernel(heads, seq, 64, pdl=False, **kw).script()
+        assert "griddepcontrol" not in plain
+    tagged, untagged = launch(1, 256, {}), launch(1, 256, {"pdl": False})
+    assert tagged.count(PDL_TAG) == 1 and [t for t in tagged if t != PDL_TAG] == untagged
+    src = toolchain.cuda_source(attention.attention_ws_kernel(1, 256, 64), "sm_90a",
+                                pipeline=STRICT)  # fmt: skip
+    body = src[src.index("__global__") :]
+    assert body.index("griddepcontrol_wait();") < body.index("cp_async_bulk_tensor")
+
+
+def test_four_stages_at_head_dim_64_where_they_fit_and_a_missing_arrival_is_caught():
+    """Head dim 64 rings four stages by default, three where four do not fit (192- and
+    256-key tiles); at four stages, 640 rows (five key tiles) refill one stage, and
+    without the consumers' empty arrivals (the control) the producer waits forever."""
+    import re
+
+    def stages(**kw):
+        script = attention.attention_ws_kernel(1, 640, 64, **kw).script()
+        return re.findall(r"K_s = T.decl_buffer\(\((\d+), (\d+), 64\)", script)
+
+    assert stages() == [("4", "128")]
+    assert stages(block_n=192) == [("3", "192")] and stages(block_n=256) == [("3", "256")]
+    args = attention.inputs(1, 640, 64, seed=5)
+    broken = attention.attention_ws_kernel(1, 640, 64, omit="empty_arrive")
+    with pytest.raises(sim.SimError, match=r"deadlock: no warp can run.*3 of 3 arrivals"):
+        sim.run(broken, args, target="sm_90a")
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

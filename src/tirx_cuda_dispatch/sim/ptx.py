@@ -1017,7 +1017,8 @@ def _griddepcontrol(m: Machine, call: Any) -> None:
     prerequisite and no dependent grid: both complete at once; counted."""
     action = getattr(call.args[0], "value", None) if call.args else None
     if action not in ("wait", "launch_dependents"):
-        raise NotModeled(f"griddepcontrol.{action}: the PTX ISA has .wait and .launch_dependents")
+        named = "no action" if action is None else f"griddepcontrol.{action}"
+        raise NotModeled(f"{named}: the PTX ISA has .wait and .launch_dependents")
     m.counters.instructions[f"griddepcontrol.{action}"] += len(m.warps())
 
 
