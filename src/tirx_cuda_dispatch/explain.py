@@ -457,17 +457,19 @@ def kernel_synchronization(mod: Any) -> list[str]:
     before it completes)."""
     seen: dict[str, list[str]] = {}
     for func in mod.functions.values():
+        waits = False  # this function's own griddepcontrol.wait
         for call in evaluated_calls(getattr(func, "body", None)):
             kind = _SYNC.get(str(getattr(call.op, "name", "")))
             if kind is None:
                 continue
             text = _sync_text(kind[1], call)
+            waits = waits or text == "griddepcontrol.wait"
             if text not in seen.setdefault(kind[0], []):
                 seen[kind[0]].append(text)
         params = func.attrs.get("tirx.kernel_launch_params") if func.attrs else None
         if params is not None and PDL_TAG in [str(p) for p in params]:
             launch = "programmatic dependent launch"
-            if "griddepcontrol.wait" not in seen.get("grid dependency", []):
+            if not waits:
                 launch += (
                     " with no griddepcontrol.wait: the kernel may read or write global "
                     "memory before the grid before it in the stream completes; call "

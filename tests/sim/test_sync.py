@@ -15,6 +15,8 @@ predicates, with the shuffles' mask rule.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ from tvm.script import tirx as T
 
 from tirx_cuda_dispatch import runtime, sim
 from tirx_cuda_dispatch.sim import SimError
+from tirx_cuda_dispatch.sim.ptx import TABLE
 
 BUILTIN = "tirx"
 FULL = 0xFFFFFFFF
@@ -640,10 +643,6 @@ def test_griddepcontrol_runs_one_grid_with_no_grid_before_or_after():
     assert (out[0] == a * 2).all()
     counts = out.counters.as_dict()["instructions"]
     assert counts["griddepcontrol.wait"] == counts["griddepcontrol.launch_dependents"] == 4
-    from types import SimpleNamespace
-
-    from tirx_cuda_dispatch.sim.ptx import TABLE
-
     run = TABLE.get("tirx.ptx.griddepcontrol").run  # T.ptx checks the action; the IR not
     with pytest.raises(sim.NotModeled, match=r"griddepcontrol\.stall: the PTX ISA has"):
         run(None, SimpleNamespace(args=[SimpleNamespace(value="stall")]))
