@@ -86,12 +86,12 @@ def test_forced_variant_that_accepts_is_used():
     assert "tirx_cuda_dispatch_ld_global_cg_128" in _lower(forced).script()
 
 
-def _forced_tma(prefetch: bool = False, align: int = 1024, offset: int = 0):
+def _forced_tma(foreign: bool = False, align: int = 1024, offset: int = 0):
     """A thread-scope TMA load forced to ``tma_auto`` (a name TVM's built-in variants have
     too) into a 128-byte swizzled tile ``offset`` elements into a pool declared aligned to
-    ``align``; ``prefetch``: ``prefetch_tensormap=True``, a config TVM's variant takes and
-    ours does not."""
-    config = {"prefetch_tensormap": True} if prefetch else {}
+    ``align``; ``foreign``: ``mbarrier_addr=False``, a config TVM's variant takes (its
+    default) and ours does not."""
+    config = {"mbarrier_addr": False} if foreign else {}
     from tvm.script import tirx as T
     from tvm.script.tirx import tile as Tx
 
@@ -125,16 +125,16 @@ def test_a_forced_name_tvm_also_has_falls_to_tvms_variant_of_it_by_default():
     """dispatch='tma_auto' that ours declines goes to TVM's tma_auto under the default
     pipeline (a program TVM compiles keeps compiling), and explain() says so; strict
     mode is an error naming ours' reason and TVM's answer."""
-    func = _forced_tma(prefetch=True)
+    func = _forced_tma(foreign=True)
     report = tcd.explain(func)[0]
     why = report.candidates[0].reason
-    assert report.variant is None and "config prefetch_tensormap=True is not a key" in why
+    assert report.variant is None and "config mbarrier_addr=False is not a key" in why
     assert report.fallback == "falls back to TVM's built-in variant 'tma_auto'"
     assert "cp.async.bulk.tensor" in toolchain.cuda_source(func)
     with pytest.raises(tcd.DispatchError) as err:
         toolchain.cuda_source(func, pipeline=tcd.STRICT_PIPELINE)
     text = str(err.value)
-    assert "dispatch='tma_auto' was forced and declined" in text and "prefetch_tensormap" in text
+    assert "dispatch='tma_auto' was forced and declined" in text and "mbarrier_addr" in text
     assert "without strict mode: falls back to TVM's built-in variant 'tma_auto'" in text
     # the control: without the config, ours takes it
     assert tcd.explain(_forced_tma())[0].variant == "tma_auto"
@@ -146,13 +146,13 @@ def test_tvms_tma_variant_gets_the_alignment_its_box_needs():
     starts at an offset no alignment fixes (128 bytes into the pool: TVM's variant checks
     128), TVM's variant would put the data elsewhere than the layout says: an error, not
     that kernel. The controls: declared aligned, the same code; at offset 0, it lowers."""
-    raised = toolchain.cuda_source(_forced_tma(prefetch=True, align=64))
+    raised = toolchain.cuda_source(_forced_tma(foreign=True, align=64))
     assert "extern __shared__ __align__(1024) half pool_ptr[];" in raised
     assert "cp.async.bulk.tensor" in raised
-    declared = toolchain.cuda_source(_forced_tma(prefetch=True, align=1024))
+    declared = toolchain.cuda_source(_forced_tma(foreign=True, align=1024))
     assert "extern __shared__ __align__(1024) half pool_ptr[];" in declared
     with pytest.raises(tcd.DispatchError, match=r"element 64, not provably a multiple of the 1024"):
-        toolchain.cuda_source(_forced_tma(prefetch=True, offset=64))
+        toolchain.cuda_source(_forced_tma(foreign=True, offset=64))
 
 
 @pytest.fixture

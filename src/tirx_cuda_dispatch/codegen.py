@@ -544,3 +544,13 @@ def encode_tensor_map(var: Any, buffer: Any, tm: TensorMap) -> Any:
             tirx.Evaluate(T.tvm_kernel_replace_point()),
         ]
     )
+
+
+def prefetch_tensor_map(var: Any, launch_params: Any) -> Any:
+    """The kernel statements, first in its body, that prefetch the descriptor in ``var``
+    (a ``__grid_constant__`` parameter) by the CTA's first thread: ``prefetch.tensormap``
+    (PTX ISA 9.7.9.15, generic addressing of the parameter)."""
+    prefetch = tirx.Evaluate(T.ptx.prefetch.tensormap(T.address_of(var)))
+    tx = launch_params.get("threadIdx.x") if launch_params is not None else None
+    first = prefetch if tx is None else tirx.IfThenElse(tx.var == 0, prefetch, None)
+    return tirx.SeqStmt([first, tirx.Evaluate(T.tvm_kernel_replace_point())])

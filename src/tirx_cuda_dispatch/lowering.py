@@ -36,7 +36,13 @@ from tvm.tirx.operator.tile_primitive.dispatcher import DispatchFail
 from . import bounds
 from .builtin import BRIDGE_PREDICATE, builtin_names, probe
 from .call import TileCall
-from .codegen import CALL_MARK, COMPLETION_MARK, encode_tensor_map, impl_prim_func
+from .codegen import (
+    CALL_MARK,
+    COMPLETION_MARK,
+    encode_tensor_map,
+    impl_prim_func,
+    prefetch_tensor_map,
+)
 from .dispatch import Outcome, choose
 from .errors import DispatchError, VariantError
 from .irfacts import prove_multiple, statements
@@ -120,8 +126,10 @@ class Session:
 
     @staticmethod
     def _tensor_map_key(r: TensorMap, call: TileCall) -> str:
-        data = call.operand(r.operand).buffer.data
-        return f"{BRIDGE_NAME}.tensormap:{hash(data)}:{r.key}"
+        # the buffer itself: in TVM 0.27 a buffer is a Var, and its ``.data`` is a new
+        # expression at every access (so it named no descriptor twice)
+        buffer = call.operand(r.operand).buffer
+        return f"{BRIDGE_NAME}.tensormap:{hash(buffer)}:{r.key}"
 
     def tensor_map_var(self, r: TensorMap, call: TileCall) -> Any:
         """The kernel's variable for descriptor ``r``: the one an earlier call of the kernel
@@ -139,6 +147,12 @@ class Session:
         if call.ctx.cache_get(key) is None:
             buffer = call.operand(r.operand).buffer
             call.ctx.add_init_stmt(encode_tensor_map(var, buffer, r), host=True)
+            call.ctx.cache_set(key, var)
+
+    def prefetch_tensor_map(self, var: Any, r: TensorMap, call: TileCall) -> None:
+        key = f"{self._tensor_map_key(r, call)}:prefetch"
+        if call.ctx.cache_get(key) is None:
+            call.ctx.add_init_stmt(prefetch_tensor_map(var, call.ctx.launch_params), host=False)
             call.ctx.cache_set(key, var)
 
     @staticmethod

@@ -18,8 +18,10 @@ declared.
 
 A :class:`TensorMap` is a TMA descriptor (``CUtensorMap``) over a global operand: the bridge
 has the host encode it before the launch (``cuTensorMapEncodeTiled``, through TVM 0.27's
-``tensormap_encode_tiled``; one per kernel for equal descriptors) and hands the emitter the
-variable the kernel receives it in.
+``tensormap_encode_tiled``; one per kernel for equal descriptors over the same buffer) and
+hands the emitter the variable the kernel receives it in; unless the plan says otherwise,
+the kernel's first thread prefetches it at the kernel's start (``prefetch.tensormap``), so
+the first copy does not wait for the descriptor's fetch.
 
 Named barriers (PTX ISA "bar, barrier": ids 0-15 per CTA; ``bar.sync 0`` is
 ``__syncthreads``) are allocated per kernel from the ids the kernel itself never names,
@@ -60,6 +62,9 @@ class Bridge(Protocol):
 
     def encode_tensor_map(self, var: Any, r: TensorMap, call: Any) -> None:
         """Have the host encode ``r`` into ``var`` before the launch (once per kernel)."""
+
+    def prefetch_tensor_map(self, var: Any, r: TensorMap, call: Any) -> None:
+        """Have ``call``'s kernel prefetch the descriptor in ``var`` at its start (once)."""
 
     def alignment_blocker(self, r: Alignment, call: Any) -> str | None:
         """Why ``call``'s allocation cannot be raised to ``r.align`` (None: it can)."""
@@ -185,7 +190,12 @@ class TensorMap(Kind):
     (``boxDim``); every element stride is 1. ``swizzle`` is 0 (none), 32, 64 or 128
     bytes; ``l2_promotion`` 0, 64, 128 or 256 bytes; ``tf32``: a float32 tensor encoded
     as ``CU_TENSOR_MAP_DATA_TYPE_TFLOAT32`` (a load rounds each element to tf32). Elements
-    out of the tensor read as zeros."""
+    out of the tensor read as zeros. ``prefetch``: the kernel's first thread prefetches the
+    descriptor at the kernel's start (``prefetch.tensormap``, PTX ISA 9.7.9.15: it brings
+    the descriptor into the cache the TMA unit reads it from; it does not wait, and has no
+    effect on memory), before anything the kernel waits for: a grid dependency's
+    ``griddepcontrol.wait`` included, since the descriptor is a kernel parameter. Not part
+    of the key: one call asking is enough."""
 
     name: str
     operand: str  # the role of the global operand whose buffer's data is the base
@@ -197,6 +207,7 @@ class TensorMap(Kind):
     l2_promotion: int
     why: str
     tf32: bool = False
+    prefetch: bool = True
 
     @property
     def rank(self) -> int:
@@ -216,6 +227,8 @@ class TensorMap(Kind):
     def commit(self, bridge: Bridge, call: Any, given: Any) -> None:
         if bridge.lowering:
             bridge.encode_tensor_map(given, self, call)
+            if self.prefetch:
+                bridge.prefetch_tensor_map(given, self, call)
 
     def __str__(self) -> str:
         dims = "x".join(str(d) for d in self.dims)
@@ -225,8 +238,8 @@ class TensorMap(Kind):
         dtype = f"{self.dtype} as tf32" if self.tf32 else self.dtype
         return (
             f"tensor map {self.name}: {dtype} over {self.operand} (dims {dims}, byte "
-            f"strides [{strides}], box {box}, {swz}; encoded by the host before the launch; "
-            f"{self.why})"
+            f"strides [{strides}], box {box}, {swz}; encoded by the host before the launch"
+            f"{'' if self.prefetch else ', not prefetched'}; {self.why})"
         )
 
 

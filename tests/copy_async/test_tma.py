@@ -949,3 +949,106 @@ def test_a_tma_dtype_on_a_store_declines():
     [cand] = [c for c in report.candidates if c.variant == "tma_auto"]
     assert not cand.accepted and "tma_dtype=tf32 on a store" in cand.reason
     assert _report(store("float32", (32, 64))).variant == "tma_auto"  # control
+
+
+# -- one descriptor per kernel, prefetched ---------------------------------------------------
+def two_loads(rows2: int = 64, **config):
+    """Two TMA loads of A at two call sites (rows 0-63 and 64 to 64 + rows2 - 1, each into
+    its own swizzled tile and on its own mbarrier), both tiles out to B. With ``rows2`` 64
+    the two boxes are equal: one descriptor."""
+    layout = demos.tma_shared_layout("float16", (64, 64), 128)
+    layout2 = demos.tma_shared_layout("float16", (rows2, 64), 128)
+
+    # fmt: off
+    @T.prim_func
+    def loads(A_ptr: T.handle, B_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (256, 64), "float16")
+        B = T.match_buffer(B_ptr, (64 + rows2, 64), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([128])
+        pool = T.alloc_buffer((128 * 64 + 8,), "float16", scope="shared.dyn", align=1024)
+        A0 = T.decl_buffer((64, 64), "float16", pool.data, scope="shared.dyn", layout=layout)
+        A1 = T.decl_buffer((rows2, 64), "float16", pool.data, elem_offset=64 * 64,
+                           scope="shared.dyn", layout=layout2)
+        bar = T.decl_buffer((2,), "uint64", pool.data, elem_offset=128 * 64 // 4,
+                            scope="shared.dyn")
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([1]), 1)
+        T.cuda.cta_sync()
+        if tid == 0:
+            Tx.copy_async(A0[:, :], A[0:64, :], mbar=bar.ptr_to([0]), **config)
+            T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), 8192)
+        if tid == 32:
+            Tx.copy_async(A1[:, :], A[64:64 + rows2, :], mbar=bar.ptr_to([1]), **config)
+            T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([1]), rows2 * 128)
+        T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+        T.cuda.mbarrier_wait(bar.ptr_to([1]), 0)
+        Tx.cta.copy(B[0:64, :], A0[:, :])
+        Tx.cta.copy(B[64:64 + rows2, :], A1[:, :])
+    # fmt: on
+    return loads
+
+
+def test_equal_descriptors_of_one_buffer_are_one_tensor_map():
+    """Two calls over A with one box share a descriptor: one kernel parameter, one host
+    encode (it was one a call site: the key read the buffer's ``.data``, which TVM 0.27
+    builds anew at every access). Control: a different box is a second descriptor."""
+    host, _ = toolchain.lowered(two_loads())
+    assert list(toolchain.encoded_tensor_maps(host)) == ["A_tensormap"]
+    source = toolchain.cuda_source(two_loads(), "sm_90a")
+    assert source.count("CUtensorMap A_tensormap") == 2  # the declaration and the definition
+    assert "A_tensormap_1" not in source
+    other = toolchain.cuda_source(two_loads(rows2=32), "sm_90a")
+    assert "CUtensorMap A_tensormap," in other and "CUtensorMap A_tensormap_1," in other
+
+
+def test_the_kernel_prefetches_each_descriptor_once_at_its_start():
+    source = toolchain.cuda_source(two_loads(rows2=32), "sm_90a")
+    body = source[source.index(") {", source.index("loads_kernel(")) :]  # the kernel's body
+    calls = [line.strip() for line in body.splitlines() if "ptx_prefetch_tensormap((" in line]
+    assert len(calls) == 2 and all("_tensormap" in c for c in calls), calls
+    first = body.index("ptx_prefetch_tensormap((")
+    assert "((int)threadIdx.x) == 0" in body[max(0, first - 200) : first]  # thread 0
+    assert first < body.index("mbarrier_init_init")  # before anything the kernel waits for
+    off = toolchain.cuda_source(two_loads(prefetch_tensormap=False), "sm_90a")
+    assert "ptx_prefetch_tensormap((" not in off  # control: asked not to
+
+
+def test_prefetched_loads_simulate_right_and_count_the_prefetch(rng):
+    a = runtime.random_array((256, 64), "float16", rng)
+    for config, prefetches in (({}, 1), ({"prefetch_tensormap": False}, 0)):
+        out = sim.run(two_loads(**config), [a, runtime.poison_like(np.zeros((128, 64), a.dtype))])
+        np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a[0:128]))
+        assert out.counters.instructions["prefetch.tensormap"] == prefetches
+
+
+def test_explain_says_whether_the_descriptor_is_prefetched():
+    plan = _plan(tvm_style_load(align=1024))
+    assert plan.prefetch and "prefetch.tensormap" in plan.facts()["prefetch"]
+    off = _plan(tvm_style_load(align=1024, prefetch_tensormap=False))
+    assert not off.prefetch and "not prefetched" in str(off.tensor_map())
+
+
+def test_a_prefetch_flag_that_is_not_a_constant_declines():
+    @T.prim_func
+    def flag(A_ptr: T.handle, B_ptr: T.handle, f: T.int32):
+        A = T.match_buffer(A_ptr, (64, 64), "float16")
+        B = T.match_buffer(B_ptr, (64, 64), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([128])
+        bar = T.alloc_shared([1], "uint64")
+        A_s = T.alloc_buffer((64, 64), "float16", scope="shared", align=1024,
+                             layout=demos.tma_shared_layout("float16", (64, 64), 128))  # fmt: skip
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+        T.cuda.cta_sync()
+        if tid == 0:
+            Tx.copy_async(A_s[:, :], A[:, :], mbar=bar.ptr_to([0]), prefetch_tensormap=f)
+            T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), 8192)
+        T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+        Tx.cta.copy(B[:, :], A_s[:, :])
+
+    assert "prefetch_tensormap=f is not a constant" in _reason(flag)

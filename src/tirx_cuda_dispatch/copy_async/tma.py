@@ -74,7 +74,7 @@ from tvm.script import tirx as T
 from ..call import Operand, TileCall
 from ..codegen import impl_prim_func, participant_index
 from ..errors import Decline, check
-from ..irfacts import as_int, prove_multiple
+from ..irfacts import as_flag, as_int, prove_multiple
 from ..isa.bulk import COORD_ALIGN, CTA_MASK_BITS, REDUCE_TYPES, shared_align
 from ..layout.atoms import memory_view, refine_tagged
 from ..layout.swizzle import Swizzle, byte_swizzle
@@ -115,6 +115,9 @@ CONFIG_KEYS = {
     "of the pair (.cta_group::2, sm_100+); 1, the default, this CTA's",
     "tma_dtype": "a float32 load's descriptor type: 'tf32' (or 'tfloat32') makes the TMA "
     "round every element to tf32 (to nearest, ties to even) as it lands, for a tf32 MMA",
+    "prefetch_tensormap": "whether the kernel's first thread prefetches the descriptor at the "
+    "kernel's start (prefetch.tensormap; True, the default: the first copy does not wait for "
+    "the descriptor's fetch)",
 }
 TMA_DTYPES = ("tf32", "tfloat32")  # TVM 0.27's names for CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
 CTA_GROUP_MIN_SM = 100  # .cta_group::2 on a tensor copy
@@ -152,6 +155,13 @@ def requires_tma_dtype(call: TileCall) -> tuple[bool, str | None]:
     return True, None
 
 
+def prefetch_of(call: TileCall) -> bool | None:
+    """``prefetch_tensormap=`` (TVM 0.27's key) as a bool, True where absent; None where it
+    is not a constant."""
+    value = call.config.get("prefetch_tensormap")
+    return True if value is None else as_flag(value)
+
+
 def direction_of(call: TileCall) -> str:
     """``load`` (global -> shared) or ``store`` (shared -> global)."""
     return "store" if call.operand("dst").memory == "global" else "load"
@@ -164,6 +174,11 @@ def requires_completion(call: TileCall) -> tuple[bool, str | None]:
     unknown = unknown_config(call, CONFIG_KEYS, "this TMA copy")
     if unknown:
         return False, unknown
+    if prefetch_of(call) is None:
+        return False, (
+            f"prefetch_tensormap={cfg.get('prefetch_tensormap')} is not a constant: write "
+            "True (the kernel prefetches the descriptor at its start) or False"
+        )
     if direction_of(call) == "load":
         if cfg.get("mbar") is None:
             return False, (
@@ -307,6 +322,7 @@ class TmaPlan:
     cta_mask: Any = 0  # a load's multicast: the cluster's CTAs receiving the box (0: none)
     cta_group: int = 1  # 2: mbar may be the peer CTA's barrier (sm_100+)
     tf32: bool = False  # a load through a TFLOAT32 descriptor: elements rounded to tf32
+    prefetch: bool = True  # the kernel prefetches the descriptor at its start
 
     @property
     def multicast(self) -> bool:
@@ -373,6 +389,7 @@ class TmaPlan:
             self.l2_promotion,
             f"the box of every {self.instruction.split('.global')[0]}",
             self.tf32,
+            self.prefetch,
         )
 
     def completion(self) -> Completion:
@@ -450,6 +467,12 @@ class TmaPlan:
         }
         if self.direction == "load":
             facts["expect_tx_bytes"] = self.total_bytes
+        facts["prefetch"] = (
+            "the CTA's thread 0 prefetches the descriptor at the kernel's start "
+            "(prefetch.tensormap)"
+            if self.prefetch
+            else "none (prefetch_tensormap=False)"
+        )
         if self.cta_group != 1:
             facts["cta_group"] = self.cta_group
         if self.tf32:
@@ -622,7 +645,7 @@ def plan(call: TileCall) -> TmaPlan:
         direction, None if reduce is None else str(reduce), _l2_promotion(call), raised,
         cta_mask_of(call) if direction == "load" else 0,
         cta_group_of(call) if direction == "load" else 1,
-        call.config.get("tma_dtype") is not None,
+        call.config.get("tma_dtype") is not None, bool(prefetch_of(call)),
     )  # fmt: skip
 
 

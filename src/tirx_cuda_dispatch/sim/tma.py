@@ -24,6 +24,9 @@ may be read). Until then writing the shared source, or reading the global destin
 is an error naming the store; a CTA may exit with a store's writes in flight (they land
 when the grid completes), not with its reads.
 
+``prefetch.tensormap`` (the kernel's first thread, at its start, where a copy's plan
+asks) only checks that it names a tensor map: a prefetch has no effect on memory.
+
 Where the hardware faults, so does the simulator (:func:`..isa.bulk.coordinate_fault`): an
 innermost coordinate that is not a multiple of 16 bytes, a store's negative coordinate
 (measured on an H100: an illegal instruction).
@@ -353,6 +356,21 @@ def _combine(tm: TensorMapValue, op: str, what: str):
         return np.ascontiguousarray(out).view(np.uint8).reshape(old.shape)
 
     return combine
+
+
+@TABLE.entry("tirx.ptx.prefetch")
+def _prefetch(m: Machine, call: Any) -> None:
+    """``prefetch{.space}.level [a]`` and ``prefetch{.tensormap_space}.tensormap [a]`` (PTX
+    ISA 9.7.9.15): bring the line at ``a``, or the tensor map at ``a``, into a cache. No
+    effect on memory, on the memory consistency model or on the thread: counted. The
+    ``.tensormap`` form's operand must name a tensor map parameter (generic addressing,
+    as a kernel's ``__grid_constant__`` descriptor is read)."""
+    tokens = [t.value for t in call.args[1:] if isinstance(getattr(t, "value", None), str)]
+    if "tensormap" in tokens:
+        _tensor_map(m, call.args[0], "prefetch.tensormap")
+        m.counters.instructions["prefetch.tensormap"] += len(m.warps())
+    else:
+        m.counters.instructions["prefetch"] += len(m.warps())
 
 
 @TABLE.entry("tirx.ptx.cp_async_bulk_commit_group")
