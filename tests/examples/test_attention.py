@@ -96,14 +96,15 @@ def test_the_warp_specialized_kernel_is_all_ours_with_the_register_split():
     report = explain(func, "sm_90a")
     assert [r.index for r in report if r.variant is None] == []
     variants = [r.variant for r in report]
-    # Q, K and V in, O out; tile 0's Q K^T, the loop's Q K^T and P V, the rebase's Q K^T
-    # (lagged_max), the last P V
-    assert variants.count("tma_auto") == 4 and variants.count("wgmma") == 5
+    # Q, K (V a tile behind it, in the loop and after it: two rings, the default of the
+    # persistent non-causal grids to 1,024 rows at head dim 64), O out; tile 0's Q K^T,
+    # the loop's Q K^T and P V, the rebase's Q K^T (lagged_max), the last P V
+    assert variants.count("tma_auto") == 5 and variants.count("wgmma") == 5
     unlagged = explain(attention.attention_ws_kernel(2, 256, 64, kv_heads=1, lagged_max=False))
     assert [r.variant for r in unlagged].count("wgmma") == 4
-    # two rings (head dim 256's default): V a tile behind K, in the loop and after it
-    split = explain(attention.attention_ws_kernel(2, 256, 64, kv_heads=1, split_kv=True), "sm_90a")
-    assert [r.variant for r in split].count("tma_auto") == 5
+    # one ring (the default from 2,048 rows): K and V of a tile together
+    one = explain(attention.attention_ws_kernel(2, 256, 64, kv_heads=1, split_kv=False), "sm_90a")
+    assert [r.variant for r in one].count("tma_auto") == 4
     plain = [
         r.variant
         for r in explain(

@@ -272,3 +272,48 @@ def test_the_default_pairs_large_grids_only():
 def test_a_pair_needs_an_even_number_of_row_tiles():
     with pytest.raises(ValueError, match="M=384 spans 3 tiles of 128 rows, not a multiple of 2"):
         ws.gemm_kernel(384, 256, 128, cluster=2)
+
+
+@pytest.mark.parametrize(
+    "cluster, barrier", [(1, "T.cuda.cta_sync()"), (2, "T.cuda.cluster_sync()")]
+)
+def test_programmatic_dependent_launch_waits_before_any_global_access(cluster, barrier):
+    """``pdl=True``: every thread's griddepcontrol.wait comes right after the mbarriers'
+    CTA (or cluster) barrier, under no ``if`` and before any load or store, then
+    launch_dependents; the launch parameters are TVM's own for the grid (the cluster's
+    included) plus the programmatic-launch tag. The control, ``pdl=False`` (the default),
+    has neither."""
+    from tirx_cuda_dispatch.explain import PDL_TAG
+
+    def launch(**kw):
+        func = ws.gemm_kernel(512, 256, 192, stages=2, grid=2, cluster=cluster, **kw)
+        _, device = toolchain.lowered(func, "sm_90a", STRICT)
+        (kernel,) = device.functions.values()
+        return [str(t) for t in kernel.attrs["tirx.kernel_launch_params"]]
+
+    script = ws.gemm_kernel(512, 256, 192, stages=2, grid=2, cluster=cluster, pdl=True)
+    lines = script.script().splitlines()
+    at = [i for i, ln in enumerate(lines) if ln.strip() == barrier][0]  # (the init's)
+    indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+    assert lines[at + 1 : at + 3] == [
+        indent + 'T.ptx.griddepcontrol("wait", "")',
+        indent + 'T.ptx.griddepcontrol("launch_dependents", "")',
+    ]
+    assert not any("copy_async" in ln for ln in lines[:at])
+    assert sum("griddepcontrol" in ln for ln in lines) == 2
+    plain = ws.gemm_kernel(512, 256, 192, stages=2, grid=2, cluster=cluster).script()
+    assert "griddepcontrol" not in plain
+    tagged, untagged = launch(pdl=True), launch()
+    assert tagged.count(PDL_TAG) == 1 and [t for t in tagged if t != PDL_TAG] == untagged
+    assert ("clusterCtaIdx.x" in tagged) == (cluster == 2)
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_pair_with_programmatic_dependent_launch_equals_numpy(where, gpu):
+    """On the GPU TVM's runtime launches it through cuLaunchKernelEx with both the
+    cluster's dimension and programmatic stream serialization."""
+    m, n, k = 400, 72, 24
+    a, b, bias, c = gemm.inputs(m, n, k, seed=11, dtype="bfloat16")
+    func = ws.gemm_kernel(m, n, k, dtype="bfloat16", stages=2, grid=2, cluster=2, pdl=True)
+    out = execute(func, [a, b, bias, c], where, gpu, pipeline=STRICT)[3]
+    assert gemm.close(out, gemm.reference(a, b, bias), k)
