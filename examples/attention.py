@@ -401,8 +401,9 @@ def attention_ws_kernel(
     as S is in and V's after P V (None: at head dim 256, whose two stages are all shared
     memory holds: on an H200 at 4,096 x 256 with 64-key tiles 0.97 of cuDNN against 0.62
     with one ring; at head dim 128 with ``o_buffer``, two stages a ring; and on the
-    persistent non-causal grids of head dim 64 up to 1,024 rows, where a block's 8 key
-    tiles make its first Q K^T's wait for V's tile count: +0.4-0.6% at 1,024 x 64;
+    persistent non-causal grids of three consumers at head dim 64 up to 1,024 rows, where a
+    block's 8 key tiles make its first Q K^T's wait for V's tile count: +0.4-0.6% at 1,024
+    x 64 (the ablation "ws per block", one CTA a block, keeps one ring);
     elsewhere one ring, which measured 3-6% faster at head dims 64 and 128). Arguments as
     :func:`attention_kernel`'s (head dim 64, 128 or 256); ``seq`` any length: the TMA
     boxes past the end read zeros (the last key tile's keys there masked to -inf) and the store of O
@@ -552,7 +553,8 @@ def attention_ws_kernel(
 
     def rings_of(ob):  # (stages, split_kv) with or without the O buffer: at head dim 128
         narrow = ob and d == 128  # Q, O and two stages of K and V fill shared memory
-        short = d == 64 and persistent and not causal and seq <= 1024  # (the balanced grid)
+        short = (d == 64 and persistent and not causal and seq <= 1024  # where the grid
+                 and consumers == 3)  # may be balanced (measured at 1,024 x 64)  # fmt: skip
         sk = (d == 256 or narrow or short) if split_kv is None else split_kv
         if stages is not None:
             return stages, sk

@@ -548,7 +548,9 @@ def encode_tensor_map(var: Any, buffer: Any, tm: TensorMap) -> Any:
 
 def prefetch_tensor_map(var: Any, launch_params: Any) -> Any:
     """The kernel statements, first in its body, that prefetch the descriptor in ``var``
-    (a ``__grid_constant__`` parameter) by the CTA's first thread: ``prefetch.tensormap``
+    (a ``__grid_constant__`` parameter) by the threads of ``threadIdx.x`` 0 (the CTA's first
+    thread in a one-dimensional block; every thread where the kernel binds no threadIdx.x;
+    a prefetch is a hint, so more than one is harmless): ``prefetch.tensormap``
     (PTX ISA 9.7.9.15, generic addressing of the parameter)."""
     prefetch = tirx.Evaluate(T.ptx.prefetch.tensormap(T.address_of(var)))
     tx = launch_params.get("threadIdx.x") if launch_params is not None else None

@@ -126,8 +126,9 @@ class Session:
 
     @staticmethod
     def _tensor_map_key(r: TensorMap, call: TileCall) -> str:
-        # the buffer itself: in TVM 0.27 a buffer is a Var, and its ``.data`` is a new
-        # expression at every access (so it named no descriptor twice)
+        # the buffer itself (in TVM 0.27 a buffer is a Var; its ``.data`` is a new
+        # expression at every access): the host statement that encodes the descriptor
+        # holds the buffer, so no other buffer takes its address while the key is cached
         buffer = call.operand(r.operand).buffer
         return f"{BRIDGE_NAME}.tensormap:{hash(buffer)}:{r.key}"
 

@@ -102,7 +102,7 @@ def test_the_warp_specialized_kernel_is_all_ours_with_the_register_split():
     assert variants.count("tma_auto") == 5 and variants.count("wgmma") == 5
     unlagged = explain(attention.attention_ws_kernel(2, 256, 64, kv_heads=1, lagged_max=False))
     assert [r.variant for r in unlagged].count("wgmma") == 4
-    # one ring (the default from 2,048 rows): K and V of a tile together
+    # one ring: K and V of a tile together
     one = explain(attention.attention_ws_kernel(2, 256, 64, kv_heads=1, split_kv=False), "sm_90a")
     assert [r.variant for r in one].count("tma_auto") == 4
     plain = [
@@ -531,6 +531,18 @@ def test_programmatic_dependent_launch_waits_before_any_global_access():
     assert "griddepcontrol" not in attention.attention_ws_kernel(1, 256, 64, pdl=False).script()
     tagged, untagged = launch(1, 256, {}), launch(1, 256, {"pdl": False})
     assert tagged.count(PDL_TAG) == 1 and [t for t in tagged if t != PDL_TAG] == untagged
+
+
+def test_two_rings_are_the_default_on_the_short_persistent_grids_of_head_dim_64_only():
+    """A ring each for K and V by default to 1,024 rows at head dim 64 (persistent,
+    non-causal, three consumers); one ring past 1,024 rows and causal (the controls)."""
+
+    def src(seq, **kw):
+        return attention.attention_ws_kernel(2, seq, 64, **kw).script()
+
+    assert src(640) == src(640, split_kv=True) != src(640, split_kv=False)
+    assert src(1152) == src(1152, split_kv=False)
+    assert src(640, causal=True) == src(640, causal=True, split_kv=False)
 
 
 def test_four_stages_at_head_dim_64_where_they_fit_and_a_missing_arrival_is_caught():

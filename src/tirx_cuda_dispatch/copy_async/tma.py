@@ -68,7 +68,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tvm import tirx
+from tvm import sym, tirx
 from tvm.script import tirx as T
 
 from ..call import Operand, TileCall
@@ -115,7 +115,7 @@ CONFIG_KEYS = {
     "of the pair (.cta_group::2, sm_100+); 1, the default, this CTA's",
     "tma_dtype": "a float32 load's descriptor type: 'tf32' (or 'tfloat32') makes the TMA "
     "round every element to tf32 (to nearest, ties to even) as it lands, for a tf32 MMA",
-    "prefetch_tensormap": "whether the kernel's first thread prefetches the descriptor at the "
+    "prefetch_tensormap": "whether the threads of threadIdx.x 0 prefetch the descriptor at the "
     "kernel's start (prefetch.tensormap; True, the default: the first copy does not wait for "
     "the descriptor's fetch)",
 }
@@ -162,6 +162,43 @@ def prefetch_of(call: TileCall) -> bool | None:
     return True if value is None else as_flag(value)
 
 
+def requires_prefetch_flag(call: TileCall) -> tuple[bool, str | None]:
+    """``prefetch_tensormap=`` is absent or a constant: whether the kernel prefetches the
+    descriptor is decided when it is lowered."""
+    if prefetch_of(call) is None:
+        value = call.config.get("prefetch_tensormap")
+        return False, (
+            f"prefetch_tensormap={value!r} ({type(value).__name__}) is not a constant: write "
+            "True (the kernel prefetches the descriptor at its start) or False"
+        )
+    return True, None
+
+
+def global_base_offset(glob: Operand) -> Any:
+    """Elements from the global buffer's data to its element 0: the view's ``elem_offset``
+    and its layout's offset on memory axes."""
+    offset = glob.buffer.elem_offset
+    for axis, value in getattr(glob.layout, "offset", {}).items():
+        if axis.is_memory():
+            offset = offset + value
+    return sym.Analyzer().simplify(offset)
+
+
+def requires_global_at_its_data(call: TileCall) -> tuple[bool, str | None]:
+    """The global buffer's element 0 is its data's first element: the host encodes the
+    tensor map from the data's address, and the boxes' coordinates count from there."""
+    glob = call.operand("dst" if direction_of(call) == "store" else "src")
+    offset = global_base_offset(glob)
+    if as_int(offset) == 0:
+        return True, None
+    return False, (
+        f"{glob.role} {glob.name} is a view {offset} elements into its data (elem_offset or "
+        "its layout's offset); a tensor map starts at the data's own address, so the boxes "
+        "would land at the data's first elements: copy from the buffer the data was "
+        "declared as, at the view's region"
+    )
+
+
 def direction_of(call: TileCall) -> str:
     """``load`` (global -> shared) or ``store`` (shared -> global)."""
     return "store" if call.operand("dst").memory == "global" else "load"
@@ -174,11 +211,6 @@ def requires_completion(call: TileCall) -> tuple[bool, str | None]:
     unknown = unknown_config(call, CONFIG_KEYS, "this TMA copy")
     if unknown:
         return False, unknown
-    if prefetch_of(call) is None:
-        return False, (
-            f"prefetch_tensormap={cfg.get('prefetch_tensormap')} is not a constant: write "
-            "True (the kernel prefetches the descriptor at its start) or False"
-        )
     if direction_of(call) == "load":
         if cfg.get("mbar") is None:
             return False, (
@@ -468,8 +500,7 @@ class TmaPlan:
         if self.direction == "load":
             facts["expect_tx_bytes"] = self.total_bytes
         facts["prefetch"] = (
-            "the CTA's thread 0 prefetches the descriptor at the kernel's start "
-            "(prefetch.tensormap)"
+            "threadIdx.x 0 prefetches the descriptor at the kernel's start (prefetch.tensormap)"
             if self.prefetch
             else "none (prefetch_tensormap=False)"
         )
@@ -730,6 +761,8 @@ def _issue_offsets(plan: TmaPlan, index: Any) -> tuple[dict[int, Any], Any]:
         requires_valid_copy,
         requires_memory_pair([("global", "shared"), ("shared", "global")]),
         requires_completion,
+        requires_prefetch_flag,
+        requires_global_at_its_data,
     ],
     plan=plan,
 )
