@@ -21,8 +21,8 @@ has the host encode it before the launch (``cuTensorMapEncodeTiled``, through TV
 ``tensormap_encode_tiled``; one per kernel for equal descriptors over the same buffer) and
 hands the emitter the variable the kernel receives it in; unless the plan says otherwise,
 the kernel's threads of ``threadIdx.x`` 0 (a CTA's first thread where the block is one
-dimension) prefetch it at the kernel's start (``prefetch.tensormap``), so
-the first copy does not wait for the descriptor's fetch.
+dimension) prefetch it at the kernel's start (``prefetch.tensormap``), so the first copy
+does not wait for the descriptor's fetch.
 
 Named barriers (PTX ISA "bar, barrier": ids 0-15 per CTA; ``bar.sync 0`` is
 ``__syncthreads``) are allocated per kernel from the ids the kernel itself never names,
@@ -191,12 +191,12 @@ class TensorMap(Kind):
     (``boxDim``); every element stride is 1. ``swizzle`` is 0 (none), 32, 64 or 128
     bytes; ``l2_promotion`` 0, 64, 128 or 256 bytes; ``tf32``: a float32 tensor encoded
     as ``CU_TENSOR_MAP_DATA_TYPE_TFLOAT32`` (a load rounds each element to tf32). Elements
-    out of the tensor read as zeros. ``prefetch``: the threads of ``threadIdx.x`` 0 prefetch the
-    descriptor at the kernel's start (``prefetch.tensormap``, PTX ISA 9.7.9.15: it brings
-    the descriptor into the cache the TMA unit reads it from; it does not wait, and has no
-    effect on memory), before anything the kernel waits for: a grid dependency's
-    ``griddepcontrol.wait`` included, since the descriptor is a kernel parameter. Not part
-    of the key: one call asking is enough."""
+    out of the tensor read as zeros. ``prefetch``: the threads of ``threadIdx.x`` 0
+    prefetch the descriptor at the kernel's start (``prefetch.tensormap``, PTX ISA
+    9.7.9.15: it brings the descriptor into the cache the TMA unit reads it from; it does
+    not wait, and has no effect on memory), before anything the kernel waits for: a grid
+    dependency's ``griddepcontrol.wait`` included, since the descriptor is a kernel
+    parameter. Not part of the key: one call asking is enough."""
 
     name: str
     operand: str  # the role of the global operand whose buffer's data is the base

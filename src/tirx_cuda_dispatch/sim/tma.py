@@ -24,8 +24,8 @@ may be read). Until then writing the shared source, or reading the global destin
 is an error naming the store; a CTA may exit with a store's writes in flight (they land
 when the grid completes), not with its reads.
 
-``prefetch.tensormap`` (the kernel's first thread, at its start, where a copy's plan
-asks) only checks that it names a tensor map: a prefetch has no effect on memory.
+``prefetch.tensormap`` (threadIdx.x 0 at the kernel's start, where a copy's plan asks)
+only checks that it names a tensor map: a prefetch has no effect on memory.
 
 Where the hardware faults, so does the simulator (:func:`..isa.bulk.coordinate_fault`): an
 innermost coordinate that is not a multiple of 16 bytes, a store's negative coordinate
