@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tvm import tirx
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import ComposeLayout, S, TileLayout
@@ -1034,32 +1035,13 @@ def test_explain_says_whether_the_descriptor_is_prefetched():
 
 
 def test_a_prefetch_flag_that_is_not_a_constant_declines():
-    def flagged(from_param: bool):
-        # fmt: off
-        @T.prim_func
-        def flag(A_ptr: T.handle, B_ptr: T.handle, f: T.int32):
-            A = T.match_buffer(A_ptr, (64, 64), "float16")
-            B = T.match_buffer(B_ptr, (64, 64), "float16")
-            T.device_entry()
-            T.cta_id([1])
-            tid = T.thread_id([128])
-            bar = T.alloc_shared([1], "uint64")
-            A_s = T.alloc_buffer((64, 64), "float16", scope="shared", align=1024,
-                                 layout=demos.tma_shared_layout("float16", (64, 64), 128))
-            if tid == 0:
-                T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
-            T.cuda.cta_sync()
-            if tid == 0:
-                Tx.copy_async(A_s[:, :], A[:, :], mbar=bar.ptr_to([0]),
-                              prefetch_tensormap=f if from_param else 1)
-                T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), 8192)
-            T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
-            Tx.cta.copy(B[:, :], A_s[:, :])
-        # fmt: on
-        return flag
-
-    assert "prefetch_tensormap=f (Var) is not a constant" in _reason(flagged(True))
-    assert _report(flagged(False)).variant == "tma_auto"  # control: the constant 1
+    """A flag only known at run time (here a variable: explain() plans, it does not run)
+    declines; the control: the constant 1."""
+    flag = tirx.Var("f", "int32")
+    assert "prefetch_tensormap=f (Var) is not a constant" in _reason(
+        tvm_style_load(align=1024, prefetch_tensormap=flag)
+    )
+    assert _report(tvm_style_load(align=1024, prefetch_tensormap=1)).variant == "tma_auto"
 
 
 def offset_view_load(offset: int):
