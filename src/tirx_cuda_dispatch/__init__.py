@@ -20,6 +20,7 @@ from . import permute_layout as _permute_layout  # noqa: F401  (registers its va
 from . import pipeline as _pipeline
 from . import reduction as _reduction  # noqa: F401  (registers the reduction variants)
 from . import tvm_guards as _tvm_guards
+from . import tvm_macros as _tvm_macros
 from .call import Operand, TileCall
 from .errors import Decline, DispatchError, VariantError, check
 from .explain import CallReport, Explanation, explain
@@ -29,6 +30,7 @@ from .registry import Predicate, list_variants, predicate, unregister, variant, 
 __version__ = "0.1.0"
 
 _tvm_guards.install()
+_tvm_macros.install()
 _pipeline.register()
 
 PIPELINE = _pipeline.PIPELINE_NAME
