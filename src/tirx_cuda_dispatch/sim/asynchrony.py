@@ -100,7 +100,7 @@ class Effect:
 
     kind: str
     what: str  # the instruction as PTX spells it
-    origin: str  # where it was issued: the call and the TIR
+    origin: Any  # where it was issued: the call and the TIR (calls.Origin; text when formatted)
     call: int | None  # the explain() index of the tile call that issued it
     target: Any  # a Memory or the TensorMemory
     threads: np.ndarray
@@ -220,7 +220,7 @@ class Asynchrony:
             if source.reading is None:
                 source.reading = np.zeros(source.data.shape, dtype=np.int32)
             source.owner = self
-            np.add.at(source.reading.reshape(-1), effect.source_bytes(), 1)
+            add_counts(source.reading, effect.source_bytes(), 1)
         self.effects.append(effect)
 
     @staticmethod
@@ -241,7 +241,7 @@ class Asynchrony:
 
     def _land(self, m: Any, effect: Effect, rows: np.ndarray, steps: Any = None) -> None:
         if effect.source is not None:
-            np.subtract.at(effect.source.reading.reshape(-1), effect.source_bytes(rows), 1)
+            add_counts(effect.source.reading, effect.source_bytes(rows), -1)
         index = tuple(ix[rows] for ix in effect.index)
         if index[-1].size:  # an effect that only reads (a wgmma's operands) writes nothing
             agents = None if effect.agent is None else np.full(int(rows.sum()), effect.agent)
@@ -304,7 +304,7 @@ class Asynchrony:
         """The rows' reads of the source are done (their writes may still be in flight)."""
         if effect.source is None:
             return
-        np.subtract.at(effect.source.reading.reshape(-1), effect.source_bytes(rows), 1)
+        add_counts(effect.source.reading, effect.source_bytes(rows), -1)
         effect.source_read[rows] = False
 
     def settle(self, m: Any, kind: str, target: Any, threads: np.ndarray) -> None:
@@ -602,3 +602,14 @@ def _first_hit(threads: np.ndarray, index: Any, hit: np.ndarray) -> tuple[tuple,
     cell = tuple(int(np.broadcast_to(ix, hit.shape)[first]) for ix in index)
     rows = threads.reshape(-1, *([1] * (hit.ndim - 1)))
     return first, cell, int(np.broadcast_to(rows, hit.shape)[first])
+
+
+def add_counts(counts: np.ndarray, cells: np.ndarray, delta: int) -> None:
+    """``np.add.at`` of ``delta`` at each of ``cells`` (indices into the flattened
+    ``counts``; repeats count repeatedly). Many cells go through a histogram: ``add.at``
+    costs over 100 ns a cell."""
+    flat = counts.reshape(-1)  # a view: counts is contiguous
+    if cells.size < 1024:
+        np.add.at(flat, cells, delta)
+    else:
+        flat += (delta * np.bincount(cells.ravel(), minlength=flat.size)).astype(flat.dtype)

@@ -67,12 +67,24 @@ def _meaning_of(fn: Handler, name: str) -> str:
     return " ".join(doc.split())
 
 
-def issued_at(m: Any, call: Any) -> str:
+def issued_at(m: Any, call: Any) -> Origin:
     """Where ``call`` runs, for messages about what it left pending: the tile call our
-    lowering emitted it for (its explain() index), and the TIR."""
-    where = f"call [{m.call}]" if m.call is not None else "the kernel's own code"
-    text = " ".join(str(call).split())
-    return f"{where}: {text if len(text) <= 160 else text[:157] + '...'}"
+    lowering emitted it for (its explain() index), and the TIR (printed when a message
+    needs it: printing TIR costs about a millisecond)."""
+    return Origin(m.call, call)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What :func:`issued_at` names, as text when formatted."""
+
+    index: int | None
+    call: Any
+
+    def __str__(self) -> str:
+        where = f"call [{self.index}]" if self.index is not None else "the kernel's own code"
+        text = " ".join(str(self.call).split())
+        return f"{where}: {text if len(text) <= 160 else text[:157] + '...'}"
 
 
 def merge(*tables: Table) -> Table:
@@ -208,29 +220,56 @@ def register_bits(m: Any, operand: Any, bits: int, what: str = "PTX") -> np.ndar
     return value.view(np.dtype(f"uint{bits}"))
 
 
-def queue_register_writes(
-    m: Any, kind: str, what: str, origin: str, regs: list[Any], out: np.ndarray, group: str = ""
-) -> None:
-    """Queue ``what``'s asynchronous write of ``out[:, k]`` (32-bit, per thread) into register
-    ``regs[k]`` of every active thread: one effect of ``kind`` per register memory, in each
-    thread's open ``group`` of that kind (none: "")."""
-    threads = m.active_threads()
+def register_cells(
+    m: Any, regs: list[Any], what: str, threads: np.ndarray
+) -> list[tuple[Any, list[int], np.ndarray]]:
+    """The bytes of the 32-bit register elements ``regs`` in ``threads``, by register
+    memory: ``(memory, positions in regs, cells)``, the cells ``(len(positions) * n, 4)``
+    register after register (each ``threads`` in order), bounds and alignment checked."""
     parts: dict[int, tuple[Any, list, list]] = {}
     for k, reg in enumerate(regs):
         _, dtype = register_operand(m, reg, what)
         if dtype.itemsize != 4:
             raise SimError(f"{what}: register {reg} is not 32 bits")
         b = m.bound(reg.source)
-        mem = b.pointer.memory
         offsets, _ = m.address(b, reg.indices)
-        cells = mem.cells(threads, m.per_thread(offsets)[threads], 4, what)
-        raw = np.ascontiguousarray(out[threads, k]).view(np.uint8).reshape(-1, 4)
-        entry = parts.setdefault(id(mem), (mem, [], []))
-        entry[1].append(cells)
-        entry[2].append(raw)
-    for mem, cells, raws in parts.values():
-        who = np.tile(threads, len(cells))
-        index = mem.index(who, np.concatenate(cells))
+        entry = parts.setdefault(id(b.pointer.memory), (b.pointer.memory, [], []))
+        entry[1].append(k)
+        entry[2].append(offsets)
+    out = []
+    for mem, ks, offsets in parts.values():
+        who = np.tile(threads, len(ks))
+        if all(o.shape == (1,) for o in offsets):  # constant indices: one offset each
+            flat = np.repeat(np.concatenate(offsets), len(threads))
+        else:
+            flat = np.concatenate([np.broadcast_to(o, (m.threads,))[threads] for o in offsets])
+        out.append((mem, ks, mem.cells(who, flat, 4, what)))
+    return out
+
+
+def read_registers(m: Any, regs: list[Any], what: str) -> np.ndarray:
+    """The bits ``(T, len(regs))`` (uint32) of the 32-bit register elements ``regs``, as
+    evaluating each would read them (checked and guarded alike; inactive threads: 0)."""
+    threads = m.active_threads()
+    out = np.zeros((m.threads, len(regs)), dtype=np.uint32)
+    for mem, ks, cells in register_cells(m, regs, what, threads):
+        raw = mem.load(np.tile(threads, len(ks)), cells[:, 0], 4, m.clocks)
+        bits = np.ascontiguousarray(raw).view(np.uint32).reshape(len(ks), len(threads))
+        out[np.ix_(threads, ks)] = bits.T
+    return out
+
+
+def queue_register_writes(
+    m: Any, kind: str, what: str, origin: Any, regs: list[Any], out: np.ndarray, group: str = ""
+) -> None:
+    """Queue ``what``'s asynchronous write of ``out[:, k]`` (32-bit, per thread) into register
+    ``regs[k]`` of every active thread: one effect of ``kind`` per register memory, in each
+    thread's open ``group`` of that kind (none: "")."""
+    threads = m.active_threads()
+    for mem, ks, cells in register_cells(m, regs, what, threads):
+        who = np.tile(threads, len(ks))
+        index = mem.index(who, cells)
+        raw = np.ascontiguousarray(out[threads][:, ks].T).view(np.uint8).reshape(-1, 4)
         groups = m.asynchrony.open_groups(m, who, group) if group else None
-        effect = Effect(kind, what, origin, m.call, mem, who, index, np.concatenate(raws), groups)
+        effect = Effect(kind, what, origin, m.call, mem, who, index, raw, groups)
         m.asynchrony.issue(m, effect)

@@ -63,8 +63,78 @@ _LEAVES = frozenset(
 )  # fmt: skip
 
 
-def _dtype_of(node: Any) -> str:
-    return str(node.ty.dtype)
+class Env:
+    """Values of variables and buffers by TIR node (what a unit's ``env`` holds).
+
+    Keyed by the node's handle: a dict keyed by a TIR ``Var`` calls its ``==``, which
+    builds an ``EQ`` expression on every lookup. Each entry keeps its node, so the handle
+    names no other node while the entry exists."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: dict[int, tuple[Any, Any]] | None = None):
+        self._items = {} if items is None else items
+
+    def __setitem__(self, node: Any, value: Any) -> None:
+        self._items[node.__chandle__()] = (node, value)
+
+    def __getitem__(self, node: Any) -> Any:
+        return self._items[node.__chandle__()][1]
+
+    def __contains__(self, node: Any) -> bool:
+        return node.__chandle__() in self._items
+
+    def get(self, node: Any, default: Any = None) -> Any:
+        hit = self._items.get(node.__chandle__())
+        return default if hit is None else hit[1]
+
+    def copy(self) -> Env:
+        return Env(dict(self._items))
+
+
+class NodeCache:
+    """What the interpreter derives from a TIR node and nothing else (its dtype, a
+    constant's value), by the node's handle; each entry keeps its node alive, so a handle
+    names one node while cached. Constant values are read-only arrays: callers share them."""
+
+    __slots__ = ("dtypes", "consts", "indices")
+
+    def __init__(self):
+        self.dtypes: dict[int, tuple[Any, str]] = {}
+        self.consts: dict[int, tuple[Any, np.ndarray]] = {}
+        # an index list's element offsets when every index is a constant (None: not)
+        self.indices: dict[int, tuple[Any, tuple[int, ...] | None]] = {}
+
+    def dtype(self, node: Any) -> str:
+        """``str(node.ty.dtype)``: reading it through TVM's FFI costs microseconds."""
+        h = node.__chandle__()
+        hit = self.dtypes.get(h)
+        if hit is None:
+            hit = self.dtypes[h] = (node, str(node.ty.dtype))
+        return hit[1]
+
+    def constant(self, node: Any) -> np.ndarray:
+        """An ``IntImm`` / ``FloatImm`` as a read-only ``(1,)`` array of its dtype."""
+        h = node.__chandle__()
+        hit = self.consts.get(h)
+        if hit is None:
+            value = np.array([node.value], dtype=parse_dtype(self.dtype(node))[0])
+            value.flags.writeable = False
+            hit = self.consts[h] = (node, value)
+        return hit[1]
+
+    def constant_indices(self, indices: Any) -> tuple[int, ...] | None:
+        """The indices as integers when each is an ``IntImm``, else None."""
+        h = indices.__chandle__()
+        hit = self.indices.get(h)
+        if hit is None:
+            items = list(indices)
+            static = all(type(i).__name__ == "IntImm" for i in items)
+            hit = self.indices[h] = (
+                indices,
+                tuple(int(i.value) for i in items) if static else None,
+            )
+        return hit[1]
 
 
 def _as_int(v: Any, what: str, active: np.ndarray | None = None) -> int:
@@ -100,7 +170,10 @@ class Machine:
         self.counters = self.by_call[None]
         self.call: int | None = None
         self.calls = calls
-        self.env: dict[Any, Any] = {}
+        self.env = Env()
+        self.nodes = NodeCache()
+        self._handlers: dict[type, Callable[[Any], Any]] = {}  # eval's, by node class
+        self._active: tuple = (None, None, None)  # (mask, tid, active_threads())
         self.blocks = blocks
         self.threads = 1
         self.mask = np.ones(1, dtype=bool)
@@ -261,7 +334,7 @@ class Machine:
         if kind not in (0, 2):  # serial, unrolled
             raise SimError(f"loop {s.loop_var} of kind {s.kind}: the simulator runs serial loops")
         step = 1 if s.step is None else _as_int(self.eval(s.step), "loop step", self.mask)
-        dt = parse_dtype(_dtype_of(s.loop_var))[0]
+        dt = parse_dtype(self.nodes.dtype(s.loop_var))[0]
         shape = self.mask.shape
         lo = np.broadcast_to(np.asarray(self.eval(s.min), dtype=np.int64), shape)
         # TIR's extent is the range's length (stop - min), its step apart
@@ -382,15 +455,11 @@ class Machine:
 
     def _binding(self, buf: Any, ptr: Pointer) -> Binding:
         dtype, lanes = parse_dtype(buf.dtype)
+        shape, strides = tuple(buf.shape), tuple(buf.strides)
         return Binding(
-            buf.name,
-            ptr,
-            dtype,
-            lanes,
-            tuple(buf.shape),
-            tuple(buf.strides),
-            buf.elem_offset,
-        )
+            buf.name, ptr, dtype, lanes, shape, strides, buf.elem_offset,
+            _static_layout(shape, strides, buf.elem_offset),
+        )  # fmt: skip
 
     def _launch(self, s: Any) -> None:
         """A ``blockIdx`` launch runs its CTAs one after another; ``threadIdx.x`` launches
@@ -602,7 +671,7 @@ class Machine:
         b = self.bound(s.buffer)
         value = self.eval(s.value)
         offsets, size = self.address(b, s.indices)
-        dtype, lanes = parse_dtype(_dtype_of(s.value))
+        dtype, lanes = parse_dtype(self.nodes.dtype(s.value))
         threads = self.active_threads()
         raw = to_bits(
             np.broadcast_to(value, (self.threads, *value.shape[1:])), dtype, lanes, self.threads
@@ -619,11 +688,29 @@ class Machine:
         return b
 
     def active_threads(self) -> np.ndarray:
-        return self.tid[np.broadcast_to(self.mask, self.tid.shape)]
+        """The active threads' numbers (a read-only array, kept while the mask is)."""
+        mask, tid, threads = self._active
+        if mask is not self.mask or tid is not self.tid:
+            threads = self.tid[np.broadcast_to(self.mask, self.tid.shape)]
+            threads.flags.writeable = False
+            self.mask.flags.writeable = False  # the cache holds while the mask is unchanged
+            self._active = (self.mask, self.tid, threads)
+        return threads
 
     def _flat_index(self, b: Binding, indices: Any) -> tuple[np.ndarray, Any]:
         """Element index ``(T,)`` or ``(T, lanes)`` of ``indices`` into ``b``, and the
         index node when it is one contiguous ramp (a vector access)."""
+        if b.static is not None:
+            strides, offset = b.static
+            const = self.nodes.constant_indices(indices)
+            if const is not None:  # the same element in every thread
+                flat = offset + sum(i * st for i, st in zip(const, strides, strict=True))
+                return np.array([flat], dtype=np.int64), None
+            flat = np.array([offset], dtype=np.int64)
+            for i, st in zip(indices, strides, strict=True):
+                flat = flat + self.eval(i).astype(np.int64) * st
+            ramp = indices[-1] if type(indices[-1]).__name__ == "Ramp" else None
+            return flat, ramp
         idx = [self.eval(i) for i in indices]
         if b.strides:
             strides = [self.eval(st) for st in b.strides]
@@ -664,6 +751,12 @@ class Machine:
     ) -> np.ndarray | None:
         """Load (``raw`` None) or store the active threads' accesses; count them."""
         mem = b.pointer.memory
+        if mem.space == "local" and offsets.shape == (1,):  # a register: not counted
+            if raw is None:
+                return mem.load_rows(threads, int(offsets[0]), size, self.clocks)
+            mem.store_rows(threads, int(offsets[0]), raw[threads].reshape(len(threads), size),
+                           self.clocks)  # fmt: skip
+            return None
         offs = np.broadcast_to(offsets, (self.threads, *offsets.shape[1:]))[threads]
         gather = offs.ndim == 2
         flat_threads = np.repeat(threads, offs.shape[1]) if gather else threads
@@ -699,23 +792,28 @@ class Machine:
         threads = self.active_threads()
         raw = self.memory_op(b, threads, offsets, size, None, lanes)
         out_bytes = dtype.itemsize * lanes
+        if len(threads) == self.threads:
+            return from_bits(raw.reshape(self.threads, out_bytes), dtype, lanes)
         full = np.zeros((self.threads, out_bytes), dtype=np.uint8)  # inactive lanes: 0
         full[threads] = raw.reshape(len(threads), out_bytes)
         return from_bits(full, dtype, lanes)
 
     # -- expressions ------------------------------------------------------------------------
     def eval(self, e: Any) -> Any:
-        kind = type(e).__name__
-        handler = getattr(self, f"_e_{kind}", None)
+        handler = self._handlers.get(type(e))
         if handler is None:
-            raise NotModeled(f"the simulator does not know the expression {kind}: {e}")
+            kind = type(e).__name__
+            handler = getattr(self, f"_e_{kind}", None)
+            if handler is None:
+                raise NotModeled(f"the simulator does not know the expression {kind}: {e}")
+            self._handlers[type(e)] = handler
         return handler(e)
 
     def _e_IntImm(self, e: Any) -> np.ndarray:
-        return np.array([e.value], dtype=parse_dtype(_dtype_of(e))[0])
+        return self.nodes.constant(e)
 
     def _e_FloatImm(self, e: Any) -> np.ndarray:
-        return np.array([e.value], dtype=parse_dtype(_dtype_of(e))[0])
+        return self.nodes.constant(e)
 
     def _e_StringImm(self, e: Any) -> str:
         return e.value
@@ -726,16 +824,16 @@ class Machine:
         return self.env[e]
 
     def _e_TensorLoad(self, e: Any) -> np.ndarray:
-        return self.load(self.bound(e.source), e.indices, _dtype_of(e))
+        return self.load(self.bound(e.source), e.indices, self.nodes.dtype(e))
 
     def _e_Cast(self, e: Any) -> np.ndarray:
-        dtype, lanes = parse_dtype(_dtype_of(e))
+        dtype, lanes = parse_dtype(self.nodes.dtype(e))
         value = self.eval(e.value)
         if isinstance(value, Pointer):
-            return cast(self.shared_address(value, str(e)), dtype)
+            return cast(self.shared_address(value, e), dtype)
         return cast(np.asarray(value), dtype)
 
-    def shared_address(self, ptr: Pointer, what: str) -> np.ndarray:
+    def shared_address(self, ptr: Pointer, what: Any) -> np.ndarray:
         """A shared-window address as a number (what a matrix descriptor encodes): the CTA's
         dynamic shared memory starts at address 0 of the window. Other shared allocations
         have no address the simulator knows, nor does a generic pointer."""
@@ -809,16 +907,16 @@ class Machine:
     def _binary(self, e: Any, fn) -> np.ndarray:
         a, b = self.eval(e.a), self.eval(e.b)
         # a shared-window address is an integer in CUDA (shifts and masks of a descriptor)
-        a = self.shared_address(a, str(e)) if isinstance(a, Pointer) else a
-        b = self.shared_address(b, str(e)) if isinstance(b, Pointer) else b
-        dtype = parse_dtype(_dtype_of(e))[0]
+        a = self.shared_address(a, e) if isinstance(a, Pointer) else a
+        b = self.shared_address(b, e) if isinstance(b, Pointer) else b
+        dtype = parse_dtype(self.nodes.dtype(e))[0]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             out = fn(a, b)
         return np.asarray(out).astype(dtype, copy=False)
 
     def _contracted(self, e: Any, sign_c: int) -> np.ndarray | None:
         """``a * b + c``: CUDA contracts it to one fused multiply-add (nvcc -fmad=true)."""
-        dtype = parse_dtype(_dtype_of(e))[0]
+        dtype = parse_dtype(self.nodes.dtype(e))[0]
         if not is_float(dtype) or dtype == np.float64:
             return None
         # a*b + c, c + a*b, a*b - c (c - a*b would need a negated product: not fused here)
@@ -843,7 +941,7 @@ class Machine:
         return self._binary(e, np.multiply)
 
     def _e_Div(self, e: Any) -> np.ndarray:
-        dtype = parse_dtype(_dtype_of(e))[0]
+        dtype = parse_dtype(self.nodes.dtype(e))[0]
         if is_float(dtype):
             if dtype == np.float32:  # an approximation under --use_fast_math (APPROXIMATE)
                 self.counters.instructions["div.f32"] += len(self.warps())
@@ -860,11 +958,11 @@ class Machine:
         return self._binary(e, _checked(np.mod))
 
     def _e_Min(self, e: Any) -> np.ndarray:
-        dtype = parse_dtype(_dtype_of(e))[0]
+        dtype = parse_dtype(self.nodes.dtype(e))[0]
         return self._binary(e, np.fmin if is_float(dtype) else np.minimum)
 
     def _e_Max(self, e: Any) -> np.ndarray:
-        dtype = parse_dtype(_dtype_of(e))[0]
+        dtype = parse_dtype(self.nodes.dtype(e))[0]
         return self._binary(e, np.fmax if is_float(dtype) else np.maximum)
 
     def _e_BitwiseAnd(self, e: Any) -> np.ndarray:
@@ -941,6 +1039,23 @@ class Machine:
 
     def per_thread(self, v: Any) -> np.ndarray:
         return np.broadcast_to(np.asarray(v), (self.threads, *np.asarray(v).shape[1:]))
+
+
+def _static_layout(shape: tuple, strides: tuple, elem_offset: Any):
+    """A buffer's element strides and offset as integers when all are constants (its
+    strides, or the row-major ones of its shape), else None."""
+    nodes = (*(strides or shape), elem_offset)
+    if not all(type(n).__name__ == "IntImm" for n in nodes):
+        return None
+    if strides:
+        steps = tuple(int(st.value) for st in strides)
+    else:
+        steps, acc = [], 1
+        for ext in reversed(shape):
+            steps.insert(0, acc)
+            acc *= int(ext.value)
+        steps = tuple(steps)
+    return steps, int(elem_offset.value)
 
 
 def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:

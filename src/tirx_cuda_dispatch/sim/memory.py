@@ -492,6 +492,39 @@ class Memory:
         self._check_ctas(threads, cells, write=False)
         return self.data[index]
 
+    def _row_slice(self, threads: np.ndarray, offset: int, size: int) -> slice | None:
+        """Local memory, every thread at byte ``offset`` of its own row: the bytes as a
+        slice of each row when the access passes :meth:`_cells`' checks and touches no
+        guarded byte; None where it does not (the general path then names the fault)."""
+        if self.space != "local" or offset < 0 or offset + size > self.nbytes:
+            return None
+        if offset % min(size if size & (size - 1) == 0 else 1, 32):
+            return None
+        rows = slice(None) if len(threads) == self.data.shape[0] else threads  # all: a view
+        span = (rows, slice(offset, offset + size))
+        if self.guard is not None and self.guard[span].any():
+            return None
+        return span
+
+    def load_rows(self, threads: np.ndarray, offset: int, size: int, clocks: Clocks):
+        """:meth:`load` of local memory where every thread reads byte ``offset`` of its own
+        row (a register the code names with constant indices): the same checks, without
+        building per-thread cells."""
+        span = self._row_slice(threads, offset, size)
+        if span is None or not self.written[span].all():
+            return self.load(threads, np.full(len(threads), offset), size, clocks)
+        return self.data[span].copy()
+
+    def store_rows(self, threads: np.ndarray, offset: int, raw: np.ndarray, clocks: Clocks):
+        """:meth:`store` of local memory where every thread writes byte ``offset`` of its
+        own row, as :meth:`load_rows` reads."""
+        span = self._row_slice(threads, offset, raw.shape[1])
+        if span is None or (self.reading is not None and self.reading[span].any()):
+            self.store(threads, np.full(len(threads), offset), raw, clocks)
+            return
+        self.data[span] = raw
+        self.written[span] = True
+
     def store(
         self, threads: np.ndarray, offsets: np.ndarray, raw: np.ndarray, clocks: Clocks,
         ranks: np.ndarray | None = None,
@@ -599,13 +632,20 @@ class Memory:
                 f"{clocks.name(int(who[i]))} overwrites it while {clocks.name(reader)} reads "
                 f"it with nothing between that orders them{_hint(clocks, who[i], reader)}"
             )
-        # two agents writing one byte in this very access
-        lo = np.full(self.nbytes, np.iinfo(np.int32).max, dtype=np.int64)
-        hi = np.full(self.nbytes, -1, dtype=np.int64)
-        np.minimum.at(lo, flat, who)
-        np.maximum.at(hi, flat, who)
-        clash = (hi[flat] != lo[flat]) & (hi[flat] >= 0)
-        if clash.any():
+        # two agents writing one byte in this very access (one agent cannot)
+        if who.min() == who.max():
+            if stamp:
+                self.w_step[flat] = steps
+                self.w_warp[flat] = who
+            return
+        owner = np.full(self.nbytes, -1, dtype=np.int64)
+        owner[flat] = who  # one of each byte's writers: another one differs from it
+        if (owner[flat] != who).any():
+            lo = np.full(self.nbytes, np.iinfo(np.int32).max, dtype=np.int64)
+            hi = np.full(self.nbytes, -1, dtype=np.int64)
+            np.minimum.at(lo, flat, who)
+            np.maximum.at(hi, flat, who)
+            clash = (hi[flat] != lo[flat]) & (hi[flat] >= 0)
             i = int(np.argmax(clash))
             raise SimError(
                 f"shared-memory race on {self.name} {self.byte_text(int(flat[i]))}: "

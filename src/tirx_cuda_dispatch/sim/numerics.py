@@ -57,6 +57,16 @@ def ptx_value_dtype(type_: str) -> np.dtype:
 def parse_dtype(dtype: Any) -> tuple[np.dtype, int]:
     """``"uint32x4"`` -> (uint32, 4); ``"float16"`` -> (float16, 1)."""
     text = str(dtype)
+    hit = _PARSED.get(text)
+    if hit is None:
+        hit = _PARSED[text] = _parse_dtype(text)
+    return hit
+
+
+_PARSED: dict[str, tuple[np.dtype, int]] = {}  # parse_dtype's answers, by text
+
+
+def _parse_dtype(text: str) -> tuple[np.dtype, int]:
     base, lanes = text, 1
     if "x" in text and text not in _SCALARS:
         base, _, count = text.rpartition("x")

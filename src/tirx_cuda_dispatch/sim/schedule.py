@@ -347,7 +347,7 @@ class Unit:
     members: np.ndarray
     mask: np.ndarray
     stack: list[Frame]
-    env: dict
+    env: Any  # the interpreter's Env
     call: int | None
     counters: Any
     unmet: Any = None
@@ -459,7 +459,7 @@ class Scheduler:
     def _new(self, members: np.ndarray, stack: list[Frame], call: int | None) -> Unit:
         """A unit of ``members`` at ``stack``, inside tile call ``call``."""
         new = Unit(
-            len(self.units), members.copy(), members.copy(), stack, dict(self.m.env), call,
+            len(self.units), members.copy(), members.copy(), stack, self.m.env.copy(), call,
             self.m.counters_of(call),
         )  # fmt: skip
         self.units.append(new)

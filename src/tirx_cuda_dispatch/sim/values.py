@@ -59,6 +59,8 @@ class Binding:
     shape: tuple[int, ...]
     strides: tuple[Any, ...]
     elem_offset: Any
+    # the element strides and offset when all are constants (the interpreter's fast path)
+    static: tuple[tuple[int, ...], int] | None = None
 
     @property
     def elem_bytes(self) -> int:

@@ -24,7 +24,14 @@ import ml_dtypes
 import numpy as np
 
 from .asynchrony import Effect
-from .calls import Table, issued_at, plain_ptx_operands, queue_register_writes
+from .calls import (
+    Table,
+    issued_at,
+    plain_ptx_operands,
+    queue_register_writes,
+    read_registers,
+    register_cells,
+)
 from .errors import NotModeled, SimError
 from .interpreter import Machine
 from .memory import swizzled_address
@@ -213,7 +220,10 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
     flags = [0 if x is None else int(np.asarray(m.eval(x)).flat[0]) for x in (trans_a, trans_b)]
     keep = np.asarray(m.per_thread(m.eval(scale_d))).astype(bool)
     if keep[threads].any():  # scale-d 0: D is not read (it may hold anything)
-        d = np.stack([np.asarray(m.per_thread(m.eval(r)), dtype=np.float32) for r in regs], 1)
+        if all(m.nodes.dtype(r) == "float32" for r in regs):  # one gather
+            d = read_registers(m, regs, what).view(np.float32)
+        else:
+            d = np.stack([np.asarray(m.per_thread(m.eval(r)), dtype=np.float32) for r in regs], 1)
     else:
         d = np.zeros((m.threads, len(regs)), dtype=np.float32)
     if registers_a:  # (threads, 4) .b32 words, read at the issue
@@ -298,20 +308,15 @@ def _queue_register_reads(m: Machine, call: Any, what: str, a_regs: list, groups
     undefined): per warpgroup, an effect that writes nothing and reads them, so a plain
     write before the ``wgmma.wait_group`` is an error naming the wgmma (a read is not)."""
     threads = m.active_threads()
-    by_memory: dict[int, tuple[Any, list]] = {}
-    for reg in a_regs:
-        b = m.bound(reg.source)
-        mem = b.pointer.memory
-        offsets, _ = m.address(b, reg.indices)
-        cells = mem.cells(threads, m.per_thread(offsets)[threads], 4, what)
-        flat = threads[:, None] * mem.nbytes + cells  # into the flattened register bytes
-        by_memory.setdefault(id(mem), (mem, []))[1].append((threads, flat))
+    by_memory = []
+    for mem, ks, cells in register_cells(m, a_regs, what, threads):
+        who = np.tile(threads, len(ks))
+        by_memory.append((mem, who, who[:, None] * mem.nbytes + cells))  # flattened bytes
     for g in np.asarray(groups).tolist():
         one = np.array([g * WARPGROUP])
         group = m.asynchrony.open_groups(m, one, "wgmma")
-        for mem, parts in by_memory.values():
-            mine = [flat[(t // WARPGROUP) == g] for t, flat in parts]
-            source = np.unique(np.concatenate([x.ravel() for x in mine]))[None, :]
+        for mem, who, flat in by_memory:
+            source = np.unique(flat[(who // WARPGROUP) == g].ravel())[None, :]
             effect = Effect(
                 "wgmma", what, issued_at(m, call), m.call, mem, one,
                 mem.index(one, np.zeros((1, 0), dtype=np.int64)),
@@ -332,7 +337,9 @@ def _queue_reads(
     one = np.array([reader])
     index = memory.index(one, np.zeros((1, 0), dtype=np.int64))
     group = m.asynchrony.open_groups(m, one, "wgmma")
-    source = np.unique(cells)[None, :]
+    seen = np.zeros(memory.nbytes, dtype=bool)  # the distinct bytes (np.unique sorts: slower)
+    seen[cells] = True
+    source = np.flatnonzero(seen)[None, :]
     effect = Effect(
         "wgmma", what, issued_at(m, call), m.call, memory, one, index,
         np.zeros((1, 0), dtype=np.uint8), group,
