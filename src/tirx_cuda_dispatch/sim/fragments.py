@@ -165,24 +165,30 @@ def _as_matrices(matrices: np.ndarray) -> np.ndarray:
     return mats.astype(np.uint16)
 
 
+@functools.cache
+def ldmatrix_fragment_map(trans: bool) -> tuple[np.ndarray, np.ndarray]:
+    """All of :func:`ldmatrix_fragment` at once: (rows, cols), each ``int64`` ``(32, 2)``
+    by lane and half. Cached, hence read-only."""
+    cells = np.array(
+        [[ldmatrix_fragment(lane, half, trans) for half in (0, 1)] for lane in range(WARP_SIZE)]
+    )
+    rows, cols = cells[..., 0].copy(), cells[..., 1].copy()
+    rows.flags.writeable = cols.flags.writeable = False
+    return rows, cols
+
+
 def ldmatrix_load(matrices: np.ndarray, trans: bool = False) -> np.ndarray:
     """Simulate ``ldmatrix.sync.aligned.m8n8.x{num}{.trans}.b16`` on already-gathered rows.
 
     ``matrices[m, i, :]`` are the eight 16-bit elements at the address lane ``8*m + i``
     supplied (memory order). Returns the destination registers as ``uint32`` of shape
-    ``(32, num)``: ``out[lane, m]`` is ``r[m]`` of that lane.
+    ``(32, num)``: ``out[lane, m]`` is ``r[m]`` of that lane (half ``h`` of it the element
+    :func:`ldmatrix_fragment` names).
     """
     mats = _as_matrices(matrices)
-    num = mats.shape[0]
-    out = np.zeros((WARP_SIZE, num), dtype=np.uint32)
-    for lane in range(WARP_SIZE):
-        for m in range(num):
-            word = 0
-            for half in (0, 1):
-                row, col = ldmatrix_fragment(lane, half, trans)
-                word |= int(mats[m, row, col]) << (16 * half)
-            out[lane, m] = word
-    return out
+    rows, cols = ldmatrix_fragment_map(trans)
+    halves = mats[:, rows, cols].astype(np.uint32)  # (num, 32, 2)
+    return np.ascontiguousarray((halves[..., 0] | (halves[..., 1] << np.uint32(16))).T)
 
 
 def stmatrix_store(regs: np.ndarray, trans: bool = False) -> np.ndarray:
@@ -197,13 +203,11 @@ def stmatrix_store(regs: np.ndarray, trans: bool = False) -> np.ndarray:
         raise ValueError(f"expected (32, num) registers, got shape {r.shape}")
     num = r.shape[1]
     _check_num(num)
+    words = (r.astype(np.int64) & 0xFFFFFFFF).T  # (num, 32)
     out = np.zeros((num, M8N8_ROWS, M8N8_COLS), dtype=np.uint16)
-    for lane in range(WARP_SIZE):
-        for m in range(num):
-            word = int(r[lane, m]) & 0xFFFFFFFF
-            for half in (0, 1):
-                row, col = ldmatrix_fragment(lane, half, trans)
-                out[m, row, col] = (word >> (16 * half)) & 0xFFFF
+    rows, cols = ldmatrix_fragment_map(trans)
+    for half in (0, 1):
+        out[:, rows[:, half], cols[:, half]] = (words >> (16 * half)) & 0xFFFF
     return out
 
 

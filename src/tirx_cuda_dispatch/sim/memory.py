@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..layout.banks import conflict_ways
-from ..layout.partition import Access
+from ..layout.banks import wavefront_costs
 from .errors import SimError
 
 NONE = -1
@@ -699,10 +698,15 @@ def _hint(clocks: Clocks, reader: Any, writer: Any) -> str:
 def bank_ways(threads: np.ndarray, offsets: np.ndarray, size: int) -> dict[int, int]:
     """Per warp of ``threads``: the worst conflict degree of its wavefronts, when each
     thread accesses ``size`` bytes at byte ``offsets`` of one shared allocation."""
-    by_warp: dict[int, list[Access]] = {}
-    for t, off in zip(threads.tolist(), offsets.tolist(), strict=True):
-        by_warp.setdefault(t // 32, []).append(Access(0, t, off, size))
-    return {w: max(conflict_ways(items, 1)) for w, items in by_warp.items()}
+    threads = np.asarray(threads, dtype=np.int64)
+    ways, _ = wavefront_costs(  # one instruction: its wavefronts are each warp's own
+        np.zeros(threads.size, np.int64), threads, np.asarray(offsets, dtype=np.int64),
+        np.full(threads.size, size, dtype=np.int64),
+    )  # fmt: skip
+    warps, first, inverse = np.unique(threads // 32, return_index=True, return_inverse=True)
+    worst = np.zeros(warps.size, dtype=np.int64)
+    np.maximum.at(worst, inverse.reshape(-1), ways)
+    return {int(warps[i]): int(worst[i]) for i in np.argsort(first, kind="stable")}
 
 
 def swizzled_address(address: Any, swizzle: int) -> Any:
