@@ -8,8 +8,9 @@ stack is deep and a macro call costs about 0.2 s; examples/attention.py makes ab
 of them a kernel, so building one took 6-8 s, most of the test suite's time.
 
 :func:`install` replaces that lookup with a walk up ``frame.f_back``: the same frames
-in the same order (the current one first), the same global looked up in each, the same
-parser found and the same error without one. Nothing else of the macro changes.
+in the same order (from the lookup's caller up: neither lookup's own module defines a
+parser), the same global looked up in each, the same parser found and the same error
+without one. Nothing else of the macro changes.
 """
 
 from __future__ import annotations

@@ -606,10 +606,16 @@ def _first_hit(threads: np.ndarray, index: Any, hit: np.ndarray) -> tuple[tuple,
 
 def add_counts(counts: np.ndarray, cells: np.ndarray, delta: int) -> None:
     """``np.add.at`` of ``delta`` at each of ``cells`` (indices into the flattened
-    ``counts``; repeats count repeatedly). Many cells go through a histogram: ``add.at``
-    costs over 100 ns a cell."""
+    ``counts``; repeats count repeatedly). Many cells within a short span go through a
+    histogram of the span: ``add.at`` costs over 100 ns a cell."""
     flat = counts.reshape(-1)  # a view: counts is contiguous
-    if cells.size < 1024:
-        np.add.at(flat, cells, delta)
-    else:
-        flat += (delta * np.bincount(cells.ravel(), minlength=flat.size)).astype(flat.dtype)
+    cells = cells.ravel()
+    if cells.size >= 1024:
+        lo = int(cells.min())
+        span = int(cells.max()) - lo + 1
+        if span <= 64 * cells.size:
+            flat[lo : lo + span] += (delta * np.bincount(cells - lo, minlength=span)).astype(
+                flat.dtype
+            )
+            return
+    np.add.at(flat, cells, delta)

@@ -248,11 +248,16 @@ def register_cells(
 
 
 def read_registers(m: Any, regs: list[Any], what: str) -> np.ndarray:
-    """The bits ``(T, len(regs))`` (uint32) of the 32-bit register elements ``regs``, as
-    evaluating each would read them (checked and guarded alike; inactive threads: 0)."""
+    """The bits ``(T, len(regs))`` (uint32) of the 32-bit register elements ``regs`` in
+    local memory, as evaluating each would read them (checked and guarded alike, not
+    counted: register reads are not accesses; inactive threads: 0). Where several
+    registers are faulty at once, the fault named may be another register's than the
+    first in order (all checks of one kind run over all registers together)."""
     threads = m.active_threads()
     out = np.zeros((m.threads, len(regs)), dtype=np.uint32)
     for mem, ks, cells in register_cells(m, regs, what, threads):
+        if mem.space != "local":
+            raise SimError(f"{what}: register {regs[ks[0]]} is not in local memory")
         raw = mem.load(np.tile(threads, len(ks)), cells[:, 0], 4, m.clocks)
         bits = np.ascontiguousarray(raw).view(np.uint32).reshape(len(ks), len(threads))
         out[np.ix_(threads, ks)] = bits.T

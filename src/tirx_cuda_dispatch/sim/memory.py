@@ -491,7 +491,7 @@ class Memory:
         self._check_ctas(threads, cells, write=False)
         return self.data[index]
 
-    def _row_slice(self, threads: np.ndarray, offset: int, size: int) -> slice | None:
+    def _row_slice(self, threads: np.ndarray, offset: int, size: int) -> tuple | None:
         """Local memory, every thread at byte ``offset`` of its own row: the bytes as a
         slice of each row when the access passes :meth:`_cells`' checks and touches no
         guarded byte; None where it does not (the general path then names the fault)."""
@@ -499,13 +499,18 @@ class Memory:
             return None
         if offset % min(size if size & (size - 1) == 0 else 1, 32):
             return None
-        rows = slice(None) if len(threads) == self.data.shape[0] else threads  # all: a view
+        every = (
+            len(threads) == self.data.shape[0]
+            and threads[0] == 0
+            and threads[-1] == len(threads) - 1
+        )
+        rows = slice(None) if every else threads  # every thread, in order (active_threads)
         span = (rows, slice(offset, offset + size))
         if self.guard is not None and self.guard[span].any():
             return None
         return span
 
-    def load_rows(self, threads: np.ndarray, offset: int, size: int, clocks: Clocks):
+    def load_rows(self, threads: np.ndarray, offset: int, size: int, clocks: Clocks) -> np.ndarray:
         """:meth:`load` of local memory where every thread reads byte ``offset`` of its own
         row (a register the code names with constant indices): the same checks, without
         building per-thread cells."""
@@ -514,7 +519,7 @@ class Memory:
             return self.load(threads, np.full(len(threads), offset), size, clocks)
         return self.data[span].copy()
 
-    def store_rows(self, threads: np.ndarray, offset: int, raw: np.ndarray, clocks: Clocks):
+    def store_rows(self, threads: np.ndarray, offset: int, raw: np.ndarray, clocks: Clocks) -> None:
         """:meth:`store` of local memory where every thread writes byte ``offset`` of its
         own row, as :meth:`load_rows` reads."""
         span = self._row_slice(threads, offset, raw.shape[1])

@@ -220,7 +220,10 @@ def _wgmma_mma(m: Machine, call: Any) -> None:
     flags = [0 if x is None else int(np.asarray(m.eval(x)).flat[0]) for x in (trans_a, trans_b)]
     keep = np.asarray(m.per_thread(m.eval(scale_d))).astype(bool)
     if keep[threads].any():  # scale-d 0: D is not read (it may hold anything)
-        if all(m.nodes.dtype(r) == "float32" for r in regs):  # one gather
+        if all(
+            m.nodes.dtype(r) == "float32" and m.bound(r.source).pointer.memory.space == "local"
+            for r in regs
+        ):  # registers, as wgmma's D always is: one gather
             d = read_registers(m, regs, what).view(np.float32)
         else:
             d = np.stack([np.asarray(m.per_thread(m.eval(r)), dtype=np.float32) for r in regs], 1)

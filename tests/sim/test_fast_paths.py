@@ -1,0 +1,94 @@
+"""The simulator's fast paths give what its general paths give: counts through a histogram
+equal ``np.add.at``, a register read or written as a row slice faults as the per-thread
+path does, and bank-conflict degrees of a whole instruction equal those warp by warp."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tirx_cuda_dispatch.layout.banks import conflict_ways
+from tirx_cuda_dispatch.layout.partition import Access
+from tirx_cuda_dispatch.sim import SimError
+from tirx_cuda_dispatch.sim.asynchrony import add_counts
+from tirx_cuda_dispatch.sim.memory import Clocks, Memory, bank_ways
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+@pytest.mark.parametrize(
+    "cells, size",
+    [
+        (300, 4096),  # few cells: add.at itself
+        (5000, 8192),  # many within a short span: the histogram
+        (2048, 1 << 22),  # many, spread over a long span: add.at again
+    ],
+    ids=["few", "dense", "sparse"],
+)
+def test_add_counts_equals_add_at(cells, size, delta):
+    rng = np.random.default_rng(cells)
+    at = rng.integers(0, size, cells)
+    at[: cells // 4] = at[0]  # repeats count repeatedly
+    start = rng.integers(-3, 3, (size // 64, 64)).astype(np.int32)
+    ours, expected = start.copy(), start.copy()
+    add_counts(ours, at, delta)
+    np.add.at(expected.reshape(-1), at, delta)
+    assert ours.dtype == np.int32 and np.array_equal(ours, expected)
+    assert not np.array_equal(ours, start)
+
+
+def _registers(threads: int = 64, nbytes: int = 32) -> Memory:
+    return Memory("r", "local", nbytes, threads=threads, rng=np.random.default_rng(0))
+
+
+def _message(fn) -> str:
+    with pytest.raises(SimError) as err:
+        fn()
+    return str(err.value)
+
+
+@pytest.mark.parametrize("active", ["all", "some"])
+def test_a_row_slice_read_of_unwritten_bytes_is_the_general_path_s_error(active):
+    threads = np.arange(64) if active == "all" else np.arange(8, 40)
+    clocks = Clocks(2)
+    mem = _registers()
+    raw = np.full((threads.size, 4), 7, dtype=np.uint8)
+    mem.store_rows(threads, 8, raw, clocks)
+    assert np.array_equal(mem.load_rows(threads, 8, 4, clocks), raw)
+    assert np.array_equal(mem.load(threads, np.full(threads.size, 8), 4, clocks), raw)
+    mem.written[threads[5], 9] = False  # one byte of one thread never written
+    fast = _message(lambda: mem.load_rows(threads, 8, 4, clocks))
+    slow = _message(lambda: mem.load(threads, np.full(threads.size, 8), 4, clocks))
+    assert fast == slow and f"thread {threads[5]} reads byte 8" in fast
+
+
+@pytest.mark.parametrize("offset, size", [(30, 4), (-4, 4), (6, 4)], ids=["past", "below", "odd"])
+def test_a_row_slice_access_out_of_bounds_or_misaligned_is_the_general_path_s_error(offset, size):
+    threads, clocks = np.arange(64), Clocks(2)
+    mem = _registers()
+    raw = np.zeros((64, size), dtype=np.uint8)
+    fast = _message(lambda: mem.store_rows(threads, offset, raw, clocks))
+    slow = _message(lambda: mem.store(threads, np.full(64, offset), raw, clocks))
+    assert fast == slow and ("out of bounds" in fast or "misaligned" in fast)
+
+
+def _ways_warp_by_warp(threads, offsets, size):
+    by_warp: dict[int, list[Access]] = {}
+    for t, off in zip(threads.tolist(), offsets.tolist(), strict=True):
+        by_warp.setdefault(t // 32, []).append(Access(0, t, off, size))
+    return {w: max(conflict_ways(items, 1)) for w, items in by_warp.items()}
+
+
+def test_bank_ways_equal_those_of_each_warp_alone():
+    rng = np.random.default_rng(3)
+    worst = set()
+    for trial in range(120):
+        n, size = int(rng.integers(1, 200)), int(rng.choice([1, 2, 4, 8, 16]))
+        threads = rng.choice(256, n, replace=False)
+        if trial % 2:
+            threads = np.sort(threads)
+        offsets = rng.integers(0, 2048 // size, n) * size
+        ours = bank_ways(threads, offsets, size)
+        assert ours == _ways_warp_by_warp(threads, offsets, size)
+        assert list(ours) == list(_ways_warp_by_warp(threads, offsets, size))  # warp order
+        worst |= set(ours.values())
+    assert max(worst) > 1  # conflicts were among the cases
