@@ -92,3 +92,15 @@ def test_bank_ways_equal_those_of_each_warp_alone():
         assert list(ours) == list(_ways_warp_by_warp(threads, offsets, size))  # warp order
         worst |= set(ours.values())
     assert max(worst) > 1  # conflicts were among the cases
+
+
+def test_two_warps_writing_one_shared_byte_at_once_race_and_one_warp_does_not():
+    """The one-writer shortcut of the race check: two lanes of one warp storing the same
+    word are one agent (no race); a lane of each of two warps are a race naming both."""
+    mem = Memory("S", "shared", 64, rng=np.random.default_rng(0))
+    raw = np.arange(8, dtype=np.uint8).reshape(2, 4)
+    mem.store(np.array([0, 1]), np.array([8, 8]), raw, Clocks(2))  # warp 0 twice
+    assert mem.written[8:12].all()
+    message = _message(lambda: mem.store(np.array([3, 35]), np.array([16, 16]), raw, Clocks(2)))
+    assert "shared-memory race on S byte 16" in message and "write it at once" in message
+    assert "warp 0" in message and "warp 1" in message

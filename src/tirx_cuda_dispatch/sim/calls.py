@@ -242,7 +242,7 @@ def register_cells(
         if all(o.shape == (1,) for o in offsets):  # constant indices: one offset each
             flat = np.repeat(np.concatenate(offsets), len(threads))
         else:
-            flat = np.concatenate([np.broadcast_to(o, (m.threads,))[threads] for o in offsets])
+            flat = np.concatenate([m.per_thread(o)[threads] for o in offsets])
         out.append((mem, ks, mem.cells(who, flat, 4, what)))
     return out
 

@@ -700,31 +700,31 @@ class Machine:
     def _flat_index(self, b: Binding, indices: Any) -> tuple[np.ndarray, Any]:
         """Element index ``(T,)`` or ``(T, lanes)`` of ``indices`` into ``b``, and the
         index node when it is one contiguous ramp (a vector access)."""
-        if b.static is not None:
+        const = self.nodes.constant_indices(indices) if b.static is not None else None
+        if const is not None:  # the same element in every thread
             strides, offset = b.static
-            const = self.nodes.constant_indices(indices)
-            if const is not None:  # the same element in every thread
-                flat = offset + sum(i * st for i, st in zip(const, strides, strict=True))
-                return np.array([flat], dtype=np.int64), None
-            flat = np.array([offset], dtype=np.int64)
-            for i, st in zip(indices, strides, strict=True):
-                flat = flat + self.eval(i).astype(np.int64) * st
-            ramp = indices[-1] if type(indices[-1]).__name__ == "Ramp" else None
-            return flat, ramp
+            flat = offset + sum(i * st for i, st in zip(const, strides, strict=True))
+            return np.array([flat], dtype=np.int64), None
         idx = [self.eval(i) for i in indices]
-        if b.strides:
-            strides = [self.eval(st) for st in b.strides]
-        else:
-            strides, acc = [], np.array([1])
-            for ext in reversed(b.shape):
-                strides.insert(0, acc)
-                acc = acc * self.eval(ext)
-        flat = np.array([0], dtype=np.int64)
+        strides, offset = b.static if b.static is not None else self._evaluated_layout(b)
+        flat = np.array([offset], dtype=np.int64)
         for i, st in zip(idx, strides, strict=True):
-            flat = flat + i.astype(np.int64) * np.asarray(st).astype(np.int64).reshape(-1)[0]
-        flat = flat + int(self.eval(b.elem_offset)[0])
+            flat = flat + i.astype(np.int64) * st
         ramp = indices[-1] if type(indices[-1]).__name__ == "Ramp" else None
         return flat, ramp
+
+    def _evaluated_layout(self, b: Binding) -> tuple[tuple[int, ...], int]:
+        """``b``'s element strides and offset where they are expressions (thread 0's
+        values: the simulator takes a buffer's layout as uniform)."""
+
+        def first(node: Any) -> int:
+            return int(np.asarray(self.eval(node)).reshape(-1)[0])
+
+        if b.strides:
+            strides = tuple(first(st) for st in b.strides)
+        else:
+            strides = _row_major([first(ext) for ext in b.shape])
+        return strides, first(b.elem_offset)
 
     def address(self, b: Binding, indices: Any) -> tuple[np.ndarray, int]:
         """Byte offsets per access and the access size: ``(T,)`` with a vector buffer or a
@@ -1048,14 +1048,17 @@ def _static_layout(shape: tuple, strides: tuple, elem_offset: Any):
     if not all(type(n).__name__ == "IntImm" for n in nodes):
         return None
     if strides:
-        steps = tuple(int(st.value) for st in strides)
-    else:
-        steps, acc = [], 1
-        for ext in reversed(shape):
-            steps.insert(0, acc)
-            acc *= int(ext.value)
-        steps = tuple(steps)
-    return steps, int(elem_offset.value)
+        return tuple(int(st.value) for st in strides), int(elem_offset.value)
+    return _row_major([int(ext.value) for ext in shape]), int(elem_offset.value)
+
+
+def _row_major(extents: list[int]) -> tuple[int, ...]:
+    """The element strides of a row-major array of ``extents``."""
+    steps, acc = [], 1
+    for ext in reversed(extents):
+        steps.insert(0, acc)
+        acc *= ext
+    return tuple(steps)
 
 
 def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -407,8 +407,7 @@ class Memory:
                 f"{what} of {size} bytes at byte {int(offsets[i])} of {self.space} "
                 f"{self.name} ({self.nbytes} bytes) is out of bounds ({self._who(threads[i])})"
             )
-        # an access is aligned to its own size, up to the widest one (PTX's 256-bit .v8)
-        align = min(size if size & (size - 1) == 0 else 1, 32)
+        align = _alignment(size)
         misaligned = offsets % align != 0
         if misaligned.any():
             i = int(np.argmax(misaligned))
@@ -497,7 +496,7 @@ class Memory:
         guarded byte; None where it does not (the general path then names the fault)."""
         if self.space != "local" or offset < 0 or offset + size > self.nbytes:
             return None
-        if offset % min(size if size & (size - 1) == 0 else 1, 32):
+        if offset % _alignment(size):
             return None
         every = (
             len(threads) == self.data.shape[0]
@@ -636,29 +635,28 @@ class Memory:
                 f"{clocks.name(int(who[i]))} overwrites it while {clocks.name(reader)} reads "
                 f"it with nothing between that orders them{_hint(clocks, who[i], reader)}"
             )
-        # two agents writing one byte in this very access (one agent cannot)
-        if who.min() == who.max():
-            if stamp:
-                self.w_step[flat] = steps
-                self.w_warp[flat] = who
-            return
-        owner = np.full(self.nbytes, -1, dtype=np.int64)
-        owner[flat] = who  # one of each byte's writers: another one differs from it
-        if (owner[flat] != who).any():
-            lo = np.full(self.nbytes, np.iinfo(np.int32).max, dtype=np.int64)
-            hi = np.full(self.nbytes, -1, dtype=np.int64)
-            np.minimum.at(lo, flat, who)
-            np.maximum.at(hi, flat, who)
-            clash = (hi[flat] != lo[flat]) & (hi[flat] >= 0)
-            i = int(np.argmax(clash))
-            raise SimError(
-                f"shared-memory race on {self.name} {self.byte_text(int(flat[i]))}: "
-                f"{clocks.name(int(lo[flat[i]]))} and {clocks.name(int(hi[flat[i]]))} write "
-                f"it at once"
-            )
+        if who.min() != who.max():  # one agent cannot write a byte twice at once
+            self._check_one_writer(who, flat, clocks)
         if stamp:
             self.w_step[flat] = steps
             self.w_warp[flat] = who
+
+    def _check_one_writer(self, who: np.ndarray, flat: np.ndarray, clocks: Clocks) -> None:
+        """Two agents writing one byte in this very access are a race."""
+        owner = np.full(self.nbytes, -1, dtype=np.int64)
+        owner[flat] = who  # one of each byte's writers: another one differs from it
+        if not (owner[flat] != who).any():
+            return
+        lo = np.full(self.nbytes, np.iinfo(np.int32).max, dtype=np.int64)
+        hi = np.full(self.nbytes, -1, dtype=np.int64)
+        np.minimum.at(lo, flat, who)
+        np.maximum.at(hi, flat, who)
+        i = int(np.argmax((hi[flat] != lo[flat]) & (hi[flat] >= 0)))
+        raise SimError(
+            f"shared-memory race on {self.name} {self.byte_text(int(flat[i]))}: "
+            f"{clocks.name(int(lo[flat[i]]))} and {clocks.name(int(hi[flat[i]]))} write "
+            f"it at once"
+        )
 
     def _check_fenced(self, who, flat, writer, clocks: Clocks) -> None:
         """Async-proxy reads of bytes that warps wrote (generic proxy): each write must lie
@@ -680,6 +678,12 @@ class Memory:
                     f"bytes; the writing threads need fence.proxy.async (then a barrier) "
                     f"before the asynchronous operation is issued"
                 )
+
+
+def _alignment(size: int) -> int:
+    """The alignment an access of ``size`` bytes needs: its own size, up to the widest
+    one (PTX's 256-bit .v8); 1 for a size that is not a power of two."""
+    return min(size if size & (size - 1) == 0 else 1, 32)
 
 
 def _rows(threads: np.ndarray, agents: np.ndarray | None) -> np.ndarray:
