@@ -19,8 +19,8 @@ from . import gemm_async as _gemm_async  # noqa: F401  (registers the gemm_async
 from . import permute_layout as _permute_layout  # noqa: F401  (registers its variant)
 from . import pipeline as _pipeline
 from . import reduction as _reduction  # noqa: F401  (registers the reduction variants)
+from . import tvm_frames as _tvm_frames
 from . import tvm_guards as _tvm_guards
-from . import tvm_macros as _tvm_macros
 from .call import Operand, TileCall
 from .errors import Decline, DispatchError, VariantError, check
 from .explain import CallReport, Explanation, explain
@@ -30,7 +30,7 @@ from .registry import Predicate, list_variants, predicate, unregister, variant, 
 __version__ = "0.1.0"
 
 _tvm_guards.install()
-_tvm_macros.install()
+_tvm_frames.install()
 _pipeline.register()
 
 PIPELINE = _pipeline.PIPELINE_NAME

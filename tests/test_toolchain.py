@@ -1,0 +1,87 @@
+"""The offline NVRTC compile: TVM's sources take the precompiled-header path and give the
+same bytes as without it; one compile answers a kernel's PTX, cubin and log."""
+
+from __future__ import annotations
+
+import pytest
+
+import tirx_cuda_dispatch as tcd
+from kernels import warp_g2s
+from test_ptxas import one_loop
+from tirx_cuda_dispatch import toolchain
+
+HAND_WRITTEN = 'extern "C" __global__ void k(float* a) { a[threadIdx.x] = 1.0f; }\n'
+
+
+def _sources():
+    return {
+        "copy sm_90a": (toolchain.cuda_source(warp_g2s(16, 32), "sm_90a"), "sm_90a"),
+        "copy sm_80": (toolchain.cuda_source(warp_g2s(16, 32, "float16"), "sm_80"), "sm_80"),
+        "wgmma sm_90a": (
+            toolchain.cuda_source(one_loop(), "sm_90a", tcd.STRICT_PIPELINE),
+            "sm_90a",
+        ),
+    }
+
+
+def test_tvm_sources_take_the_precompiled_headers_and_hand_written_ones_do_not():
+    for name, (source, _) in _sources().items():
+        assert toolchain.pch_options(source) == toolchain._PCH_OPTIONS, name
+    # Control: a kernel that includes neither header would only pay for parsing them.
+    assert toolchain.pch_options(HAND_WRITTEN) == []
+    assert toolchain.pch_options("#include <cuda/std/cstdint>\n" + HAND_WRITTEN) == []
+
+
+def test_precompiled_headers_change_no_byte_of_ptx_cubin_or_ptxas_verdicts(monkeypatch):
+    sources = _sources()
+    outputs = {}
+    for pch in (True, False):
+        toolchain._nvrtc_all.cache_clear()
+        if not pch:
+            monkeypatch.setattr(toolchain, "pch_options", lambda source: [])
+        for name, (source, arch) in sources.items():
+            outputs[pch, name] = (
+                toolchain.nvrtc_ptx(source, arch),
+                toolchain.nvrtc_compile(source, arch),
+                toolchain.ptxas_usage(source, arch),
+                toolchain.ptxas_notes(source, arch),
+            )
+    toolchain._nvrtc_all.cache_clear()
+    for name in sources:
+        assert outputs[True, name] == outputs[False, name], name
+    # Control: the comparison tells kernels apart.
+    assert outputs[True, "copy sm_90a"][1] != outputs[True, "copy sm_80"][1]
+    assert outputs[True, "wgmma sm_90a"][3]  # one_loop's verdicts (C7508, C7517) survive
+
+
+def test_one_compile_answers_ptx_cubin_and_log(monkeypatch):
+    from cuda.bindings import nvrtc
+
+    source, arch = _sources()["copy sm_90a"]
+    compiles = []
+    real = nvrtc.nvrtcCompileProgram
+
+    def counted(prog, n, opts):
+        compiles.append(list(opts))
+        return real(prog, n, opts)
+
+    monkeypatch.setattr(nvrtc, "nvrtcCompileProgram", counted)
+    toolchain._nvrtc_all.cache_clear()
+    ptx = toolchain.nvrtc_ptx(source, arch)
+    cubin = toolchain.nvrtc_compile(source, arch)
+    assert ".entry" in ptx and cubin[:4] == b"\x7fELF"
+    assert len(compiles) == 1
+    assert b"-pch" in compiles[0]
+    # Control: other options (ptxas -v) are another compile, and so is another source.
+    toolchain.ptxas_usage(source, arch)
+    toolchain.nvrtc_compile(source.replace("kernel", "kernel2"), arch)
+    assert len(compiles) == 3
+    toolchain._nvrtc_all.cache_clear()
+
+
+def test_a_failed_compile_names_the_architecture_and_is_not_kept():
+    source, _ = _sources()["copy sm_90a"]
+    bad = source + "\nint broken = ;\n"
+    for _ in range(2):
+        with pytest.raises(toolchain.ToolchainError, match="NVRTC could not compile for sm_90a"):
+            toolchain.nvrtc_compile(bad)
