@@ -672,35 +672,37 @@ def mma_fragment_map(shape: str, operand: str, type_: str) -> np.ndarray:
 def mma_unpack(shape: str, operand: str, type_: str, words: np.ndarray) -> np.ndarray:
     """The warp's registers of one operand -> the operand's matrix, as raw bits.
 
-    ``words`` is ``(32, regs)`` (``words[lane, r]`` the ``r``-th register of the operand's
-    vector in that lane). Returns ``(rows, cols)`` of ``uint16`` (16-bit types; a
-    register's low half is its lower-numbered element) or ``uint32``.
+    ``words`` is ``(..., 32, regs)`` (``words[..., lane, r]`` the ``r``-th register of the
+    operand's vector in that lane; leading axes: several warps at once). Returns ``(...,
+    rows, cols)`` of ``uint16`` (16-bit types; a register's low half is its
+    lower-numbered element) or ``uint32``.
     """
     rows, cols, bits = _mma_form(shape, operand, type_)
     w = np.asarray(words)
     nregs = mma_registers(shape, operand, type_)
-    if w.shape != (WARP_SIZE, nregs):
+    if w.shape[-2:] != (WARP_SIZE, nregs):
         raise ValueError(f"expected ({WARP_SIZE}, {nregs}) registers, got shape {w.shape}")
     w = w.astype(np.uint32)
     cells = mma_fragment_map(shape, operand, type_)
-    out = np.zeros((rows, cols), dtype=np.uint16 if bits == 16 else np.uint32)
+    out = np.zeros((*w.shape[:-2], rows, cols), dtype=np.uint16 if bits == 16 else np.uint32)
     for half in range(mma_halves(type_)):
         part = (w >> np.uint32(16 * half)) & np.uint32(0xFFFF) if bits == 16 else w
-        out[cells[:, :, half, 0], cells[:, :, half, 1]] = part
+        out[..., cells[:, :, half, 0], cells[:, :, half, 1]] = part
     return out
 
 
 def mma_pack(shape: str, operand: str, type_: str, matrix: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`mma_unpack`: ``(rows, cols)`` raw bits -> ``(32, regs)`` ``uint32``."""
+    """Inverse of :func:`mma_unpack`: ``(..., rows, cols)`` raw bits -> ``(..., 32, regs)``
+    ``uint32``."""
     rows, cols, bits = _mma_form(shape, operand, type_)
     mat = np.asarray(matrix)
-    if mat.shape != (rows, cols):
+    if mat.shape[-2:] != (rows, cols):
         raise ValueError(f"expected a ({rows}, {cols}) matrix, got shape {mat.shape}")
     if mat.dtype.itemsize * 8 != bits:
         raise ValueError(f"expected {bits}-bit elements for .{type_}, got {mat.dtype}")
     mat = mat.view(np.uint16 if bits == 16 else np.uint32).astype(np.uint32)
     cells = mma_fragment_map(shape, operand, type_)
-    out = np.zeros((WARP_SIZE, mma_registers(shape, operand, type_)), dtype=np.uint32)
+    out = np.zeros((*mat.shape[:-2], WARP_SIZE, mma_registers(shape, operand, type_)), np.uint32)
     for half in range(mma_halves(type_)):
-        out |= mat[cells[:, :, half, 0], cells[:, :, half, 1]] << np.uint32(16 * half)
+        out |= mat[..., cells[:, :, half, 0], cells[:, :, half, 1]] << np.uint32(16 * half)
     return out

@@ -1019,7 +1019,7 @@ class Machine:
 
     def warps(self) -> list[int]:
         """The warps with at least one active thread."""
-        return sorted({int(t) // 32 for t in self.active_threads()})
+        return np.unique(self.active_threads() // 32).tolist()
 
     def require_whole_warpgroups(self, what: str) -> None:
         """Warpgroup instructions in a cluster: a warpgroup is four warps of one CTA, and
