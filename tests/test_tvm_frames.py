@@ -10,6 +10,8 @@ import inspect
 import sys
 
 import pytest
+from tvm.error import DiagnosticError
+from tvm.script import ir as I
 from tvm.script import tirx as T
 from tvm.script.parser.core.parser import ScriptMacro
 from tvm.tirx.script.parser import entry as tirx_entry
@@ -135,12 +137,75 @@ def test_stack_looks_up_a_file_s_module_once(monkeypatch):
     assert scans["<string>"] >= 4
 
 
+def _annotated_kernel():
+    """A kernel whose annotation names are locals of this function only: under PEP 563
+    TVM finds them in the stack ``T.prim_func`` keeps (``resolve_closure_vars``)."""
+    shape = (8,)
+    dt = "float32"
+
+    @T.prim_func
+    def kernel(a: T.Buffer(shape, dt)):
+        for i in range(8):
+            a[i] = a[i] + T.float32(1)
+
+    return kernel
+
+
+def _module():
+    """A module of two kernels: ``T.prim_func`` in an ``I.ir_module`` class leaves its
+    function to the module (``is_defined_in_class``, a source line of the stack)."""
+
+    @I.ir_module
+    class Module:
+        @T.prim_func
+        def first(a: T.Buffer((8,), "float32")):
+            for i in range(8):
+                a[i] = a[i] * T.float32(2)
+
+        @T.prim_func
+        def second(a: T.Buffer((4,), "float32")):
+            for i in range(4):
+                a[i] = T.float32(0)
+
+    return Module
+
+
+class _NoStack:
+    def stack(self, context: int = 1) -> list:
+        return []
+
+    def __getattr__(self, name):
+        return getattr(inspect, name)
+
+
 def test_kernels_are_those_tvm_s_stack_gives(monkeypatch):
     from tvm.script.parser.ir import entry as ir_entry
 
     assert tirx_entry.inspect.stack is tvm_frames.stack
     assert ir_entry.inspect.stack is tvm_frames.stack
     assert tirx_entry.inspect.isfunction is inspect.isfunction  # the rest is Python's
-    ours = _kernel(5.0).script()
+    ours = [_kernel(5.0).script(), _annotated_kernel().script(), _module().script()]
+    assert "T.Buffer((8,)" in ours[1] and "def first" in ours[2] and "def second" in ours[2]
     monkeypatch.setattr(tirx_entry, "inspect", inspect)
-    assert _kernel(5.0).script() == ours
+    monkeypatch.setattr(ir_entry, "inspect", inspect)
+    assert [_kernel(5.0).script(), _annotated_kernel().script(), _module().script()] == ours
+    # Controls: both kernels that read the stack fail without it.
+    monkeypatch.setattr(tirx_entry, "inspect", _NoStack())
+    with pytest.raises(DiagnosticError, match="Unexpected type for TIR Arg"):
+        _annotated_kernel()  # its annotation names unresolved
+    with pytest.raises(DiagnosticError):
+        _module()  # T.prim_func parses the class's method alone
+
+
+def test_stack_gives_python_s_module_lookup_back(monkeypatch):
+    original = inspect.getmodule
+    tvm_frames.stack()
+    assert inspect.getmodule is original
+
+    def broken(*args, **kwargs):
+        raise KeyError("broken")
+
+    monkeypatch.setattr(inspect, "getouterframes", broken)
+    with pytest.raises(KeyError, match="broken"):
+        tvm_frames.stack()
+    assert inspect.getmodule is original

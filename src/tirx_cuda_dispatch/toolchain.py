@@ -155,7 +155,7 @@ def ptxas_usage(source: str, arch: str = "sm_90a", name: str = "kernel.cu") -> d
 # math (ex2.approx.ftz for exp2f, flush to zero, contracted multiply-adds), ptxas's
 # register-usage level (TVM_CUDA_PTXAS_REG_LEVEL, default 10) and the extra flags of
 # TVM_CUDA_PTXAS_EXTRA_OPTS and TVM_CUDA_NVRTC_EXTRA_OPTS (read once, at import).
-TVM_NVRTC_OPTIONS = [
+TVM_NVRTC_OPTIONS = (
     *(f"-U__CUDA_NO_{what}__".encode() for what in (
         "HALF_OPERATORS", "HALF_CONVERSIONS", "BFLOAT16_OPERATORS", "BFLOAT16_CONVERSIONS",
         "BFLOAT162_OPERATORS", "BFLOAT162_CONVERSIONS",
@@ -166,7 +166,7 @@ TVM_NVRTC_OPTIONS = [
     *(f"--ptxas-options={t}".encode()
       for t in shlex.split(os.environ.get("TVM_CUDA_PTXAS_EXTRA_OPTS", ""))),
     *(t.encode() for t in shlex.split(os.environ.get("TVM_CUDA_NVRTC_EXTRA_OPTS", ""))),
-]  # fmt: skip
+)  # fmt: skip
 
 
 # TVM's generated code includes libcu++'s <cuda/std/cstdint> and <cuda/std/type_traits>
@@ -174,26 +174,29 @@ TVM_NVRTC_OPTIONS = [
 # with NVRTC 13.5. NVRTC's automatic precompiled header (``-pch``) keeps the parsed headers
 # for later compiles of the process, but only headers that open the translation unit, and
 # TVM's open it after a ``using``: so they are pre-included (their include guards make the
-# source's own includes no-ops; line numbers stay the source's). The cubin and PTX are
-# byte for byte those without (tests/test_toolchain_pch.py); a compile after the first
-# takes about 0.5 s. 629/630 are NVRTC's notes that a kept header was built with other
-# options (another architecture): it builds one for those.
+# source's own includes no-ops; line numbers stay the source's). The PTX, cubin and ptxas's
+# verdicts are byte for byte those without (tests/test_toolchain.py); a compile after the
+# first of its architecture and options takes about 0.5 s. 629/630 are NVRTC's notes that a
+# kept header was built with other options (another architecture): it builds one for those.
+# NVRTC keeps each in a file of about 210 MB under $TMPDIR (``__nvrtc_auto_pch_<pid>_0``),
+# deleted when the process exits normally; where one would not fit its heap (256 MB by
+# default), NVRTC compiles without it, slower and the same.
 _PCH_HEADERS = ("cuda/std/cstdint", "cuda/std/type_traits")
-_PCH_OPTIONS = [
+_PCH_OPTIONS = (
     b"-pch",
     b"--pch-messages=false",
     b"-diag-suppress=629,630",
     *(f"--pre-include={h}".encode() for h in _PCH_HEADERS),
-]
+)
 
 
-def pch_options(source: str) -> list[bytes]:
+def pch_options(source: str) -> tuple[bytes, ...]:
     """The precompiled-header options for ``source``: :data:`_PCH_OPTIONS` where it
     includes the headers TVM's code does under NVRTC, none otherwise (a hand-written
     kernel without them would pay for parsing them)."""
     if all(f"#include <{h}>" in source for h in _PCH_HEADERS):
-        return list(_PCH_OPTIONS)
-    return []
+        return _PCH_OPTIONS
+    return ()
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,9 @@ def _nvrtc_all(source: str, arch: str, name: str, extra: tuple[bytes, ...]) -> _
 
     if "CUtensorMap" in source and "CUtensorMap_st {" not in source:
         source = _TENSOR_MAP_TYPE + source
+    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-default-device"]
+    opts += [*TVM_NVRTC_OPTIONS, *pch_options(source), *extra]
+    opts += [b"-I" + str(p).encode() for p in cuda_include_dirs()]
 
     def ok(result, what: str):
         if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -227,25 +233,25 @@ def _nvrtc_all(source: str, arch: str, name: str, extra: tuple[bytes, ...]) -> _
 
     def get(size_of, get_into, what: str) -> bytes:
         (size,) = ok(size_of(prog), f"{what} size")
-        out = b" " * size
+        out = bytearray(size)  # NVRTC writes into it: never into an (interned) bytes object
         ok(get_into(prog, out), what)
-        return out
+        return bytes(out)
 
     (prog,) = ok(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
-    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-default-device"]
-    opts += TVM_NVRTC_OPTIONS + pch_options(source) + list(extra)
-    opts += [b"-I" + str(p).encode() for p in cuda_include_dirs()]
     try:
         result = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        log = get(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
         if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            try:
+                log = get(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
+            except ToolchainError as e:
+                log = f"(no log: {e})".encode()
             raise ToolchainError(
                 f"NVRTC could not compile for {arch}:\n{log.decode(errors='replace')}"
             )
         return _Compiled(
             ptx=get(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, "ptx"),
             cubin=get(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, "cubin"),
-            log=log.rstrip(b"\0 "),
+            log=get(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log").rstrip(b"\0 "),
         )
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
@@ -263,13 +269,20 @@ def nvdisasm_path() -> str:
     raise ToolchainError("nvdisasm not found (install nvidia-cuda-nvdisasm)")
 
 
+# nvdisasm's dataflow analysis annotates nothing ``-c`` prints (the text is the same with
+# and without it; tests/test_toolchain.py) and is a quarter of its 0.7 s a call.
+SASS_OPTIONS = ("--no-dataflow",)
+
+
 def sass(cubin: bytes) -> str:
     """The SASS text of a cubin (``nvdisasm -c``)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:
             f.write(cubin)
-        proc = subprocess.run([nvdisasm_path(), "-c", path], capture_output=True, text=True)
+        proc = subprocess.run(
+            [nvdisasm_path(), "-c", *SASS_OPTIONS, path], capture_output=True, text=True
+        )
     if proc.returncode != 0:
         raise ToolchainError(f"nvdisasm failed: {proc.stderr}")
     return proc.stdout

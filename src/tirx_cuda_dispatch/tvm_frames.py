@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import threading
 from typing import Any
 
 from tvm.script.parser.core.parser import ScriptMacro
@@ -67,23 +68,29 @@ def install() -> None:
 
 
 def stack(context: int = 1) -> list[inspect.FrameInfo]:
-    """``inspect.stack(context)`` of the caller, each file's module lookup done once."""
+    """``inspect.stack(context)`` of the caller, each file's module lookup done once (one
+    thread at a time: the lookup is swapped in ``inspect`` for the call)."""
     frame = sys._getframe(1)
-    scan = inspect.getmodule
-    found: dict[str, Any] = {}
+    with _SWAP:
+        scan = inspect.getmodule
+        found: dict[str, Any] = {}
 
-    def getmodule(obj: Any, _filename: str | None = None) -> Any:
-        if _filename is None or not (inspect.isframe(obj) or inspect.iscode(obj)):
-            return scan(obj, _filename)  # the lookup by the object, not by its file
-        if _filename not in found:
-            found[_filename] = scan(obj, _filename)
-        return found[_filename]
+        def getmodule(obj: Any, _filename: str | None = None) -> Any:
+            if _filename is None or not (inspect.isframe(obj) or inspect.iscode(obj)):
+                return scan(obj, _filename)  # the lookup by the object, not by its file
+            if _filename not in found:
+                found[_filename] = scan(obj, _filename)
+            return found[_filename]
 
-    inspect.getmodule = getmodule
-    try:
-        return inspect.getouterframes(frame, context)
-    finally:
-        inspect.getmodule = scan
+        inspect.getmodule = getmodule
+        try:
+            return inspect.getouterframes(frame, context)
+        finally:
+            if inspect.getmodule is getmodule:
+                inspect.getmodule = scan
+
+
+_SWAP = threading.RLock()
 
 
 class _Inspect:

@@ -145,21 +145,20 @@ def _mma(m: Machine, call: Any) -> None:
     out = np.zeros((m.threads, counts[0]), dtype=np.uint32)
     types = {"a": form.atype, "b": form.btype, "c": form.ctype}
     warps = list(m.warps())  # all issuing warps at once: each warp's product is its own
-    if not warps:
-        return
-    lanes = (np.asarray(warps)[:, None] * 32 + np.arange(32)).reshape(-1)
-    mats = {
-        name: _values(
-            form,
-            name,
-            fragments.mma_unpack(
-                form.shape, name, types[name], w[lanes].reshape(len(warps), 32, -1)
-            ),
-        )
-        for name, w in held.items()
-    }
-    d = _summation(m)(mats["a"], mats["b"], mats["c"], ptx_value_dtype(form.dtype))
-    out[lanes] = fragments.mma_pack(form.shape, "c", form.dtype, d).reshape(len(lanes), -1)
-    m.counters.instructions[f"mma.{form.shape}.{form.dtype}.{form.atype}"] += len(warps)
+    if warps:
+        lanes = (np.asarray(warps)[:, None] * 32 + np.arange(32)).reshape(-1)
+        mats = {
+            name: _values(
+                form,
+                name,
+                fragments.mma_unpack(
+                    form.shape, name, types[name], w[lanes].reshape(len(warps), 32, -1)
+                ),
+            )
+            for name, w in held.items()
+        }
+        d = _summation(m)(mats["a"], mats["b"], mats["c"], ptx_value_dtype(form.dtype))
+        out[lanes] = fragments.mma_pack(form.shape, "c", form.dtype, d).reshape(len(lanes), -1)
+        m.counters.instructions[f"mma.{form.shape}.{form.dtype}.{form.atype}"] += len(warps)
     for k, reg in enumerate(d_regs):
         write_register(m, reg, out[:, k], what)
