@@ -89,6 +89,18 @@ class RandomChooser:
         return int(self.rng.integers(lo, hi, endpoint=True))
 
 
+class Deferred:
+    """A kernel built on first use: drawing a case's parameters and data takes
+    microseconds, building its TVMScript tens of milliseconds, and the generators'
+    coverage tests read only the parameters of hundreds of cases."""
+
+    def __init__(self, build: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self.build, self.args, self.kwargs = build, args, kwargs
+
+    def __call__(self) -> Any:
+        return self.build(*self.args, **self.kwargs)
+
+
 @dataclass
 class Case:
     """One random program with its inputs (outputs poisoned) and numpy's answer.
@@ -104,7 +116,7 @@ class Case:
 
     kind: str
     params: dict[str, Any]
-    func: Any
+    program: Any  # the kernel, or a Deferred one (``func`` builds it on first use)
     args: list[np.ndarray]
     output: int  # the argument compared
     expected: np.ndarray | None
@@ -115,6 +127,13 @@ class Case:
     # with a reason containing one of the words (the differential checks it); None: no
     # claim.
     declines: tuple[str, tuple[str, ...]] | None = None
+
+    @property
+    def func(self) -> Any:
+        """The kernel (built now if it was deferred)."""
+        if isinstance(self.program, Deferred):
+            self.program = self.program()
+        return self.program
 
     def __str__(self) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in self.params.items())
@@ -177,7 +196,7 @@ def gmem_smem_case(c: Chooser, seed: int) -> Case:
         "shared_layout": None if layout is None else f"swizzle {swizzle}B",
         "second_layout": None if second is None else f"swizzle {second_swizzle}B",
     }
-    func = demos.gmem_smem_roundtrip(**params)
+    func = Deferred(demos.gmem_smem_roundtrip, **params)
     return Case("gmem_smem", shown, func, [a, runtime.poison_like(a)], 1, expected)
 
 
@@ -428,7 +447,7 @@ def ldgsts_case(c: Chooser, seed: int, wait: bool = True) -> Case:
     params = dict(dtype=dtype, tile=(rows, cols), scope=scope, threads=threads, ctas=ctas,
                   cols=wide, col_offset=offset, shared_layout=layout, config=config,
                   init=True, dispatch=dispatch, wait=wait)  # fmt: skip
-    func = demos.ldgsts_roundtrip(**params)
+    func = Deferred(demos.ldgsts_roundtrip, **params)
     rng = np.random.default_rng(seed)
     a, init = (runtime.random_array((ctas * rows, wide), dtype, rng) for _ in range(2))
     off_value = np.zeros_like(a) if zero else init
@@ -597,8 +616,8 @@ def mma_case(c: Chooser, seed: int) -> Case:
     a = data((kk, m) if ta else (m, kk), dtype)
     b = data((n, kk) if tb else (kk, n), dtype)
     cc = data((m, n), "float32")
-    func = demos.mma_roundtrip(mt, nt, kt, k, dtype=dtype, ta=ta, tb=tb, alpha=alpha,
-                               beta=beta, c_is_d=c_is_d, swapped=swapped)  # fmt: skip
+    func = Deferred(demos.mma_roundtrip, mt, nt, kt, k, dtype=dtype, ta=ta, tb=tb,
+                    alpha=alpha, beta=beta, c_is_d=c_is_d, swapped=swapped)  # fmt: skip
     refusals = ()
     if swapped is not None:  # no fragment: the first misplaced element is named
         refusals += ("no mma form fits",)
@@ -735,14 +754,14 @@ def tma_case(c: Chooser, seed: int) -> Case:
         # must be a multiple of the swizzle's period (8 rows of it)
         declines = ("tma_auto", ("bytes TMA needs",))
     if direction == "load":
-        func = demos.tma_roundtrip(dtype, tile, swizzle, scope, shape, start, **layouts)
+        func = Deferred(demos.tma_roundtrip, dtype, tile, swizzle, scope, shape, start, **layouts)
         a = runtime.random_array(shape, dtype, rng)
         expected = np.zeros(tile, a.dtype)  # TMA fills what lies outside A
         expected[inner] = logical(a)[outer]
         args = [a, runtime.poison_like(expected)]
     else:
-        func = demos.tma_store_roundtrip(dtype, tile, swizzle, scope, shape, start,
-                                         reduce=reduce, **layouts)  # fmt: skip
+        func = Deferred(demos.tma_store_roundtrip, dtype, tile, swizzle, scope, shape, start,
+                        reduce=reduce, **layouts)  # fmt: skip
         a = runtime.random_array(tile, dtype, rng)
         b = runtime.random_array(shape, dtype, rng)  # old values: what is not written shows
         expected = b.copy()
@@ -902,7 +921,9 @@ def wgmma_case(c: Chooser, seed: int) -> Case:
         else:  # Bt (N x K), K-major
             b_arg = data((n, k), b_type)
             b = b_arg.T
-        func = demos.wgmma_gemm_f8(m, n, k, a_type, b_type, b_major="MN" if f8_mn else "K")
+        func = Deferred(
+            demos.wgmma_gemm_f8, m, n, k, a_type, b_type, b_major="MN" if f8_mn else "K"
+        )
         shown = {"a": "K-major 128B", "b": f"{'MN' if f8_mn else 'K'}-major 128B"}
     else:
         # A (M x K): K-major (rows contiguous) or M-major; B (K x N): N-major or K-major
@@ -925,8 +946,8 @@ def wgmma_case(c: Chooser, seed: int) -> Case:
             shown[name] = f"{major}-major {swz}B" if swz else f"{major}-major unswizzled"
         a, b = data((m, k), a_type), data((k, n), b_type)
         b_arg = b
-        func = demos.wgmma_gemm(m, n, k, a_type, a_layout=layouts[0], b_layout=layouts[1],
-                                accum=accum)  # fmt: skip
+        func = Deferred(demos.wgmma_gemm, m, n, k, a_type, a_layout=layouts[0],
+                        b_layout=layouts[1], accum=accum)  # fmt: skip
     d_old = data((m, n), "float32") if accum else None
     exact, bound = _wgmma_bound(a, b, d_old, (a_type, b_type))
     declines = ("wgmma", tuple(dict.fromkeys(refusals))) if refusals else None
@@ -973,7 +994,9 @@ def wgmma_rs_case(c: Chooser, seed: int) -> Case:
     swizzle = next(x for x in (swizzle, 128, 64, 32, 0) if x == 0 or run % x == 0)
     b_layout = wgmma_operand_layout((k, n), cont, swizzle, 2)
     a_layout = _misplaced_a_fragment(m, k) if misplaced else None
-    func = demos.wgmma_gemm_rs(m, n, k, dtype, accum, a_layout=a_layout, b_layout=b_layout)
+    func = Deferred(
+        demos.wgmma_gemm_rs, m, n, k, dtype, accum, a_layout=a_layout, b_layout=b_layout
+    )
     rng = np.random.default_rng(seed)
 
     data = _operands(rng, spread)

@@ -379,6 +379,26 @@ def test_the_simulator_runs_tvms_thread_scope_tma_store():
     assert (runtime.bits(out) == runtime.bits(want)).all()
 
 
+def test_a_case_builds_its_kernel_when_read_and_once(monkeypatch):
+    """Generating a case draws its parameters and data; the kernel is built the first
+    time ``case.func`` is read (the coverage tests read only parameters), and kept."""
+    built = []
+    real = fuzz.demos.wgmma_gemm_rs
+
+    def counted(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fuzz.demos, "wgmma_gemm_rs", counted)
+    case = fuzz.random_case(fuzz.RandomChooser(0), "wgmma_rs")
+    assert built == []
+    func = case.func
+    assert case.func is func and len(built) == 1
+    p = case.params
+    assert built[0][:5] == (p["m"], p["n"], p["k"], p["dtype"], p["accum"])
+    assert "wgmma" in str(tcd.explain(func, "sm_90a"))
+
+
 def test_the_register_form_generator_covers_its_space():
     """wgmma with A in registers: both 16-bit types, M 64 and 128, every N and K of the
     16-bit lines, B K- and N-major under every swizzle, accum, and a misplaced A fragment
