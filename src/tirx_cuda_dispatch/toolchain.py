@@ -212,8 +212,7 @@ def _nvrtc(
     """Compile with NVRTC; ``output`` "cubin", "ptx" or "log" (the compiler's messages).
     One compile gives all three, kept for the next call with the same arguments (a test
     that reads a kernel's PTX and then its SASS compiles it once)."""
-    compiled = _nvrtc_all(source, arch, name, tuple(extra or ()))
-    return {"cubin": compiled.cubin, "ptx": compiled.ptx, "log": compiled.log}[output]
+    return getattr(_nvrtc_all(source, arch, name, tuple(extra or ())), output)
 
 
 @lru_cache(maxsize=8)

@@ -144,7 +144,7 @@ def _mma(m: Machine, call: Any) -> None:
     }
     out = np.zeros((m.threads, counts[0]), dtype=np.uint32)
     types = {"a": form.atype, "b": form.btype, "c": form.ctype}
-    warps = list(m.warps())  # all issuing warps at once: each warp's product is its own
+    warps = m.warps()  # all issuing warps at once: each warp's product is its own
     if warps:
         lanes = (np.asarray(warps)[:, None] * 32 + np.arange(32)).reshape(-1)
         mats = {
