@@ -227,10 +227,58 @@ def register_cells(
     memory: ``(memory, positions in regs, cells)``, the cells ``(len(positions) * n, 4)``
     register after register (each ``threads`` in order), bounds and alignment checked."""
     parts: dict[int, tuple[Any, list, list]] = {}
+    for source, ks, indices in _register_groups(m, regs, what):
+        b = m.bound(source)
+        base = b.pointer.offsets
+        if indices is None or b.static is None or base.shape != (1,):
+            return _register_cells_each(m, regs, what, threads)
+        strides, offset = b.static  # constant indices into a uniform buffer: one offset each
+        offsets = int(base[0]) + (offset + indices @ np.asarray(strides, np.int64)) * b.elem_bytes
+        entry = parts.setdefault(id(b.pointer.memory), (b.pointer.memory, [], []))
+        entry[1].append(ks)
+        entry[2].append(offsets)
+    out = []
+    for mem, kss, offsets in parts.values():
+        ks, flat = np.concatenate(kss), np.concatenate(offsets)
+        order = np.argsort(ks, kind="stable")  # register after register, as regs has them
+        who = np.tile(threads, len(ks))
+        cells = mem.cells(who, np.repeat(flat[order], len(threads)), 4, what)
+        out.append((mem, ks[order].tolist(), cells))
+    return out
+
+
+def _register_groups(m: Any, regs: list[Any], what: str) -> list[tuple[Any, np.ndarray, Any]]:
+    """``regs`` (32-bit register elements, checked once) grouped by buffer: ``(buffer,
+    positions in regs, their indices as a (positions, dims) int64 array, or None where
+    one is not a constant)``, cached by the registers' handles (a call's list is the same
+    nodes every time it runs)."""
+    key = tuple(r.__chandle__() for r in regs)
+    hit = m.nodes.registers.get(key)
+    if hit is None:
+        groups: dict[int, tuple[Any, list, list]] = {}
+        for k, reg in enumerate(regs):
+            _, dtype = register_operand(m, reg, what)
+            if dtype.itemsize != 4:
+                raise SimError(f"{what}: register {reg} is not 32 bits")
+            entry = groups.setdefault(reg.source.__chandle__(), (reg.source, [], []))
+            entry[1].append(k)
+            entry[2].append(m.nodes.constant_indices(reg.indices))
+        found = [
+            (source, np.array(ks, np.int64),
+             None if any(c is None for c in consts) else np.array(consts, np.int64).reshape(len(ks), -1))
+            for source, ks, consts in groups.values()
+        ]  # fmt: skip
+        hit = m.nodes.registers[key] = (list(regs), found)
+    return hit[1]
+
+
+def _register_cells_each(
+    m: Any, regs: list[Any], what: str, threads: np.ndarray
+) -> list[tuple[Any, list[int], np.ndarray]]:
+    """:func:`register_cells` register by register (indices that are not constants, a
+    buffer whose layout or place differs between threads)."""
+    parts: dict[int, tuple[Any, list, list]] = {}
     for k, reg in enumerate(regs):
-        _, dtype = register_operand(m, reg, what)
-        if dtype.itemsize != 4:
-            raise SimError(f"{what}: register {reg} is not 32 bits")
         b = m.bound(reg.source)
         offsets, _ = m.address(b, reg.indices)
         entry = parts.setdefault(id(b.pointer.memory), (b.pointer.memory, [], []))

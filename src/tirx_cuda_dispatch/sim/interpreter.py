@@ -97,13 +97,16 @@ class NodeCache:
     constant's value), by the node's handle; each entry keeps its node alive, so a handle
     names one node while cached. Constant values are read-only arrays: callers share them."""
 
-    __slots__ = ("dtypes", "consts", "indices")
+    __slots__ = ("dtypes", "consts", "indices", "registers")
 
     def __init__(self):
         self.dtypes: dict[int, tuple[Any, str]] = {}
         self.consts: dict[int, tuple[Any, np.ndarray]] = {}
         # an index list's element offsets when every index is a constant (None: not)
         self.indices: dict[int, tuple[Any, tuple[int, ...] | None]] = {}
+        # a PTX call's register operands (by their handles): their buffers, the positions
+        # of each buffer's and its constant indices (:func:`.calls.register_cells`)
+        self.registers: dict[tuple[int, ...], tuple[Any, list]] = {}
 
     def dtype(self, node: Any) -> str:
         """``str(node.ty.dtype)``: reading it through TVM's FFI costs microseconds."""
