@@ -452,8 +452,9 @@ def _aligned_finite(a64, b64, c64, emins: tuple[int, int], grid: int) -> np.ndar
     """:func:`_aligned_sum`'s exact sum where every operand is finite (so is every
     product, each exact in float64): ``E`` from the operands' exponents, the products
     scaled by ``2^(grid - E)`` (a power of two: exact), truncated, summed (integers below
-    2^32: exact) and scaled back. The same values :func:`_aligned_any` computes, about
-    four times faster (the simulator's wgmma spends most of its time here)."""
+    ``(K + 1) 2^(grid + 2)``: exact in float64 for any K the instructions have) and scaled
+    back. The same values :func:`_aligned_any` computes, 3.7 times faster at 64 x 128 x 16
+    (the simulator's wgmma spent a quarter of its time here)."""
     bt = np.swapaxes(b64, -1, -2)
     ea = np.where(a64 != 0, _exponent(a64, emins[0]), _NO_EXPONENT).astype(np.int32)
     eb = np.where(bt != 0, _exponent(bt, emins[1]), _NO_EXPONENT).astype(np.int32)
