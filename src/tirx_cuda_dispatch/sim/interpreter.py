@@ -226,7 +226,10 @@ class Machine:
 
     # -- statements ---------------------------------------------------------------------
     def run(self) -> None:
-        self.exec(self.func.body)
+        # IEEE arithmetic overflows, divides by zero and makes NaNs silently on the GPU:
+        # so do the kernel's numpy operations (set once here, not per operation)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            self.exec(self.func.body)
         self.asynchrony.check_drained(self)
         if self.tmem is not None:
             self.tmem.check_freed()
@@ -913,9 +916,7 @@ class Machine:
         a = self.shared_address(a, e) if isinstance(a, Pointer) else a
         b = self.shared_address(b, e) if isinstance(b, Pointer) else b
         dtype = parse_dtype(self.nodes.dtype(e))[0]
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            out = fn(a, b)
-        return np.asarray(out).astype(dtype, copy=False)
+        return np.asarray(fn(a, b)).astype(dtype, copy=False)  # errstate: run()
 
     def _contracted(self, e: Any, sign_c: int) -> np.ndarray | None:
         """``a * b + c``: CUDA contracts it to one fused multiply-add (nvcc -fmad=true)."""
