@@ -51,48 +51,31 @@ extern "C" __global__ void ex2_f32(float* out, float seed) {
   for (int i = 0; i < CHAINS; ++i) s += v[i];
   out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
-extern "C" __global__ void ex2_f16x2(float* out, float seed) {
-  unsigned v[CHAINS];
-  for (int i = 0; i < CHAINS; ++i) {
-    __half2 h = __floats2half2_rn(seed * i * 1e-6f - 1.0f, -0.5f);
-    v[i] = *reinterpret_cast<unsigned*>(&h);
+// the packed forms: two 16-bit elements a register (TYPE, made by MAKE), both halves
+// negated between rounds
+#define PACKED(NAME, TYPE, MAKE, INSTRUCTION)                                      \
+  extern "C" __global__ void NAME(float* out, float seed) {                        \
+    unsigned v[CHAINS];                                                             \
+    for (int i = 0; i < CHAINS; ++i) {                                              \
+      TYPE h = MAKE(seed * i * 1e-6f - 1.0f, -0.5f);                                \
+      v[i] = *reinterpret_cast<unsigned*>(&h);                                      \
+    }                                                                               \
+    for (int it = 0; it < ITERS; ++it) {                                            \
+      _Pragma("unroll") for (int i = 0; i < CHAINS; ++i) {                          \
+        unsigned r;                                                                 \
+        asm volatile(INSTRUCTION " %0, %1;" : "=r"(r) : "r"(v[i]));                 \
+        v[i] = r ^ 0x80008000u;                                                     \
+      }                                                                             \
+    }                                                                               \
+    float s = 0.0f;                                                                 \
+    for (int i = 0; i < CHAINS; ++i) {                                              \
+      TYPE h = *reinterpret_cast<TYPE*>(&v[i]);                                     \
+      s += __low2float(h) + __high2float(h);                                        \
+    }                                                                               \
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;                                 \
   }
-  for (int it = 0; it < ITERS; ++it) {
-#pragma unroll
-    for (int i = 0; i < CHAINS; ++i) {
-      unsigned r;
-      asm volatile("ex2.approx.f16x2 %0, %1;" : "=r"(r) : "r"(v[i]));
-      v[i] = r ^ 0x80008000u;  // both halves negated: the next argument
-    }
-  }
-  float s = 0.0f;
-  for (int i = 0; i < CHAINS; ++i) {
-    __half2 h = *reinterpret_cast<__half2*>(&v[i]);
-    s += __low2float(h) + __high2float(h);
-  }
-  out[blockIdx.x * blockDim.x + threadIdx.x] = s;
-}
-extern "C" __global__ void ex2_bf16x2(float* out, float seed) {
-  unsigned v[CHAINS];
-  for (int i = 0; i < CHAINS; ++i) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(seed * i * 1e-6f - 1.0f, -0.5f);
-    v[i] = *reinterpret_cast<unsigned*>(&h);
-  }
-  for (int it = 0; it < ITERS; ++it) {
-#pragma unroll
-    for (int i = 0; i < CHAINS; ++i) {
-      unsigned r;
-      asm volatile("ex2.approx.ftz.bf16x2 %0, %1;" : "=r"(r) : "r"(v[i]));
-      v[i] = r ^ 0x80008000u;
-    }
-  }
-  float s = 0.0f;
-  for (int i = 0; i < CHAINS; ++i) {
-    __nv_bfloat162 h = *reinterpret_cast<__nv_bfloat162*>(&v[i]);
-    s += __low2float(h) + __high2float(h);
-  }
-  out[blockIdx.x * blockDim.x + threadIdx.x] = s;
-}
+PACKED(ex2_f16x2, __half2, __floats2half2_rn, "ex2.approx.f16x2")
+PACKED(ex2_bf16x2, __nv_bfloat162, __floats2bfloat162_rn, "ex2.approx.ftz.bf16x2")
 """.replace("@CHAINS@", str(CHAINS)).replace("@ITERS@", str(ITERS))
 
 

@@ -16,7 +16,7 @@ import pytest
 from tvm.script import tirx as T
 
 from tirx_cuda_dispatch import runtime, sim
-from tirx_cuda_dispatch.sim import SimError
+from tirx_cuda_dispatch.sim import SimError, calls
 from tirx_cuda_dispatch.sim.errors import NotModeled
 from tirx_cuda_dispatch.sim.memory import Memory
 
@@ -890,9 +890,11 @@ def test_a_warp_outside_the_running_iteration_goes_on_for_the_one_that_waits(lat
 
 
 # -- tcgen05 on the same queue ----------------------------------------------------------------
-def tmem_copy(wait_st: bool, wait_ld: bool, load: bool = True):
+def tmem_copy(wait_st: bool, wait_ld: bool, load: bool = True, scatter: str | None = None):
     """A warpgroup stores A[t, 0:4] to TMEM lane t with tcgen05.st, waits (``wait_st``),
-    loads the columns back with tcgen05.ld (``load``), waits (``wait_ld``): B = A."""
+    loads the columns back with tcgen05.ld (``load``), waits (``wait_ld``): B = A.
+    ``scatter``: the load writes registers of two buffers named out of order, with
+    constant indices (``"constant"``) or indices of a loop variable (``"loop"``)."""
 
     # fmt: off
     @T.prim_func
@@ -911,14 +913,31 @@ def tmem_copy(wait_st: bool, wait_ld: bool, load: bool = True):
                 T.address_of(tmem_addr[0]), 32)
         T.tvm_storage_sync("shared")
         r = T.alloc_local((4,), "uint32")
-        s = T.alloc_local((4,), "uint32")
+        s = T.alloc_local((8,), "uint32")
+        u = T.alloc_local((8,), "uint32")
         for i in range(4):
             r[i] = A[tid, i]
         lane0 = T.meta_var(T.cuda.get_tmem_addr(tmem_addr[0], 32 * warp, 0))
         T.ptx["tcgen05.st.sync.aligned.32x32b.x4.b32"](lane0, r[0], r[1], r[2], r[3])
         if wait_st:
             T.ptx.tcgen05.wait__st.sync.aligned()
-        if load:
+        if scatter == "constant":
+            T.ptx["tcgen05.ld.sync.aligned.32x32b.x4.b32"](u[3], s[1], u[0], s[2], lane0)
+            T.ptx.tcgen05.wait__ld.sync.aligned()
+            B[tid, 0] = u[3]
+            B[tid, 1] = s[1]
+            B[tid, 2] = u[0]
+            B[tid, 3] = s[2]
+        elif scatter == "loop":
+            for j in T.serial(2):  # each round the same words, into other registers
+                T.ptx["tcgen05.ld.sync.aligned.32x32b.x4.b32"](
+                    s[4 * j + 3], s[4 * j + 2], u[j + 1], s[4 * j], lane0)
+                T.ptx.tcgen05.wait__ld.sync.aligned()
+                B[tid, 0] = s[4 * j + 3]
+                B[tid, 1] = s[4 * j + 2]
+                B[tid, 2] = u[j + 1]
+                B[tid, 3] = s[4 * j]
+        elif load:
             T.ptx["tcgen05.ld.sync.aligned.32x32b.x4.b32"](s[0], s[1], s[2], s[3], lane0)
             if wait_ld:
                 T.ptx.tcgen05.wait__ld.sync.aligned()
@@ -944,3 +963,19 @@ def test_tcgen05_waits_land_the_tensor_memory_and_registers(rng):
         sim.run(tmem_copy(False, True), [a, runtime.poison_like(a)], target="sm_100a")
     with pytest.raises(SimError, match="exits with tcgen05.st.32x32b.x4 still in flight"):
         sim.run(tmem_copy(False, True, load=False), [a, a.copy()], target="sm_100a")
+
+
+@pytest.mark.parametrize("scatter", ["constant", "loop"])
+def test_registers_of_two_buffers_land_where_the_ld_puts_them(scatter, rng, monkeypatch):
+    """``calls.register_cells``: a tcgen05.ld into registers of two buffers named out of
+    order writes each word where its position says; indices of a loop variable take the
+    register-by-register path, constant ones the grouped one (cached by the registers'
+    handles). B is poisoned first."""
+    each = []
+    general = calls._register_cells_each
+    monkeypatch.setattr(calls, "_register_cells_each", lambda *a: each.append(1) or general(*a))
+    a = runtime.random_array((128, 4), "uint32", rng)
+    kernel = tmem_copy(True, True, scatter=scatter)
+    out = sim.run(kernel, [a, runtime.poison_like(a)], target="sm_100a")
+    np.testing.assert_array_equal(out[1], a)
+    assert bool(each) == (scatter == "loop")

@@ -1,20 +1,18 @@
 """The simulator's fast paths give what its general paths give: counts through a histogram
 equal ``np.add.at``, a register read or written as a row slice faults as the per-thread
 path does, bank-conflict degrees of a whole instruction equal those warp by warp, and the
-tensor cores' aligned sum of finite operands equals the general one bit for bit, and a
-PTX call's registers grouped by buffer land where the register-by-register path puts them."""
+tensor cores' aligned sum of finite operands equals the general one bit for bit (a PTX
+call's registers grouped by buffer: tests/sim/test_asynchrony.py, tcgen05.ld)."""
 
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
 import pytest
-from tvm.script import tirx as T
 
-from tirx_cuda_dispatch import runtime, sim
 from tirx_cuda_dispatch.layout.banks import conflict_ways
 from tirx_cuda_dispatch.layout.partition import Access
-from tirx_cuda_dispatch.sim import SimError, calls, numerics
+from tirx_cuda_dispatch.sim import SimError, numerics
 from tirx_cuda_dispatch.sim.asynchrony import add_counts
 from tirx_cuda_dispatch.sim.memory import Clocks, Memory, bank_ways
 from tirx_cuda_dispatch.sim.numerics import (
@@ -181,73 +179,3 @@ def test_an_infinite_or_nan_operand_takes_the_general_path(monkeypatch):
     wgmma_sum_sm90(a, b, c, ("f16", "f16"))  # the general path: no error
     with pytest.raises(AssertionError, match="the fast path"):
         wgmma_sum_sm90(np.nan_to_num(a), np.nan_to_num(b), c, ("f16", "f16"))
-
-
-def _tmem_round_trip(loop: bool):
-    """A warpgroup stores 4 registers a thread into tensor memory and loads them back
-    into registers of two buffers (``u``, ``s``) named out of order, with constant
-    indices or (``loop``) ones of a loop variable, then writes them to ``B``."""
-
-    # fmt: off
-    @T.prim_func
-    def kernel(A_ptr: T.handle, B_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (128, 8), "uint32")
-        B = T.match_buffer(B_ptr, (128, 8), "uint32")
-        T.device_entry()
-        warp = T.warp_id([4])
-        T.warpgroup_id([1])
-        tid = T.thread_id([128])
-        pool = T.SMEMPool()
-        tmem_addr = pool.alloc((1,), "uint32")
-        pool.commit()
-        if warp == 0:
-            T.ptx["tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32"](
-                T.address_of(tmem_addr[0]), 32)
-        T.tvm_storage_sync("shared")
-        r = T.alloc_local((4,), "uint32")
-        s = T.alloc_local((8,), "uint32")
-        u = T.alloc_local((8,), "uint32")
-        for i in range(4):
-            r[i] = A[tid, i]
-        lane0 = T.meta_var(T.cuda.get_tmem_addr(tmem_addr[0], 32 * warp, 0))
-        T.ptx["tcgen05.st.sync.aligned.32x32b.x4.b32"](lane0, r[0], r[1], r[2], r[3])
-        T.ptx.tcgen05.wait__st.sync.aligned()
-        if loop:
-            for j in T.serial(2):
-                T.ptx["tcgen05.ld.sync.aligned.32x32b.x4.b32"](
-                    s[4 * j + 3], s[4 * j + 2], u[j], s[4 * j], lane0)
-                T.ptx.tcgen05.wait__ld.sync.aligned()
-                B[tid, 4 * j + 0] = s[4 * j + 3]
-                B[tid, 4 * j + 1] = s[4 * j + 2]
-                B[tid, 4 * j + 2] = u[j]
-                B[tid, 4 * j + 3] = s[4 * j]
-        else:
-            for j in T.serial(2):
-                T.ptx["tcgen05.ld.sync.aligned.32x32b.x4.b32"](u[3], s[1], u[0], s[6], lane0)
-                T.ptx.tcgen05.wait__ld.sync.aligned()
-                B[tid, 4 * j + 0] = u[3]
-                B[tid, 4 * j + 1] = s[1]
-                B[tid, 4 * j + 2] = u[0]
-                B[tid, 4 * j + 3] = s[6]
-        T.cuda.cta_sync()
-        if warp == 0:
-            T.ptx["tcgen05.dealloc.cta_group::1.sync.aligned.b32"](tmem_addr[0], 32)
-    # fmt: on
-    return kernel
-
-
-@pytest.mark.parametrize("loop", [False, True], ids=["constant", "loop-variable"])
-def test_registers_grouped_by_buffer_land_where_the_ld_puts_them(loop, monkeypatch):
-    """``register_cells``: a tcgen05.ld into registers of two buffers named out of order
-    writes each word where its position says, twice (the second run of the call from
-    the cache); indices of a loop variable take the register-by-register path, constant
-    ones do not. B is poisoned first: every word of it is written."""
-    each = []
-    general = calls._register_cells_each
-    monkeypatch.setattr(calls, "_register_cells_each", lambda *a: each.append(1) or general(*a))
-    rng = np.random.default_rng(5)
-    a = runtime.random_array((128, 8), "uint32", rng)
-    poison = runtime.random_array((128, 8), "uint32", rng)
-    out = sim.run(_tmem_round_trip(loop), [a, poison.copy()], target="sm_100a").arrays
-    np.testing.assert_array_equal(out[1], np.concatenate([a[:, :4], a[:, :4]], axis=1))
-    assert bool(each) == loop
