@@ -115,7 +115,7 @@ def test_two_warps_writing_one_shared_byte_at_once_race_and_one_warp_does_not():
     assert "warp 0" in message and "warp 1" in message
 
 
-ALIGNED = [  # (operand type, its format's smallest exponent, grid): sm_90's lines
+ALIGNED = [  # (operand type, its PTX name, grid): sm_90's lines
     (np.float16, "f16", 25),
     (ml_dtypes.bfloat16, "bf16", 25),
     (ml_dtypes.float8_e4m3fn, "e4m3", 13),

@@ -104,8 +104,8 @@ class NodeCache:
         self.consts: dict[int, tuple[Any, np.ndarray]] = {}
         # an index list's element offsets when every index is a constant (None: not)
         self.indices: dict[int, tuple[Any, tuple[int, ...] | None]] = {}
-        # a PTX call's register operands (by their handles): their buffers, the positions
-        # of each buffer's and its constant indices (:func:`.calls.register_cells`)
+        # a PTX call's register operands (by their handles): for each buffer, the
+        # positions of its registers and their constant indices (:func:`.calls.register_cells`)
         self.registers: dict[tuple[int, ...], tuple[Any, list]] = {}
 
     def dtype(self, node: Any) -> str:
