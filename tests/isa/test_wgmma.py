@@ -37,9 +37,25 @@ def test_the_accumulator_is_the_isa_figure(thread, reg, want):
     assert wgmma.accumulator_element(thread, reg) == want
 
 
+def test_the_accumulator_of_every_thread_at_once_is_each_thread_s():
+    """An array of threads answers arrays: each thread's own (row, column), for the
+    accumulator and the register-A fragment (the plan asks it so, slot by slot)."""
+    threads = np.arange(128)
+    for element_of, slots in ((wgmma.accumulator_element, 64), (wgmma.a_fragment_element, 8)):
+        for j in range(slots):
+            rows, cols = element_of(threads, j)
+            assert [(int(r), int(c)) for r, c in zip(rows, cols, strict=True)] == [
+                element_of(t, j) for t in range(128)
+            ]
+
+
 def test_the_accumulator_declines_what_is_not_a_warpgroup_or_a_shape():
     with pytest.raises(ValueError, match="thread 128"):
         wgmma.accumulator_element(128, 0)
+    with pytest.raises(ValueError, match="thread 130"):
+        wgmma.accumulator_element(np.arange(3, 131), 0)
+    with pytest.raises(ValueError, match="thread -1"):
+        wgmma.accumulator_element(np.arange(-1, 5), 0)
     with pytest.raises(ValueError, match="N=12"):
         wgmma.accumulator_registers(12)
 

@@ -30,9 +30,8 @@ commits (``T.ptx.wgmma.commit_group.sync.aligned()``) and waits
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -234,17 +233,6 @@ def _descriptors(
     return found, allocation_alignment(call, o, align, needs)
 
 
-@cache
-def _thread_elements(element_of: Callable, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """``element_of(t, j)`` for every warpgroup thread ``t`` and slot ``j < count``: the
-    rows and the columns, each ``(threads, count)`` (read-only)."""
-    table = np.array(
-        [[element_of(t, j) for j in range(count)] for t in range(WARPGROUP_THREADS)], np.int64
-    )
-    table.flags.writeable = False
-    return table[..., 0], table[..., 1]
-
-
 def _fragment_registers(
     o: Operand, cols: int, slots: int, at: Any, what: Any, fix: str
 ) -> list[int]:
@@ -266,12 +254,13 @@ def _fragment_registers(
 def _c_registers(c: Operand, m: int, n: int) -> tuple[tuple[int, ...], ...]:
     """C's register of each accumulator slot, per 64-row tile; Decline where C's layout is
     not the wgmma fragment."""
-    rows, cols = _thread_elements(accumulator_element, n // 2)
+    threads = np.arange(WARPGROUP_THREADS)
     tiles = []
     for mi in range(m // M):
 
         def at(j: int, mi: int = mi) -> tuple[np.ndarray, np.ndarray]:
-            return mi * M + rows[:, j], cols[:, j]
+            row, col = accumulator_element(threads, j)
+            return mi * M + row, col
 
         def what(t: int | None, j: int, mi: int = mi) -> str:
             if t is None:
@@ -287,14 +276,15 @@ def _a_registers(a: Operand, m: int, k: int) -> tuple[tuple[tuple[int, ...], ...
     """A's four .b32 registers per 64-row tile and K step of 16 (word indices of A's
     storage); Decline naming the first element A's layout puts elsewhere than the A
     fragment (:func:`..isa.wgmma.a_fragment_element`), or a .b32 pair split."""
-    rows, cols = _thread_elements(a_fragment_element, A_STEP_ELEMENTS)
+    threads = np.arange(WARPGROUP_THREADS)
     tiles = []
     for mi in range(m // M):
         steps = []
         for kk in range(k // 16):
 
             def at(i: int, mi: int = mi, kk: int = kk) -> tuple[np.ndarray, np.ndarray]:
-                return mi * M + rows[:, i], kk * 16 + cols[:, i]
+                row, col = a_fragment_element(threads, i)
+                return mi * M + row, kk * 16 + col
 
             def what(t: int | None, i: int, kk: int = kk) -> str:
                 if t is None:

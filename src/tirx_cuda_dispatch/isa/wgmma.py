@@ -19,6 +19,7 @@ Nothing here builds IR; formulas take ints.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .mma_fragments import mma_instructions
 from .swizzle import Swizzle
@@ -51,15 +52,19 @@ MAJORS = ("K", "MN")
 _M16N8 = mma_instructions("float16", "float32")[0]  # its C fragment is a warp's 16 rows
 
 
-def accumulator_element(thread: int, reg: int) -> tuple[int, int]:
+def accumulator_element(thread: Any, reg: int) -> tuple[Any, Any]:
     """(row, column) of the ``m64nN`` tile that register ``reg`` of warpgroup thread
     ``thread`` holds, for a 32-bit accumulator (.f32 or .s32; figure "WGMMA .m64nNk16
     register fragment layout for accumulator matrix D"): warp ``w`` holds rows ``16 w`` to
     ``16 w + 15``; in it, lane ``4 g + t`` holds, for each 8 columns ``j``, registers
     ``4 j .. 4 j + 3`` = (row ``g``, columns ``8 j + 2 t``, ``+ 1``) and (row ``g + 8``,
-    the same columns): the m16n8 C fragment of mma.sync, repeated N / 8 times."""
-    if not 0 <= thread < WARPGROUP_THREADS:
-        raise ValueError(f"thread {thread} is not in a warpgroup of {WARPGROUP_THREADS}")
+    the same columns): the m16n8 C fragment of mma.sync, repeated N / 8 times.
+    ``thread``: an int, or an integer array (then rows and columns are arrays, as the
+    mma records' element functions answer for arrays of lanes)."""
+    low, high = (thread, thread) if isinstance(thread, int) else (thread.min(), thread.max())
+    if not 0 <= low <= high < WARPGROUP_THREADS:
+        bad = low if low < 0 else high
+        raise ValueError(f"thread {bad} is not in a warpgroup of {WARPGROUP_THREADS}")
     warp, lane = divmod(thread, 32)
     row, col = _M16N8.c_element(lane, reg % 4)
     return 16 * warp + row, 8 * (reg // 4) + col
@@ -68,14 +73,15 @@ def accumulator_element(thread: int, reg: int) -> tuple[int, int]:
 A_STEP_ELEMENTS = 8  # 16-bit A elements one thread holds per m64k16 step: four .b32 registers
 
 
-def a_fragment_element(thread: int, element: int) -> tuple[int, int]:
+def a_fragment_element(thread: Any, element: int) -> tuple[Any, Any]:
     """(row, column) of the ``m64k16`` A tile (16-bit types) that element ``element`` (0-7)
     of warpgroup thread ``thread`` holds in the register form (``wgmma.mma_async`` with A
     in registers: figure "WGMMA .m64nNk16 register fragment layout for matrix A"): the
     element is half ``element % 2`` (the lower first) of the thread's ``.b32`` A register
     ``element // 2``; warp ``w`` holds rows ``16 w`` to ``16 w + 15`` in mma.sync's
     m16n8k16 A pattern, which is the ``m64n16`` accumulator's: (row ``g``, columns ``2 t``,
-    ``+ 1``), (row ``g + 8``, the same), then the same 8 columns on."""
+    ``+ 1``), (row ``g + 8``, the same), then the same 8 columns on. ``thread`` as for
+    :func:`accumulator_element`."""
     if not 0 <= element < A_STEP_ELEMENTS:
         raise ValueError(f"element {element}: a thread holds 8 A elements per K step of 16")
     return accumulator_element(thread, element)
