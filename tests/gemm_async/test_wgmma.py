@@ -4,9 +4,14 @@ wgmma) against float64."""
 
 from __future__ import annotations
 
+import operator
+import re
+from types import SimpleNamespace
+
 import ml_dtypes
 import numpy as np
 import pytest
+from tvm import tirx
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 from tvm.tirx.layout import ComposeLayout, S, TileLayout
@@ -14,7 +19,9 @@ from tvm.tirx.layout import ComposeLayout, S, TileLayout
 import tirx_cuda_dispatch as tcd
 from executors import execute
 from tirx_cuda_dispatch import demos, runtime, sim, toolchain
+from tirx_cuda_dispatch.gemm_async import wgmma
 from tirx_cuda_dispatch.gemm_async.wgmma import WgmmaPlan
+from tirx_cuda_dispatch.isa.wgmma import MatrixDescriptor
 from tirx_cuda_dispatch.resources import Alignment, Completion
 
 WHERE = ["sim", pytest.param("gpu", marks=pytest.mark.gpu)]
@@ -119,6 +126,54 @@ def test_sass_has_hgmma_and_no_local_memory():
     ops = toolchain.opcodes(toolchain.kernel_sass(demos.wgmma_gemm(128, 256, 64), "sm_90a"))
     assert sum(v for k, v in ops.items() if k.startswith("HGMMA.64x256x16.F32")) == 8, ops
     assert not any(k.startswith(("LDL", "STL", "HMMA")) for k in ops), ops
+
+
+def test_each_instruction_s_descriptors_cost_a_few_uniform_instructions():
+    """The descriptors' low words are built once a call (shift, mask, LBO) and each
+    instruction's is an add: between two HGMMA of a call the uniform datapath runs the
+    adds and the moves of the constant high words (the form that rebuilt each descriptor
+    from its address ran 10-12 there)."""
+    sass = toolchain.kernel_sass(demos.wgmma_gemm(128, 256, 64), "sm_90a")
+    lines = [ln for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
+    at = [i for i, ln in enumerate(lines) if "HGMMA" in ln]
+    between = [
+        sum(bool(re.search(r"\bU[A-Z0-9]+[. ]", ln)) for ln in lines[i + 1 : j])
+        for i, j in zip(at, at[1:], strict=False)
+    ]
+    assert len(at) == 8 and max(between) <= 6, between
+
+
+_FOLD = {"Add": operator.add, "BitwiseOr": operator.or_, "BitwiseAnd": operator.and_,
+         "RShift": operator.rshift}  # fmt: skip
+
+
+def _fold(e) -> int:
+    """The value of a constant descriptor expression (the analyzer folds no bitwise
+    operation), wrapped to each node's unsigned type."""
+    kind = type(e).__name__
+    if kind == "IntImm":
+        return int(e.value)
+    bits = int(re.fullmatch(r"uint(\d+)", str(e.ty))[1])
+    if kind == "Cast":
+        return _fold(e.value) % (1 << bits)
+    return _FOLD[kind](_fold(e.a), _fold(e.b)) % (1 << bits)
+
+
+@pytest.mark.parametrize("swizzle", ["128B", "none"])
+def test_each_descriptor_is_the_isa_encoding_of_its_address(swizzle):
+    """One low word a call plus each instruction's start (:func:`wgmma._descriptor`) is
+    the ISA's encoding of the address base + start, for bases anywhere in a CTA's shared
+    memory (also not 16-byte aligned: the start field is the address in 16-byte units)."""
+    d = SimpleNamespace(lbo=8192, sbo=1024, swizzle=swizzle)
+    for base in (0, 16, 7, 0x1230, 0x2C330, 227 * 1024 - 4096):
+        low = wgmma._descriptor_low(tirx.const(base, "uint32"), d)
+        for start in (0, 16, 2048, 4080):
+            want = MatrixDescriptor((base + start) >> 4 << 4, d.lbo, d.sbo, swizzle).encode()
+            assert _fold(wgmma._descriptor(low, start, d)) == want, (base, start)
+    # the control: an address at 256 KiB, past any CTA's shared memory, would carry out
+    # of the 14-bit start field, where the encoding of the address wraps to 0
+    low = wgmma._descriptor_low(tirx.const((1 << 18) - 16, "uint32"), d)
+    assert _fold(wgmma._descriptor(low, 16, d)) & 0xFFFF == 1 << 14
 
 
 # -- products ---------------------------------------------------------------------------------

@@ -360,15 +360,22 @@ def plan(call: TileCall) -> WgmmaPlan:
 
 
 # -- emission --------------------------------------------------------------------------------
-def _descriptor_bits(d: OperandDescriptors) -> int:
-    """The descriptor's fields above the start address (LBO, SBO, swizzle mode)."""
-    return (d.lbo >> 4) << 16 | (d.sbo >> 4) << 32 | SWIZZLE_MODES[d.swizzle][0] << 62
+def _descriptor_low(base: Any, d: OperandDescriptors) -> Any:
+    """The descriptor's low word for ``base`` (the allocation's shared-window address):
+    its start address field (bits 0-13, ``base`` in 16-byte units) and LBO (bits 16-29).
+    One expression for every K step and 64-row tile of the call, so the compiler builds it
+    once and each instruction's descriptor is one add (:func:`_descriptor`)."""
+    return tirx.shift_right(base, 4) & 0x3FFF | tirx.const((d.lbo >> 4) << 16, "uint32")
 
 
-def _descriptor(base: Any, start: int, d: OperandDescriptors) -> Any:
-    """``base`` (the allocation's shared-window address) + ``start`` as a descriptor."""
-    address = tirx.Cast("uint64", tirx.shift_right(base + start, 4) & 0x3FFF)
-    return address | tirx.const(_descriptor_bits(d), "uint64")
+def _descriptor(low: Any, start: int, d: OperandDescriptors) -> Any:
+    """The descriptor of the operand ``start`` bytes past the address of ``low``
+    (:func:`_descriptor_low`): the start field plus ``start`` in 16-byte units, SBO and the
+    swizzle mode above. ``start`` is a multiple of 16 (:func:`..layout.descriptor.match`
+    takes no other), so the sum is the field of ``base + start``; it carries out of the
+    14-bit field only at 256 KiB, past any CTA's shared memory (228 KiB on sm_90)."""
+    high = (d.sbo >> 4) << 32 | SWIZZLE_MODES[d.swizzle][0] << 62
+    return tirx.Cast("uint64", low + (start >> 4)) | tirx.const(high, "uint64")
 
 
 @variant(
@@ -398,7 +405,8 @@ def emit(plan: WgmmaPlan, call: TileCall, given: Mapping[str, Any]):
         flat = body.view(f"{name}_flat", buf, buf.dtype, 1, buf.scope())
         address = tirx.Cast("uint32", T.cuda.cvta_generic_to_shared(T.address_of(flat[0])))
         offset = descs.offset  # a stage's slice, in bytes
-        bases[name] = address if as_int(offset) == 0 else address + tirx.Cast("uint32", offset)
+        base = address if as_int(offset) == 0 else address + tirx.Cast("uint32", offset)
+        bases[name] = _descriptor_low(base, descs)
     a_words = None
     if plan.a_in_registers:  # the register form: A's .b32 registers, two elements each
         a_words = body.view("a_regs", a, "uint32", storage_words(a, 16, 32), "local")
