@@ -7,7 +7,8 @@ The question it answers: where a kernel that is level with its rival per clock s
 time and its traffic (docs/performance.md: "What the counters say" in part 8g's prose,
 "The counters" under "Where 1,024 x 64 non-causal's time goes"). Each kernel runs twice
 in a child process under ``ncu`` (no cache flush, the clocks left alone, as in the
-timings); the second launch of each is read. Columns:
+timings), inside an NVTX range that ncu reads alone (the setup's kernels are not read);
+the second launch of each is read. Columns:
 
 - ``us``, ``MHz``: the launch's duration and its SM clock under ncu (its replays run
   slower than the timed kernels do);
@@ -57,8 +58,7 @@ METRICS = (
     "l1tex__t_requests_pipe_lsu_mem_local_op_ld.sum",
     "l1tex__t_requests_pipe_lsu_mem_local_op_st.sum",
 )
-# kernels of the child's setup (random data, fills, copies) that are not read
-SKIP = "distribution|elementwise|copy|fill|reduce"
+RANGE = "measured"  # the NVTX range around the launches read (the setup's are not)
 LABELS = (  # a kernel name's part: its contender
     ("gemm_kernel", "ours ws"),
     ("attention_ws_kernel", "ours ws"),
@@ -67,18 +67,34 @@ LABELS = (  # a kernel name's part: its contender
 )
 
 
-def label(kernel: str) -> str:
-    """The contender a kernel name belongs to; cuBLAS's kernels by their own names."""
+def label(kernel: str, case: str) -> str:
+    """The contender a kernel name belongs to; any other kernel of a GEMM case is
+    cuBLAS's (named by its own name), of another case named as itself."""
     for part, name in LABELS:
         if part in kernel:
             return name
-    return f"torch matmul ({kernel.split('(')[0].removeprefix('void ')[:48]})"
+    short = kernel.split("(")[0].removeprefix("void ")[:48]
+    return f"torch matmul ({short})" if case.startswith("gemm") else f"other ({short})"
+
+
+def csv_name(case: str, dtype: str) -> str:
+    """The file ncu's CSV of ``case`` in ``dtype`` is kept in."""
+    return f"{case.replace(':', '_')}_{dtype}.csv"
+
+
+def _number(kernel: str, metric: str, text: str) -> float:
+    """A CSV value (thousands separated by commas); anything else is an error naming it."""
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        raise ValueError(f"ncu gave kernel {kernel!r} {metric} = {text!r}, not a number") from None
 
 
 def parse(text: str) -> dict[str, dict[str, float]]:
-    """ncu's ``--csv`` output: each kernel's metrics at its last launch, by kernel name.
-    A metric of METRICS that no row carries is an error naming it (a renamed counter
-    must not print as a blank)."""
+    """ncu's ``--csv`` output (``--print-units base``: ns, bytes, Hz): each kernel's
+    metrics at its last launch, by kernel name. A metric of METRICS that no row carries,
+    or a value that is not a number, is an error naming it (a renamed counter must not
+    print as a blank)."""
     rows = list(csv.reader(line for line in text.splitlines() if line.startswith('"')))
     if not rows:
         raise ValueError("ncu printed no CSV rows (was the kernel launched?)")
@@ -92,8 +108,8 @@ def parse(text: str) -> dict[str, dict[str, float]]:
     for row in rows[1:]:
         name = row[at["Kernel Name"]]
         if int(row[at["ID"]]) == last[name]:
-            value = row[at["Metric Value"]].replace(",", "")
-            found[name][row[at["Metric Name"]]] = float(value) if value else float("nan")
+            metric = row[at["Metric Name"]]
+            found[name][metric] = _number(name, metric, row[at["Metric Value"]])
     for name, metrics in found.items():
         missing = [m for m in METRICS if m not in metrics]
         if missing:
@@ -107,7 +123,7 @@ def table_rows(found: dict[str, dict[str, float]], case: str) -> list[dict]:
     for name, m in found.items():
         rows.append({
             "case": case,
-            "contender": label(name),
+            "contender": label(name, case),
             "us": m["gpu__time_duration.sum"] / 1e3,
             "MHz": m["sm__cycles_elapsed.avg.per_second"] / 1e6,
             "active": m["sm__cycles_active.avg"] / m["sm__cycles_elapsed.avg"],
@@ -167,21 +183,25 @@ def child(case: str, dtype: str) -> None:
         launches = [lambda: ours(*tensors)] + [
             lambda b=b: sdpa(b) for b in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION)
         ]
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(RANGE)
     for _ in range(2):
         for launch in launches:
             launch()
     torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
 
 
 def measure(case: str, dtype: str, out: Path) -> list[dict]:
     """Run :func:`child` for ``case`` under ncu and read its counters."""
     command = [
-        "ncu", "--csv", "--cache-control", "none", "--clock-control", "none",
-        "--kernel-name", f"regex:^(?!.*({SKIP})).*$", "--metrics", ",".join(METRICS),
+        "ncu", "--csv", "--print-units", "base", "--cache-control", "none",
+        "--clock-control", "none", "--nvtx", "--nvtx-include", f"{RANGE}/",
+        "--metrics", ",".join(METRICS),
         sys.executable, __file__, "--child", case, "--dtype", dtype,
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=os.environ)
-    (out / f"{case.replace(':', '_')}.csv").write_text(done.stdout)
+    (out / csv_name(case, dtype)).write_text(done.stdout)
     if done.returncode:
         raise RuntimeError(f"ncu exited {done.returncode}: {done.stderr[-2000:]}")
     return table_rows(parse(done.stdout), f"{case} {dtype}")

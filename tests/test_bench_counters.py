@@ -19,8 +19,9 @@ OURS, CUBLAS = "gemm_kernel", "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT"
 
 
 def _values(seed: float) -> dict[str, float]:
-    """A value for every metric, distinct per metric and per launch."""
-    return {m: seed * (i + 2) for i, m in enumerate(counters.METRICS)}
+    """A value for every metric, distinct per metric and per launch, above 1,000 (ncu
+    writes those with thousands separators)."""
+    return {m: seed * 1_234_567.5 * (i + 2) for i, m in enumerate(counters.METRICS)}
 
 
 def _ncu_csv(launches: list[tuple[int, str, dict[str, float]]]) -> str:
@@ -64,12 +65,23 @@ def test_the_columns_come_from_their_counters():
 
 
 def test_rivals_are_named_by_their_kernels_and_ours_come_first():
-    rows = counters.table_rows({CUBLAS: _values(1), OURS: _values(2)}, "gemm")
+    rows = counters.table_rows({CUBLAS: _values(1), OURS: _values(2)}, "gemm:4096")
     assert [r["contender"] for r in rows] == ["ours ws", f"torch matmul ({CUBLAS})"]
-    assert counters.label("cudnn_generated_fort_native_sdpa_sm90") == "torch sdpa cudnn"
-    assert counters.label("void pytorch_flash::flash_fwd_kernel<Flash>(Params)") == (
+    case = "attention:1024x64"
+    assert counters.label("cudnn_generated_fort_native_sdpa_sm90", case) == "torch sdpa cudnn"
+    assert counters.label("void pytorch_flash::flash_fwd_kernel<Flash>(Params)", case) == (
         "torch sdpa flash"
     )
+    # a kernel of no known contender is cuBLAS's only in a GEMM case
+    assert counters.label("vectorized_elementwise_kernel", case) == (
+        "other (vectorized_elementwise_kernel)"
+    )
+
+
+def test_each_case_and_dtype_keeps_its_own_csv():
+    names = {counters.csv_name(c, d) for c in ("gemm:4096", "attention:1024x64")
+             for d in ("float16", "bfloat16")}  # fmt: skip
+    assert len(names) == 4
 
 
 def test_a_counter_ncu_did_not_give_is_named():
@@ -79,3 +91,13 @@ def test_a_counter_ncu_did_not_give_is_named():
         counters.parse(_ncu_csv([(3, OURS, values)]))
     with pytest.raises(ValueError, match="no CSV rows"):
         counters.parse("==PROF== Disconnected\n")
+
+
+def test_a_value_that_is_not_a_number_is_named():
+    text = _ncu_csv([(3, OURS, _values(1))]).replace(
+        f'"dram__bytes_read.sum","","{_values(1)["dram__bytes_read.sum"]:,.2f}"',
+        '"dram__bytes_read.sum","","n/a"',
+    )
+    assert '"n/a"' in text
+    with pytest.raises(ValueError, match="dram__bytes_read.sum = 'n/a'"):
+        counters.parse(text)
