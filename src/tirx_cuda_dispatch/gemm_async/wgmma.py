@@ -398,7 +398,7 @@ def emit(plan: WgmmaPlan, call: TileCall, given: Mapping[str, Any]):
     c, a, b = (call.operand(n).buffer for n in ("C", "A", "B"))
     body = Body()
     dv = body.view("c_regs", c, "float32", storage_words(c, 32, 32), "local")
-    bases = {}
+    lows = {}
     for name, buf, descs in (("a", a, plan.a), ("b", b, plan.b)):
         if descs is None:
             continue  # A in registers
@@ -406,7 +406,7 @@ def emit(plan: WgmmaPlan, call: TileCall, given: Mapping[str, Any]):
         address = tirx.Cast("uint32", T.cuda.cvta_generic_to_shared(T.address_of(flat[0])))
         offset = descs.offset  # a stage's slice, in bytes
         base = address if as_int(offset) == 0 else address + tirx.Cast("uint32", offset)
-        bases[name] = _descriptor_low(base, descs)
+        lows[name] = _descriptor_low(base, descs)
     a_words = None
     if plan.a_in_registers:  # the register form: A's .b32 registers, two elements each
         a_words = body.view("a_regs", a, "uint32", storage_words(a, 16, 32), "local")
@@ -424,8 +424,8 @@ def emit(plan: WgmmaPlan, call: TileCall, given: Mapping[str, Any]):
             if a_words is not None:
                 a_operand = [a_words[w] for w in plan.a_registers[mi][kk]]
             else:
-                a_operand = [_descriptor(bases["a"], plan.a.starts[mi][kk], plan.a)]
-            desc_b = _descriptor(bases["b"], plan.b.starts[0][kk], plan.b)
+                a_operand = [_descriptor(lows["a"], plan.a.starts[mi][kk], plan.a)]
+            desc_b = _descriptor(lows["b"], plan.b.starts[0][kk], plan.b)
             scale_d = tirx.const(bool(plan.accum or kk > 0), "bool")
             body.evaluate(spelling(*d, *a_operand, desc_b, scale_d, 1, 1, *trans))
     return body.func()
