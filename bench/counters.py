@@ -143,24 +143,19 @@ def table_rows(found: dict[str, dict[str, float]], case: str) -> list[dict]:
 
 def child(case: str, dtype: str) -> None:
     """Launch the case's kernels twice each (run under ncu by :func:`main`)."""
-    import norms
     import torch
     import tvm
-
-    from tirx_cuda_dispatch import runtime
 
     kind = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
     what, size = case.split(":")
     if what == "gemm":
+        import gemm_ws
+
         m = n = k = int(size)
         a, b, bias = ((2 * torch.rand(s, device="cuda") - 1).to(kind) for s in ((m, k), (k, n), n))
         c = torch.empty(m, n, dtype=kind, device="cuda")
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        func = norms.example("gemm_hopper_ws").gemm_kernel(
-            m, n, k, dtype=dtype, epilogue="plain", grid=sms
-        )
-        fn = runtime.build(func, runtime.gpu_arch(), "tirx_cuda_dispatch.strict")
-        ours = fn[runtime.entry_name(func)]
+        ours = gemm_ws.build("ws", (m, n, k), dtype, "plain", sms)  # part 8g's default build
         tensors = [tvm.runtime.from_dlpack(t) for t in (a, b, bias, c)]
         launches = [lambda: ours(*tensors), lambda: torch.matmul(a, b)]
     else:
@@ -220,9 +215,8 @@ def main() -> int:
     if args.child:
         child(args.child, args.dtype)
         return 0
-    cases = [f"gemm:{args.gemm}"] * bool(args.gemm) + [f"attention:{args.attention}"] * bool(
-        args.attention
-    )
+    sizes = (("gemm", args.gemm), ("attention", args.attention))
+    cases = [f"{name}:{size}" for name, size in sizes if size]
     rows = [row for case in cases for row in measure(case, args.dtype, args.out)]
     print(run.markdown_table(rows))
     return 0

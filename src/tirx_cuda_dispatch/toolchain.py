@@ -290,9 +290,14 @@ def sass(cubin: bytes) -> str:
 _OPCODE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)", re.MULTILINE)
 
 
+def opcode_sequence(sass_text: str) -> list[str]:
+    """Each SASS instruction's opcode (with its modifiers, e.g. ``LDG.E.128``), in order."""
+    return _OPCODE.findall(sass_text)
+
+
 def opcodes(sass_text: str) -> Counter:
     """How often each SASS opcode (with its modifiers, e.g. ``LDG.E.128``) occurs."""
-    return Counter(_OPCODE.findall(sass_text))
+    return Counter(opcode_sequence(sass_text))
 
 
 def cuda_source(func_or_mod, arch: Any = "sm_90a", pipeline: str = "tirx_cuda_dispatch") -> str:
