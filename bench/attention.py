@@ -122,23 +122,26 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     "ws no pdl": ("attention", "attention_ws_kernel", {"pdl": False}),
     # three stages of the ring at head dim 64 (the default there before four)
     "ws three stages": ("attention", "attention_ws_kernel", {"stages": 3}),
+    # the lagged max's bound checked once a block (a flag per thread, a warp recomputes its
+    # rows with mma.sync where it tripped) instead of a warpgroup vote every key tile
+    "ws block check": ("attention", "attention_ws_kernel", {"lag_check": "block"}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
     (4096, 128, False, "float16"): ("ws", "ws no lag", "ws per block", "ws direct store",
                                     "ws two rings", "ws no overlap", "ws n64 no overlap", "wg",
-                                    "ws no obuf"),
+                                    "ws no obuf", "ws block check"),
     (4096, 256, False, "float16"): ("ws", "ws no lag", "ws one ring", "ws n64"),
     (8192, 256, True, "float16"): ("ws", "ws no lag", "ws n64"),
     (1024, 128, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf", "ws row sums"),
     (8192, 128, False, "float16"): ("ws", "ws no lag"),
     (1024, 64, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf",
-                                   "ws unbalanced", "ws no pdl"),
+                                   "ws unbalanced", "ws no pdl", "ws block check"),
     (4096, 64, False, "float16"): ("ws", "ws no lag", "ws c2", "sm80", "sm80 row sums",
-                                   "ws three stages"),
+                                   "ws three stages", "ws block check"),
     (1024, 128, True, "float16"): ("ws", "ws no lag", "ws no obuf", "ws no pdl"),
     (4096, 64, True, "float16"): ("ws", "ws no lag", "ws two consumers", "ws section 1",
-                                  "ws all tiles"),
+                                  "ws all tiles", "ws block check"),
     (8192, 64, True, "float16"): ("ws", "ws section 1", "ws all tiles"),
     (16384, 64, False, "float16"): ("ws", "ws no lag", "ws row sums", "sm80", "sm80 row sums",
                                     "ws three stages"),

@@ -351,8 +351,9 @@ REGISTERS = {2: (40, 232), 3: (24, 160)}  # setmaxnreg by consumers: producer's,
 SHARED_BYTES = 227 * 1024  # the most dynamic shared memory a CTA may have (sm_90)
 WS_OMITS = (
     None, "full_wait", "empty_arrive", "rescale", "first_turn", "pv_wait", "store_fence",
-    "store_wait", "q_empty_wait", "v_wait", "rebase", "idle_store",
+    "store_wait", "q_empty_wait", "v_wait", "rebase", "idle_store", "recompute",
 )  # fmt: skip
+LAG_CHECKS = ("tile", "block")  # lagged_max: where the bound on P is checked
 # named barriers (0 is the CTA's): consumer c's turn to issue is 1 + c; its barrier
 # before the TMA store of O is 1 + consumers + c; its vote (lagged_max) 9 + c (8 is TVM's
 # built-ins')
@@ -387,6 +388,7 @@ def attention_ws_kernel(
     section: int | None = None,
     balanced: bool | None = None,
     pdl: bool = True,
+    lag_check: str = "tile",
 ):
     """FlashAttention-3's structure: per CTA 64 ``consumers`` query rows of one head and
     ``1 + consumers`` warpgroups. Warpgroup 0, the producer, gives registers back
@@ -491,8 +493,20 @@ def attention_ws_kernel(
     (None: wherever those hold, with the lane sums then on by default; on an H200 1-13%
     faster, docs/performance.md). ``omit="rebase"``: the vote is ignored (a broken
     kernel); ``omit="idle_store"``: a consumer whose rows lie past its block's stores them
-    anyway. ``own_tiles``: a consumer computes only the key tiles its own rows need
-    (causal: to its own diagonal, where the CTA's tiles reach its last consumer's; none
+    anyway. ``lag_check``: where the lagged max's bound is checked: ``"tile"``, the
+    warpgroup's vote on every lagged tile (above), or ``"block"``: each thread keeps a
+    flag over the block's lagged tiles (no vote, no rebase between them, and P V waited
+    for before a tile's exponentials, so ptxas interleaves the rounding of P with them);
+    at the block's end each warp whose lanes passed the bound (``__any_sync``: no
+    barrier) computes its 16 rows again, FlashAttention-2's loop at warp scope with
+    mma.sync on Q, K and V read from global memory into fragments that are the same
+    registers (O, S, P and the row statistics as mma.sync's fragments). It takes
+    ``lagged_max`` and a sequence of whole 16-row chunks; ``omit="recompute"``: the
+    flags ignored (a broken kernel). Not timed on a GPU yet: on an H200 a timing-only
+    build of its check without the recompute ran 1,024 x 64 at 1.844-1.854 of flash
+    against the vote's 1.778-1.795 (docs/performance.md, "The rebase vote").
+    ``own_tiles``: a consumer computes only the key tiles its own rows need (causal: to
+    its own diagonal, where the CTA's tiles reach its last consumer's; none
     where its rows start past the sequence's end, in a ragged last block) and, for the
     CTA's tiles past them, waits for the stage, passes its turn and frees the stage
     (without it, every consumer computes every tile of the CTA's). ``section`` (causal,
@@ -589,8 +603,21 @@ def attention_ws_kernel(
             "exponentials on MUFU: it takes overlap=True, lane_sums=True and no "
             f"ex2_emulation (got overlap={overlap}, lane_sums={lane_sums}, ex2_emulation={e2e})"
         )
+    if lag_check not in LAG_CHECKS or (lag_check == "block"
+                                       and not (lagged_max and seq % 16 == 0)):  # fmt: skip
+        raise ValueError(
+            f"lag_check {lag_check!r}: one of {LAG_CHECKS}; 'block' checks the lagged max's "
+            "bound once a block and has each warp recompute its 16 rows from global memory "
+            "with mma.sync where it tripped: it takes lagged_max=True and a sequence of whole "
+            f"16-row chunks (got lagged_max={lagged_max}, seq {seq})"
+        )
+    by_block = lag_check == "block"
     group = heads // kv_heads
     scale = LOG2E / math.sqrt(d)
+    (acc_w, q_frag_w, _), _ = fragments.mma_fragments(1, d // 8, d // 16)  # (by_block) a
+    (acc_w16, _, k_frag_w), _ = fragments.mma_fragments(1, 2, 1, tb=True)  # warp's O, Q,
+    v_frag_w = fragments.mma_fragments(1, d // 8, 1)[0][2]  # S and P of 16 keys, K^T, V
+    rows_w, parts_w = fragments.mma_row_vector_layout(1), fragments.mma_rows_layout(1)
     acc_s = fragments.wgmma_accumulator_layout(bn, 1)
     acc_o = fragments.wgmma_accumulator_layout(d, 1)
     rows = fragments.wgmma_rows_layout()
@@ -795,6 +822,55 @@ def attention_ws_kernel(
                 rebase_rows(b.S_r, b.O_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_lane,
                             b.l_tile, scale, rescale)  # fmt: skip
 
+    def chunk_scores(b, kv, j) -> None:
+        """(``lag_check="block"``) The warp's S of keys 16 j to 16 j + 15: Q K^T 16
+        columns of D at a time (unrolled here: every register slice constant)."""
+        Tx.warp.fill(b.S_w[:, :], T.float32(0.0))
+        for kk in range(d // 16):
+            Tx.warp.copy(b.K_w[:, :], b.K[kv, j * 16 : j * 16 + 16, kk * 16 : kk * 16 + 16])
+            Tx.warp.gemm(b.S_w[:, :], b.Q_w[:, kk * 16 : kk * 16 + 16], b.K_w[:, :],
+                         b.S_w[:, :], transpose_A=False, transpose_B=True, alpha=1.0,
+                         beta=1.0)  # fmt: skip
+
+    @T.macro
+    def recompute(b, h, q0):
+        """(``lag_check="block"``) The warp's 16 rows of the block from ``q0`` (the
+        consumer's first row) again, where a lane's sums of P passed ``LAG_BOUND`` on some
+        lagged tile: FlashAttention-2's loop at warp scope over 16 keys at a time, Q, K and
+        V read from global memory into mma.sync fragments (the block's stages are gone),
+        each key chunk's row max taken first, into the warp's part of O, the running max
+        and the lanes' sums (its registers are mma.sync's fragments: ``b.O_w`` and the
+        other views)."""
+        r = T.meta_var(q0 + b.warp * 16)  # the warp's first row
+        kv = T.meta_var(h // group)
+        chunks = T.meta_var((T.min(r + 16, seq) if causal else seq) // 16)  # to the diagonal
+        Tx.warp.fill(b.O_w[:, :], T.float32(0.0))
+        Tx.warp.fill(b.m_w[:, :], T.float32(-math.inf))
+        Tx.warp.fill(b.l_w[:, :], T.float32(0.0))
+        rq = T.meta_var(T.max(T.min(r, seq - 16), 0))  # r itself: check_block's if holds
+        Tx.warp.copy(b.Q_w[:, :], b.Q[h, rq : rq + 16, :])  # it (written so it is proved)
+        for j in T.serial(chunks):
+            chunk_scores(b, kv, j)
+            if causal:  # the chunk that crosses the warp's diagonal
+                if j * 16 + 15 > r:
+                    Tx.warp.select(b.S_w[:, :], b.S_w[:, :], T.float32(-math.inf),
+                                   lambda i, jj: j * 16 + jj <= r + i)  # noqa: B023  # fmt: skip
+            softmax_rows(b.S_w, b.m_w, b.mn_w, b.al_w, b.l_w, b.lt_w, scale, Tx.warp)
+            rescale_and_round(b.S_w, b.P_w, b.O_w, b.m_w, b.mn_w, b.al_w, True, Tx.warp)
+            Tx.warp.copy(b.V_w[:, :], b.V[kv, j * 16 : j * 16 + 16, :])
+            Tx.warp.gemm(b.O_w[:, :], b.P_w[:, :], b.V_w[:, :], b.O_w[:, :], transpose_A=False,
+                         transpose_B=False, alpha=1.0, beta=1.0)  # fmt: skip
+
+    @T.macro
+    def check_block(b, h, q0):
+        """(``lag_check="block"``) Did any of the warp's lanes pass the bound on a lagged
+        tile of this block (``__any_sync`` of its flags: no barrier)? Then
+        :func:`recompute` its rows."""
+        if omit != "recompute":
+            if T.cuda.any_sync(T.uint32(0xFFFFFFFF), b.trip[0] != T.uint32(0)) != 0:
+                if q0 + b.warp * 16 + 16 <= seq:  # (rows past the end are not stored)
+                    recompute(b, h, q0)
+
     @T.macro
     def produce(b, i, base, r0, h):
         """The producer's first thread: block i (of this CTA), query rows from r0, of head
@@ -814,9 +890,9 @@ def attention_ws_kernel(
             load_tile(b, 1, base + n_tiles - 1, kv, n_tiles - 1)
 
     @T.macro
-    def own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0):
-        """Consumer c's key tiles (the first ``n_mine`` of the CTA's ``n_tiles``): S, the
-        online softmax and O += P V."""
+    def own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0, h):
+        """Consumer c's key tiles (the first ``n_mine`` of the CTA's ``n_tiles``) of head
+        h: S, the online softmax and O += P V."""
         if overlap:
             # tile 0: S, its softmax and P; its P V goes with tile 1's Q K^T
             wait_stage(b.bars, 0, base)
@@ -838,7 +914,20 @@ def attention_ws_kernel(
                 issue_pv(b, g - 1)
                 pass_turn(c, t, n_tiles, more)
                 T.ptx["wgmma.wait_group.sync.aligned"](1)  # S is in; P V still runs
-                if lagged_max:  # (a rebase reads Q's rows and K's stage again)
+                if by_block:  # P V waited for first (so ptxas interleaves the rounding of P
+                    if omit != "pv_wait":  # with the exponentials), no vote: a flag
+                        T.ptx["wgmma.wait_group.sync.aligned"](0)
+                    free_stage(b.bars, 1, g - 1, tid_wg)
+                    mask(b.S_r, t, q0)
+                    lagged_rows(b.S_r, b.l_lane, b.l_tile, scale)
+                    mine = T.decl_buffer((2,), "float32", data=b.l_lane.data, scope="local")
+                    passed = T.meta_var(lane_total(mine, 2) > T.float32(LAG_BOUND))
+                    b.trip[0] = b.trip[0] | T.Cast("uint32", passed)
+                    free_stage(b.bars, 0, g, tid_wg)
+                    release_q(b, c, tid_wg, t == n_mine - 1)
+                    Tx.wg.add(b.l_run[:, :], b.l_run[:, :], b.l_lane[:, :])
+                    Tx.wg.cast(b.P16[:, :], b.S_r[:, :])
+                elif lagged_max:  # (a rebase reads Q's rows and K's stage again)
                     mask(b.S_r, t, q0)
                     lagged_tile(b, c, g, t, q0)
                     free_stage(b.bars, 0, g, tid_wg)
@@ -849,19 +938,23 @@ def attention_ws_kernel(
                     mask(b.S_r, t, q0)
                     softmax_rows(b.S_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_tile, scale,
                                  ex2_emulation=e2e)  # fmt: skip
-                if omit != "pv_wait":
-                    T.ptx["wgmma.wait_group.sync.aligned"](0)  # P V is in: O, P free
-                free_stage(b.bars, 1, g - 1, tid_wg)
-                if lagged_max:
-                    Tx.wg.add(b.l_run[:, :], b.l_run[:, :], b.l_lane[:, :])
-                    Tx.wg.cast(b.P16[:, :], b.S_r[:, :])
-                else:
-                    rescale_and_round(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, rescale)
+                if not by_block:
+                    if omit != "pv_wait":
+                        T.ptx["wgmma.wait_group.sync.aligned"](0)  # P V is in: O, P free
+                    free_stage(b.bars, 1, g - 1, tid_wg)
+                    if lagged_max:
+                        Tx.wg.add(b.l_run[:, :], b.l_run[:, :], b.l_lane[:, :])
+                        Tx.wg.cast(b.P16[:, :], b.S_r[:, :])
+                    else:
+                        rescale_and_round(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha,
+                                          rescale)  # fmt: skip
             g_last = T.meta_var(base + n_mine - 1)
             wait_stage(b.bars, 1, g_last)
             issue_pv(b, g_last)
             T.ptx["wgmma.wait_group.sync.aligned"](0)
             free_stage(b.bars, 1, g_last, tid_wg)
+            if by_block:
+                check_block(b, h, q0)
         else:
             for t in T.serial(n_mine):
                 g = T.meta_var(base + t)
@@ -926,6 +1019,8 @@ def attention_ws_kernel(
         Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
         Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
         Tx.wg.fill(b.l_run[:, :], T.float32(0.0))
+        if by_block:  # no lane passed the bound on this block's lagged tiles yet
+            b.trip[0] = T.uint32(0)
         T.cuda.mbarrier_wait(b.bars.ptr_to([q_full(c)]), i % 2)
         if pingpong and first_turn:
             if i == 0:
@@ -933,9 +1028,9 @@ def attention_ws_kernel(
                     T.ptx.bar.arrive(1, 256)
         if idle:  # rows past the end (the block's) compute nothing (n_mine is 0)
             if q0 < stop:
-                own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0)
+                own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0, h)
         else:
-            own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0)
+            own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0, h)
         if own_tiles:  # the CTA's tiles past the consumer's: its turn passed, stages freed
             for t in T.serial(n_mine, n_tiles):
                 g = T.meta_var(base + t)
@@ -975,7 +1070,7 @@ def attention_ws_kernel(
         T.device_entry()
         qx, hx = T.cta_id([columns, head_ctas])
         wg = T.warpgroup_id([1 + consumers])
-        T.warp_id_in_wg([4])
+        warp = T.warp_id_in_wg([4])
         T.lane_id([32])
         tid_wg = T.thread_id_in_wg([128])
         tid = T.thread_id([(1 + consumers) * 128])
@@ -1006,12 +1101,28 @@ def attention_ws_kernel(
         l_parts = T.alloc_buffer((BM, 4), "float32", scope="local", layout=parts)
         l_lane = T.alloc_buffer((BM, 4), "float32", scope="local", layout=parts)
         vote = T.alloc_buffer((1,), "uint32", scope="local")
+        trip = T.alloc_buffer((1,), "uint32", scope="local")  # (by_block) a lane passed
+        # (by_block) a warp's registers as mma.sync's fragments, for its recompute: its
+        # part of O, of S and P (16 keys), of the rows' max and sums; Q in O16's registers
+        O_w = T.decl_buffer((16, d), "float32", data=O_r.data, scope="local", layout=acc_w)
+        S_w = T.decl_buffer((16, 16), "float32", data=S_r.data, scope="local", layout=acc_w16)
+        P_w = T.decl_buffer((16, 16), dtype, data=P16.data, scope="local", layout=acc_w16)
+        Q_w = T.decl_buffer((16, d), dtype, data=O16.data, scope="local", layout=q_frag_w)
+        m_w = T.decl_buffer((16, 1), "float32", data=m_old.data, scope="local", layout=rows_w)
+        mn_w = T.decl_buffer((16, 1), "float32", data=m_new.data, scope="local", layout=rows_w)
+        al_w = T.decl_buffer((16, 1), "float32", data=alpha.data, scope="local", layout=rows_w)
+        lt_w = T.decl_buffer((16, 1), "float32", data=l_tile.data, scope="local", layout=rows_w)
+        l_w = T.decl_buffer((16, 4), "float32", data=l_parts.data, scope="local", layout=parts_w)
+        K_w = T.alloc_buffer((16, 16), dtype, scope="local", layout=k_frag_w)
+        V_w = T.alloc_buffer((16, d), dtype, scope="local", layout=v_frag_w)
         b = T.meta_var(SimpleNamespace(
             Q=Q, K=K, V=V, Out=Out, LSE=LSE, LSE_rows=LSE_rows, Q_s=Q_s, O_s=O_s, K_s=K_s, V_s=V_s,
             bars=bars, lse_w=lse_w, lse_s=lse_s, S_r=S_r, P16=P16, O_r=O_r, O16=O16,
             m_old=m_old, m_new=m_new, alpha=alpha, l_sum=l_sum, l_tile=l_tile,
             l_run=l_parts if lane_sums else l_sum,  # the running sums
-            l_lane=l_lane, vote=vote))  # (lagged_max) a tile's lane sums; the rebase vote
+            l_lane=l_lane, vote=vote, trip=trip, warp=warp, O_w=O_w, S_w=S_w, P_w=P_w,
+            Q_w=Q_w, m_w=m_w, mn_w=mn_w, al_w=al_w, lt_w=lt_w, l_w=l_w, K_w=K_w,
+            V_w=V_w))  # (lagged_max) a tile's lane sums; the rebase vote; (lag_check) views
         if tid == 0:
             for c in range(q_bars):  # Q's full (the producer's expect_tx)
                 T.ptx.mbarrier.init.shared.b64(bars.ptr_to([c]), 1)

@@ -50,6 +50,8 @@ def test_the_shapes_are_the_issues(bench):
         ("ws", False),
         ("ws no overlap", True),
         ("ws two rings", False),
+        ("ws block check", False),
+        ("ws block check", True),
         ("wg", True),
         ("sm80", True),
     ],

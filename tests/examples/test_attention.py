@@ -454,6 +454,75 @@ def test_a_kernel_that_ignores_the_vote_is_caught():
     assert "outputs of O" in attention.close(out[3], out[4], *args[:3])
 
 
+BLOCK_CHECK = [  # (heads, seq, head dim, causal, keywords, the keys' factor, from which key)
+    # two stages of 64 keys, a ring each: tiles 1 to 5 trip (past float32's exponent)
+    (1, 384, 64, False, {"split_kv": True, "block_n": 64, "stages": 2}, 60.0, 64),
+    (2, 256, 128, True, {"persistent": False}, 60.0, 128),  # causal, a CTA a block
+    (2, 256, 64, False, {"kv_heads": 1, "sms": 2}, 4.0, 128),  # grouped heads, persistent
+]
+
+
+def mma_count(result) -> int:
+    return result.counters.instructions["mma.m16n8k16.f32.f16"]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize(
+    "shape", BLOCK_CHECK, ids=lambda s: "h{}-s{}-d{}-{}-{}-x{:g}".format(*s[:4], len(s[4]), s[5])
+)
+def test_the_block_check_recomputes_the_rows_that_outgrow_the_lagged_max(shape, where, gpu):
+    """``lag_check="block"``: no vote on the lagged tiles, a flag per thread; at the
+    block's end a warp whose lanes passed the bound computes its 16 rows again with
+    mma.sync from global memory: equal to float64. The simulator counts the recomputes'
+    mma.sync (at 4 times) against the same kernel on data that never trips the bound
+    (none), which is right too."""
+    heads, seq, d, causal, keywords, factor, first = shape
+    func = attention.attention_ws_kernel(heads, seq, d, causal=causal, lag_check="block",
+                                         **keywords)  # fmt: skip
+    plain = attention.inputs(heads, seq, d, seed=8, kv_heads=keywords.get("kv_heads"))
+    args = attention.growing_keys(plain, factor, first)
+    if where == "sim":
+        result = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+        assert mma_count(result) > 0  # the recomputes' S and P V
+        if factor == 4.0:
+            calm = sim.run(func, plain, target="sm_90a", pipeline=STRICT)
+            assert mma_count(calm) == 0
+            assert attention.close(calm.arrays[3].reshape(args[3].shape),
+                                   calm.arrays[4].reshape(args[4].shape), *plain[:3],
+                                   causal=causal) is None  # fmt: skip
+        out = result.arrays
+    else:
+        out = execute(func, args, where, gpu, pipeline=STRICT)
+    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
+    assert attention.close(o, lse, *args[:3], causal=causal) is None
+
+
+def test_a_block_check_that_does_not_recompute_is_caught():
+    """The control: the flags set and the recompute left out (``omit="recompute"``)
+    leaves the tripped rows against a max the scores outgrew, which the comparison names."""
+    args = attention.growing_keys(attention.inputs(1, 384, 64, seed=8), 60.0, 64)
+    func = attention.attention_ws_kernel(1, 384, 64, split_kv=True, block_n=64, stages=2,
+                                         lag_check="block", omit="recompute")  # fmt: skip
+    out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+    assert "outputs of O" in attention.close(out[3].reshape(args[3].shape),
+                                             out[4].reshape(args[4].shape), *args[:3])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "keywords, named",
+    [
+        ({"lag_check": "row"}, "one of ('tile', 'block')"),
+        ({"lag_check": "block", "lagged_max": False}, "lagged_max=False"),
+        ({"lag_check": "block", "seq": 200}, "seq 200"),
+    ],
+)
+def test_a_block_check_it_cannot_take_is_an_error(keywords, named):
+    keywords = {"seq": 256, **keywords}
+    seq = keywords.pop("seq")
+    with pytest.raises(ValueError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        attention.attention_ws_kernel(1, seq, 64, **keywords)
+
+
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("warp_specialized", [False, True], ids=["simple", "ws"])
 def test_bfloat16_equals_numpy(warp_specialized, where, gpu):
