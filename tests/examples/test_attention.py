@@ -433,17 +433,27 @@ def test_the_lagged_max_rebases_the_tiles_that_outgrow_it(shape, where, gpu):
     func = attention.attention_ws_kernel(heads, seq, d, causal=causal, **keywords)
     plain = attention.inputs(heads, seq, d, seed=8)
     args = attention.growing_keys(plain, factor, first)
-    if where == "sim":
-        result = sim.run(func, args, target="sm_90a", pipeline=STRICT)
-        if factor == 4.0:
-            calm = sim.run(func, plain, target="sm_90a", pipeline=STRICT)
-            groups = [r.counters.instructions["wgmma.commit_group"] for r in (result, calm)]
-            assert groups[0] > groups[1]  # the rebases' Q K^T
-        out = result.arrays
-    else:
-        out = execute(func, args, where, gpu, pipeline=STRICT)
-    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
-    assert attention.close(o, lse, *args[:3], causal=causal) is None
+    out, calm = run_tripped(func, args, plain if factor == 4.0 else None, where, gpu)
+    if calm is not None:
+        groups = [r.counters.instructions["wgmma.commit_group"] for r in (out, calm)]
+        assert groups[0] > groups[1]  # the rebases' Q K^T
+    assert attention.close(*shaped(out, args), *args[:3], causal=causal) is None
+
+
+def run_tripped(func, args, plain, where, gpu):
+    """``func`` on keys that trip the lagged max's bound (``args``), and in the simulator
+    on ``plain`` keys that never trip it (None: not run), for the counters to compare:
+    (the outputs or the simulator's result, the plain run's result or None)."""
+    if where != "sim":
+        return execute(func, args, where, gpu, pipeline=STRICT), None
+    calm = None if plain is None else sim.run(func, plain, target="sm_90a", pipeline=STRICT)
+    return sim.run(func, args, target="sm_90a", pipeline=STRICT), calm
+
+
+def shaped(out, args) -> tuple:
+    """O and LSE of a run (a simulator result or the outputs) in the arguments' shapes."""
+    arrays = getattr(out, "arrays", out)
+    return arrays[3].reshape(args[3].shape), arrays[4].reshape(args[4].shape)
 
 
 def test_a_kernel_that_ignores_the_vote_is_caught():
@@ -481,20 +491,13 @@ def test_the_block_check_recomputes_the_rows_that_outgrow_the_lagged_max(shape, 
                                          **keywords)  # fmt: skip
     plain = attention.inputs(heads, seq, d, seed=8, kv_heads=keywords.get("kv_heads"))
     args = attention.growing_keys(plain, factor, first)
+    out, calm = run_tripped(func, args, plain if factor == 4.0 else None, where, gpu)
     if where == "sim":
-        result = sim.run(func, args, target="sm_90a", pipeline=STRICT)
-        assert mma_count(result) > 0  # the recomputes' S and P V
-        if factor == 4.0:
-            calm = sim.run(func, plain, target="sm_90a", pipeline=STRICT)
-            assert mma_count(calm) == 0
-            assert attention.close(calm.arrays[3].reshape(args[3].shape),
-                                   calm.arrays[4].reshape(args[4].shape), *plain[:3],
-                                   causal=causal) is None  # fmt: skip
-        out = result.arrays
-    else:
-        out = execute(func, args, where, gpu, pipeline=STRICT)
-    o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
-    assert attention.close(o, lse, *args[:3], causal=causal) is None
+        assert mma_count(out) > 0  # the recomputes' S and P V
+    if calm is not None:
+        assert mma_count(calm) == 0
+        assert attention.close(*shaped(calm, plain), *plain[:3], causal=causal) is None
+    assert attention.close(*shaped(out, args), *args[:3], causal=causal) is None
 
 
 def test_a_block_check_that_does_not_recompute_is_caught():
@@ -504,8 +507,7 @@ def test_a_block_check_that_does_not_recompute_is_caught():
     func = attention.attention_ws_kernel(1, 384, 64, split_kv=True, block_n=64, stages=2,
                                          lag_check="block", omit="recompute")  # fmt: skip
     out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
-    assert "outputs of O" in attention.close(out[3].reshape(args[3].shape),
-                                             out[4].reshape(args[4].shape), *args[:3])  # fmt: skip
+    assert "outputs of O" in attention.close(*shaped(out, args), *args[:3])
 
 
 @pytest.mark.parametrize(
