@@ -5,11 +5,13 @@ simulator and on the GPU, and a dropped rescale or wgmma wait is caught."""
 from __future__ import annotations
 
 import pytest
+import tvm
 
 from executors import execute
 from modules import ROOT, load_file
-from tirx_cuda_dispatch import explain, sim
+from tirx_cuda_dispatch import explain, sim, toolchain
 from tirx_cuda_dispatch.bounds import OutOfBoundsError
+from tirx_cuda_dispatch.gemm_async import wgmma
 
 attention = load_file("example_attention", ROOT / "examples" / "attention.py")
 STRICT = "tirx_cuda_dispatch.strict"
@@ -498,6 +500,21 @@ def test_the_block_check_recomputes_the_rows_that_outgrow_the_lagged_max(shape, 
         assert mma_count(calm) == 0
         assert attention.close(*shaped(calm, plain), *plain[:3], causal=causal) is None
     assert attention.close(*shaped(out, args), *args[:3], causal=causal) is None
+
+
+def test_a_causal_kernel_whose_stage_index_the_simplifier_rewrites_lowers(monkeypatch):
+    """Causal, 512 rows: TVM's simplifier rewrites a stage index ``(base + t) % stages``
+    into ``t + 1 - x``, which it cannot bound below 0; the wgmma emitter's stage offset
+    is masked to 18 bits, so TVM's StmtSimplify still lowers it, and the simulator runs it
+    equal to float64. The control: the plain cast stops inside TVM."""
+    args = attention.inputs(1, 512, 64, seed=3)
+    func = attention.attention_ws_kernel(1, 512, 64, causal=True)
+    out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+    assert attention.close(*shaped(out, args), *args[:3], causal=True) is None
+    monkeypatch.setattr(wgmma, "_stage_offset", lambda offset: tvm.tirx.Cast("uint32", offset))
+    with pytest.raises(tvm.error.InternalError, match="cannot make uint from negative"):
+        toolchain.lowered(attention.attention_ws_kernel(1, 512, 64, causal=True), "sm_90a",
+                          STRICT)  # fmt: skip
 
 
 def test_a_block_check_that_does_not_recompute_is_caught():

@@ -360,6 +360,16 @@ def plan(call: TileCall) -> WgmmaPlan:
 
 
 # -- emission --------------------------------------------------------------------------------
+def _stage_offset(offset: Any) -> Any:
+    """A stage's byte offset into its buffer as the uint32 added to the buffer's
+    shared-window address, masked to 18 bits (256 KiB: every offset inside a CTA's 228
+    KiB, so the mask changes no value, and the compiler drops it). TVM's simplifier may
+    rewrite a stage index into a form it cannot bound below 0 (a causal kernel's ``(base
+    + t) % stages`` as ``t + 1 - x`` at 512 rows), and a plain cast of that stops TVM's
+    StmtSimplify: "cannot make uint from negative value"; the mask bounds it."""
+    return tirx.Cast("uint32", offset & 0x3FFFF)
+
+
 def _descriptor_low(base: Any, d: OperandDescriptors) -> Any:
     """The descriptor's low word for ``base`` (the allocation's shared-window address):
     its start address field (bits 0-13, ``base`` in 16-byte units) and LBO (bits 16-29).
@@ -405,7 +415,7 @@ def emit(plan: WgmmaPlan, call: TileCall, given: Mapping[str, Any]):
         flat = body.view(f"{name}_flat", buf, buf.dtype, 1, buf.scope())
         address = tirx.Cast("uint32", T.cuda.cvta_generic_to_shared(T.address_of(flat[0])))
         offset = descs.offset  # a stage's slice, in bytes
-        base = address if as_int(offset) == 0 else address + tirx.Cast("uint32", offset)
+        base = address if as_int(offset) == 0 else address + _stage_offset(offset)
         lows[name] = _descriptor_low(base, descs)
     a_words = None
     if plan.a_in_registers:  # the register form: A's .b32 registers, two elements each
