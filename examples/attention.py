@@ -492,19 +492,24 @@ def attention_ws_kernel(
     rescaled, P again. It takes the overlap and the lane sums, and no ``ex2_emulation``
     (None: wherever those hold, with the lane sums then on by default; on an H200 1-13%
     faster, docs/performance.md). ``omit="rebase"``: the vote is ignored (a broken
-    kernel); ``omit="idle_store"``: a consumer whose rows lie past its block's stores them
-    anyway. ``lag_check``: where the lagged max's bound is checked: ``"tile"``, the
+    kernel); ``omit="idle_store"``: a consumer whose rows lie past its block's stores
+    them anyway. ``lag_check``: where the lagged max's bound is checked: ``"tile"``, the
     warpgroup's vote on every lagged tile (above), or ``"block"``: each thread keeps a
     flag over the block's lagged tiles (no vote, no rebase between them, and P V waited
     for before a tile's exponentials, so ptxas interleaves the rounding of P with them);
     at the block's end each warp whose lanes passed the bound (``__any_sync``: no
     barrier) computes its 16 rows again, FlashAttention-2's loop at warp scope with
     mma.sync on Q, K and V read from global memory into fragments that are the same
-    registers (O, S, P and the row statistics as mma.sync's fragments). It takes
-    ``lagged_max`` and a sequence of whole 16-row chunks; ``omit="recompute"``: the
-    flags ignored (a broken kernel). Not timed on a GPU yet: on an H200 a timing-only
-    build of its check without the recompute ran 1,024 x 64 at 1.844-1.854 of flash
-    against the vote's 1.778-1.795 (docs/performance.md, "The rebase vote").
+    registers (O, S, P and the row statistics as mma.sync's fragments), after the
+    consumer passed its turns for the CTA's tiles past its own. The lagged tiles' P V is
+    then waited for before their exponentials (the overlap within the warpgroup is given
+    up there), and a warp that trips pays a whole pass over its keys from global memory
+    (inputs that trip often, such as scores growing along the sequence, run far slower
+    than with the vote). It takes ``lagged_max`` and a sequence of whole 16-row chunks;
+    ``omit="recompute"``: the flags ignored (a broken kernel). Not timed on a GPU yet:
+    on an H200 a timing-only build of its check without the recompute ran 1,024 x 64 at
+    1.844-1.854 of flash against the vote's 1.778-1.795 (docs/performance.md, "The
+    rebase vote").
     ``own_tiles``: a consumer computes only the key tiles its own rows need (causal: to
     its own diagonal, where the CTA's tiles reach its last consumer's; none
     where its rows start past the sequence's end, in a ragged last block) and, for the
@@ -603,13 +608,19 @@ def attention_ws_kernel(
             "exponentials on MUFU: it takes overlap=True, lane_sums=True and no "
             f"ex2_emulation (got overlap={overlap}, lane_sums={lane_sums}, ex2_emulation={e2e})"
         )
-    if lag_check not in LAG_CHECKS or (lag_check == "block"
-                                       and not (lagged_max and seq % 16 == 0)):  # fmt: skip
+    if lag_check not in LAG_CHECKS:
+        raise ValueError(f"lag_check {lag_check!r}: one of {LAG_CHECKS}")
+    if lag_check == "block" and not (lagged_max and seq % 16 == 0):
         raise ValueError(
-            f"lag_check {lag_check!r}: one of {LAG_CHECKS}; 'block' checks the lagged max's "
-            "bound once a block and has each warp recompute its 16 rows from global memory "
-            "with mma.sync where it tripped: it takes lagged_max=True and a sequence of whole "
-            f"16-row chunks (got lagged_max={lagged_max}, seq {seq})"
+            "lag_check 'block' checks the lagged max's bound once a block and has each warp "
+            "recompute its 16 rows from global memory with mma.sync where it tripped: it "
+            f"takes lagged_max=True and a sequence of whole 16-row chunks (got lagged_max="
+            f"{lagged_max}, seq {seq})"
+        )
+    if (omit, lag_check) in (("recompute", "tile"), ("rebase", "block")):
+        raise ValueError(
+            f"omit {omit!r} breaks lag_check {'block' if omit == 'recompute' else 'tile'!r}; "
+            f"with lag_check {lag_check!r} it would change nothing"
         )
     by_block = lag_check == "block"
     group = heads // kv_heads
@@ -890,9 +901,9 @@ def attention_ws_kernel(
             load_tile(b, 1, base + n_tiles - 1, kv, n_tiles - 1)
 
     @T.macro
-    def own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0, h):
-        """Consumer c's key tiles (the first ``n_mine`` of the CTA's ``n_tiles``) of head
-        h: S, the online softmax and O += P V."""
+    def own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0):
+        """Consumer c's key tiles (the first ``n_mine`` of the CTA's ``n_tiles``): S, the
+        online softmax and O += P V."""
         if overlap:
             # tile 0: S, its softmax and P; its P V goes with tile 1's Q K^T
             wait_stage(b.bars, 0, base)
@@ -914,8 +925,9 @@ def attention_ws_kernel(
                 issue_pv(b, g - 1)
                 pass_turn(c, t, n_tiles, more)
                 T.ptx["wgmma.wait_group.sync.aligned"](1)  # S is in; P V still runs
-                if by_block:  # P V waited for first (so ptxas interleaves the rounding of P
-                    if omit != "pv_wait":  # with the exponentials), no vote: a flag
+                if by_block:  # P V waited for too (so ptxas interleaves the rounding of P
+                    # with the exponentials; the overlap of P V with them is given up),
+                    if omit != "pv_wait":  # no vote: a flag
                         T.ptx["wgmma.wait_group.sync.aligned"](0)
                     free_stage(b.bars, 1, g - 1, tid_wg)
                     mask(b.S_r, t, q0)
@@ -953,8 +965,6 @@ def attention_ws_kernel(
             issue_pv(b, g_last)
             T.ptx["wgmma.wait_group.sync.aligned"](0)
             free_stage(b.bars, 1, g_last, tid_wg)
-            if by_block:
-                check_block(b, h, q0)
         else:
             for t in T.serial(n_mine):
                 g = T.meta_var(base + t)
@@ -1028,9 +1038,9 @@ def attention_ws_kernel(
                     T.ptx.bar.arrive(1, 256)
         if idle:  # rows past the end (the block's) compute nothing (n_mine is 0)
             if q0 < stop:
-                own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0, h)
+                own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0)
         else:
-            own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0, h)
+            own_tiles_of(b, base, c, tid_wg, more, n_tiles, n_mine, q0)
         if own_tiles:  # the CTA's tiles past the consumer's: its turn passed, stages freed
             for t in T.serial(n_mine, n_tiles):
                 g = T.meta_var(base + t)
@@ -1041,6 +1051,12 @@ def attention_ws_kernel(
                 release_q(b, c, tid_wg, t == 0)  # (rows past the end: no Q K^T released it)
                 wait_stage(b.bars, 1, g)
                 free_stage(b.bars, 1, g, tid_wg)
+        if by_block:  # (after the turns passed above: a recompute holds up no other consumer)
+            if idle:
+                if q0 < stop:
+                    check_block(b, h, q0)
+            else:
+                check_block(b, h, q0)
         if idle and omit != "idle_store":  # rows past the end (the block's): no store
             if q0 < stop:
                 store_o(b, i, r0, h, c, tid_wg, q0)

@@ -86,3 +86,51 @@ def test_a_misplaced_fragment_is_declined():
 )  # fmt: skip
 def test_demos_names_are_the_public_ones(name):
     assert getattr(demos, name) is getattr(fragments, name)
+
+
+def _table(layout, rows: int, cols: int, scope: str, threads: int, dtype: str = "float32"):
+    from tvm import tirx
+
+    from tirx_cuda_dispatch.layout.register import register_table, register_view
+    from tirx_cuda_dispatch.layout.view import TileView
+
+    buf = tirx.decl_buffer((rows, cols), dtype, name="X", scope="local", layout=layout)
+    view = register_view(TileView("X", buf, ((0, rows), (0, cols))))
+    return register_table(view, scope, threads)
+
+
+def _warp_part_in_same_registers(wgmma_layout, warp_layout, cols: int) -> bool:
+    """Whether every warp of the warpgroup holds its 16 rows of ``wgmma_layout`` (64 x
+    ``cols``) in the registers where ``warp_layout`` (16 x ``cols``, one warp) puts them."""
+    whole = _table(wgmma_layout, 64, cols, "warpgroup", 128)
+    part = _table(warp_layout, 16, cols, "warp", 32)
+    if whole.registers != part.registers:
+        return False
+    for w in range(4):
+        mine = whole.elements[32 * w : 32 * w + 32]
+        if not (mine - 16 * w * cols == part.elements).all():
+            return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "wgmma_layout, warp_layout, cols",
+    [
+        (fragments.wgmma_accumulator_layout(64), fragments.mma_fragments(1, 8, 4)[0][0], 64),
+        (fragments.wgmma_accumulator_layout(16), fragments.mma_fragments(1, 2, 1)[0][0], 16),
+        (fragments.wgmma_rows_layout(), fragments.mma_row_vector_layout(1), 1),
+        (fragments.wgmma_row_parts_layout(), fragments.mma_rows_layout(1), 4),
+    ],
+    ids=["accumulator-64", "accumulator-16", "rows", "row-parts"],
+)
+def test_a_warps_part_of_the_wgmma_fragments_is_mmas_fragment_in_the_same_registers(
+    wgmma_layout, warp_layout, cols
+):
+    """examples/attention.py's block check (``lag_check="block"``) recomputes a warp's 16
+    rows with mma.sync into views of the warpgroup's wgmma registers: each warp's part of
+    the wgmma accumulator, row vector and row parts is mma.sync's fragment, register for
+    register. The control: the accumulator against mma.sync's B^T fragment (another
+    placement of the same shape) is caught."""
+    assert _warp_part_in_same_registers(wgmma_layout, warp_layout, cols)
+    b_t = fragments.mma_fragments(1, 2, 1, tb=True)[0][2]  # 16 keys x 16: K^T's fragment
+    assert not _warp_part_in_same_registers(fragments.wgmma_accumulator_layout(16), b_t, 16)

@@ -362,11 +362,13 @@ def plan(call: TileCall) -> WgmmaPlan:
 # -- emission --------------------------------------------------------------------------------
 def _stage_offset(offset: Any) -> Any:
     """A stage's byte offset into its buffer as the uint32 added to the buffer's
-    shared-window address, masked to 18 bits (256 KiB: every offset inside a CTA's 228
-    KiB, so the mask changes no value, and the compiler drops it). TVM's simplifier may
-    rewrite a stage index into a form it cannot bound below 0 (a causal kernel's ``(base
-    + t) % stages`` as ``t + 1 - x`` at 512 rows), and a plain cast of that stops TVM's
-    StmtSimplify: "cannot make uint from negative value"; the mask bounds it."""
+    shared-window address, masked to 18 bits. The mask changes no descriptor:
+    :func:`_descriptor_low` keeps bits 4-17 of the (wrapping) uint32 sum, which the bits
+    above 17 of the offset never reach. TVM's simplifier may rewrite a stage index into a
+    form it cannot bound below 0 (a causal kernel's ``(base + t) % stages`` as ``t + 1 -
+    x`` at 512 rows); binding a plain cast of it, TVM's StmtSimplify cast that negative
+    bound to uint and stopped ("cannot make uint from negative value"). The mask bounds it
+    (0 to 2^18 - 1); where TVM or ptxas proves it idle, it costs nothing (docs)."""
     return tirx.Cast("uint32", offset & 0x3FFFF)
 
 
