@@ -858,8 +858,8 @@ def attention_ws_kernel(
         Tx.warp.fill(b.O_w[:, :], T.float32(0.0))
         Tx.warp.fill(b.m_w[:, :], T.float32(-math.inf))
         Tx.warp.fill(b.l_w[:, :], T.float32(0.0))
-        rq = T.meta_var(T.max(T.min(r, seq - 16), 0))  # r itself: check_block's if holds
-        Tx.warp.copy(b.Q_w[:, :], b.Q[h, rq : rq + 16, :])  # it (written so it is proved)
+        rq = T.meta_var(T.max(T.min(r, seq - 16), 0))  # = r (check_block's if), written
+        Tx.warp.copy(b.Q_w[:, :], b.Q[h, rq : rq + 16, :])  # so the bounds check proves it
         for j in T.serial(chunks):
             chunk_scores(b, kv, j)
             if causal:  # the chunk that crosses the warp's diagonal
