@@ -5,10 +5,13 @@ demos' names are the same objects."""
 from __future__ import annotations
 
 import pytest
+from tvm import tirx
 from tvm.script import tirx as T
 from tvm.script.tirx import tile as Tx
 
 from tirx_cuda_dispatch import demos, explain, fragments
+from tirx_cuda_dispatch.layout.register import register_table, register_view
+from tirx_cuda_dispatch.layout.view import TileView
 
 
 def _warp_kernel(d_l, a_l, b_l, rows, mt_k):
@@ -88,13 +91,8 @@ def test_demos_names_are_the_public_ones(name):
     assert getattr(demos, name) is getattr(fragments, name)
 
 
-def _table(layout, rows: int, cols: int, scope: str, threads: int, dtype: str = "float32"):
-    from tvm import tirx
-
-    from tirx_cuda_dispatch.layout.register import register_table, register_view
-    from tirx_cuda_dispatch.layout.view import TileView
-
-    buf = tirx.decl_buffer((rows, cols), dtype, name="X", scope="local", layout=layout)
+def _table(layout, rows: int, cols: int, scope: str, threads: int):
+    buf = tirx.decl_buffer((rows, cols), "float32", name="X", scope="local", layout=layout)
     view = register_view(TileView("X", buf, ((0, rows), (0, cols))))
     return register_table(view, scope, threads)
 
