@@ -63,6 +63,23 @@ def test_every_call_of_the_timed_kernels_is_ours(bench, design, causal):
     assert [r.index for r in report if r.variant is None or r.error] == []
 
 
+@pytest.mark.parametrize("shape", [(4096, 64, False), (4096, 64, True)])
+def test_the_block_check_lowers_strict_at_the_shapes_it_is_timed(bench, shape):
+    """At 4,096 rows the grid takes heads ``hx + i * 6``: the recompute's loads of Q, K
+    and V from global memory must be proved in bounds there too (they were undecided, and
+    the strict pipeline stopped, until the bounds check read the grid's ``if`` alone)."""
+    from tirx_cuda_dispatch import toolchain
+
+    seq, d, causal = shape
+    assert "ws block check" in bench.ABLATIONS[(seq, d, causal, "float16")]
+    example, name, keywords = bench.DESIGNS["ws block check"]
+    func = getattr(bench.norms.example(example), name)(
+        bench.HEADS, seq, d, causal=causal, **keywords
+    )
+    source = toolchain.cuda_source(func, "sm_90a", pipeline="tirx_cuda_dispatch.strict")
+    assert "mma.sync" in source and "__any_sync" in source
+
+
 def test_rows_are_speeds_against_cudnn_and_flash(bench):
     ms = {"ours ws": 1.0, bench.CUDNN: 1.1, bench.FLASH: 2.0}
     rows = bench.rows_of(1024, 64, True, "float16", ms, {"ours ws": 0.5}, {"ours wg": "x"},

@@ -310,6 +310,36 @@ def test_an_if_on_a_sum_of_ids_and_loops_proves_the_region_inside_it(limit):
     assert verdict == ("in bounds" if limit == 3 else "out of bounds"), call.operands[1]
 
 
+@pytest.mark.parametrize("limit", [3, 4])
+def test_an_if_on_a_sum_under_a_condition_on_a_call_still_proves_the_region(limit):
+    """The same ``if hx + i * 2 < 3`` with an ``if __any_sync(...) != 0`` inside it
+    (examples/attention.py's block check): the implication of both conditions together
+    was too much for TVM's analyzer, and the region was undecided; the first condition
+    alone implies it. The control: under ``if hx + i * 2 < 4`` it is not proved (row 3 of
+    3 is read where the lanes' vote holds, which the check cannot know: undecided)."""
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (3, 32), "float32")
+        T.device_entry()
+        hx = T.cta_id([2])
+        T.warp_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
+        A_s = T.alloc_buffer((1, 32), "float32", scope="shared", layout=TileLayout(S[(1, 32)]))
+        flag = T.alloc_buffer((1,), "uint32", scope="local")
+        flag[0] = T.uint32(1)
+        for i in T.serial(2):
+            if hx + i * 2 < limit:
+                if T.cuda.any_sync(T.uint32(0xFFFFFFFF), flag[0] != T.uint32(0)) != 0:
+                    Tx.warp.copy(A_s[:, :], A[hx + i * 2 : hx + i * 2 + 1, :])
+            T.cuda.cta_sync()
+    # fmt: on
+
+    [call] = bounds.scan(kernel)
+    verdict = call.operands[1].verdict
+    assert verdict == ("in bounds" if limit == 3 else "undecided"), call.operands[1]
+
+
 def test_a_simulated_access_out_of_bounds_names_the_cta_and_thread():
     import numpy as np
 

@@ -734,13 +734,19 @@ def _implied(goals: list[Any], env: Enclosing) -> bool:
     """Whether the enclosing conditions imply each goal over the ranges: ``not (c1 and
     ...) or goal`` proved without the conditions as constraints. TVM's analyzer does not
     read a condition on a sum as a fact about it (under ``if hx + i * 2 < 3`` it cannot
-    prove ``hx + i * 2 + 1 <= 3``), but simplifies the disjunction to true."""
+    prove ``hx + i * 2 + 1 <= 3``), but simplifies the disjunction to true. Where the
+    conjunction is too much for it (a condition on a call, ``__any_sync(...) != 0``, among
+    them), each condition alone is tried: one that implies the goal is enough."""
     both = env.conditions[0]
     for cond in env.conditions[1:]:
         both = tvm.tirx.And(both, cond)
     with ExitStack() as stack:
         ana = _analyzer(_ranges_only(env), stack)
-        return all(bool(ana.can_prove(tvm.tirx.Or(tvm.tirx.Not(both), g))) for g in goals)
+        return all(
+            ana.can_prove(tvm.tirx.Or(tvm.tirx.Not(both), g))
+            or any(ana.can_prove(tvm.tirx.Or(tvm.tirx.Not(c), g)) for c in env.conditions)
+            for g in goals
+        )
 
 
 def _ranges_only(env: Enclosing) -> Enclosing:
