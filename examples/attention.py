@@ -356,9 +356,13 @@ WS_OMITS = (
 LAG_CHECKS = ("tile", "block")  # lagged_max: where the bound on P is checked
 # named barriers (0 is the CTA's): consumer c's turn to issue is 1 + c; its barrier
 # before the TMA store of O is 1 + consumers + c; its vote (lagged_max) 9 + c (8 is TVM's
-# built-ins')
+# built-ins'); the consumers' meeting before they redo blocks (lag_check "block") 12
+REDO_BARRIER = 12
 SECTION_BYTES = 16 << 20  # (section) K and V of a section's heads: a third of the L2
 LAG_BOUND = 256.0  # lagged_max: a lane's sum of P over a tile (so every P) stays below it
+# lag_check "block": P must only stay finite in float16 for P V (its largest power of two,
+# below 65,504); a redo is dear, a rebase cheap (FlashAttention-4 rebases past 2^8)
+BLOCK_BOUND = 2.0**15
 
 
 def attention_ws_kernel(
@@ -495,21 +499,24 @@ def attention_ws_kernel(
     kernel); ``omit="idle_store"``: a consumer whose rows lie past its block's stores
     them anyway. ``lag_check``: where the lagged max's bound is checked: ``"tile"``, the
     warpgroup's vote on every lagged tile (above), or ``"block"``: each thread keeps a
-    flag over the block's lagged tiles (no vote, no rebase between them, and P V waited
-    for before a tile's exponentials, so ptxas interleaves the rounding of P with them);
-    at the block's end each warp whose lanes passed the bound (``__any_sync``: no
-    barrier) computes its 16 rows again, FlashAttention-2's loop at warp scope with
-    mma.sync on Q, K and V read from global memory into fragments that are the same
-    registers (O, S, P and the row statistics as mma.sync's fragments), after the
-    consumer passed its turns for the CTA's tiles past its own. The lagged tiles' P V is
-    then waited for before their exponentials (the overlap within the warpgroup is given
-    up there), and a warp that trips pays a whole pass over its keys from global memory
-    (inputs that trip often, such as scores growing along the sequence, run far slower
-    than with the vote). It takes ``lagged_max`` and a sequence of whole 16-row chunks;
-    ``omit="recompute"``: the flags ignored (a broken kernel). Not timed on a GPU yet:
-    on an H200 a timing-only build of its check without the recompute ran 1,024 x 64 at
-    1.844-1.854 of flash against the vote's 1.778-1.795 (docs/performance.md, "The
-    rebase vote").
+    flag over the block's lagged tiles, against ``BLOCK_BOUND`` (2^15: P need only stay
+    finite in float16; no vote, no rebase between them, and P V waited for before a
+    tile's exponentials, so ptxas interleaves the rounding of P with them); at the
+    block's end, after the consumer passed its turns, one vote a block marks the blocks
+    where a lane passed it, and after the consumer's last block it computes those again:
+    once every consumer is done (the rings' stages free), it loads the key tiles its rows
+    need by TMA into its own stage of each ring, and each warp computes its 16 rows from
+    them, FlashAttention-2's loop at warp scope with mma.sync into fragments that are the
+    same registers (O, S, P and the row statistics as mma.sync's fragments), Q's rows
+    from global memory; then the store again. It takes ``lagged_max``, a sequence of
+    whole 16-row chunks, a stage of each ring a consumer and at most 32 blocks a CTA;
+    ``omit="recompute"``: the marks ignored (a broken kernel). On an H200 (float16,
+    docs/performance.md, "The block check") it is 2-5% faster than the vote on random
+    inputs at most shapes (1,024 x 64: 1.837-1.848 of flash against 1.780-1.795), 1-2%
+    slower at 4,096 x 64 and causal 8,192 x 128; where every block trips (keys growing
+    along the sequence) it takes 3.4-4.4 times as long as on random keys, against the
+    vote's 1.3-1.6, so the default stays ``"tile"``: scores that grow along the keys
+    (local heads, a query's own key) should not make a default four times slower.
     ``own_tiles``: a consumer computes only the key tiles its own rows need (causal: to
     its own diagonal, where the CTA's tiles reach its last consumer's; none
     where its rows start past the sequence's end, in a ragged last block) and, for the
@@ -569,6 +576,7 @@ def attention_ws_kernel(
     bn = block_n
     q_split = persistent if q_split is None else q_split
     q_bars = consumers if q_split else 1  # Q's full (and, persistent, empty) mbarriers
+    redo_bars = consumers if lag_check == "block" else 0  # a consumer's redo loads
 
     def rings_of(ob):  # (stages, split_kv) with or without the O buffer: at head dim 128
         narrow = ob and d == 128  # Q, O and two stages of K and V fill shared memory
@@ -586,7 +594,7 @@ def attention_ws_kernel(
         o_at = br * d + 2 * st * bn * d  # index); Q, K's and V's stages, then O's rows,
         lse_at = (o_at + (br * d if ob else 0)) // 2  # the LSE rows and the mbarriers:
         bars_at = (lse_at + consumers * BM) // 2  # Q's full, the rings' full and empty,
-        n_bars = q_bars + 2 * (2 if sk else 1) * st + (q_bars if persistent else 0)  # Q's
+        n_bars = q_bars + 2 * (2 if sk else 1) * st + (q_bars if persistent else 0) + redo_bars
         return o_at, lse_at, bars_at, n_bars, (bars_at + n_bars) * 4  # empty
 
     if o_buffer is None:  # where it measured faster (an H200) and fits: persistent grids
@@ -612,10 +620,10 @@ def attention_ws_kernel(
         raise ValueError(f"lag_check {lag_check!r}: one of {LAG_CHECKS}")
     if lag_check == "block" and not (lagged_max and seq % 16 == 0):
         raise ValueError(
-            "lag_check 'block' checks the lagged max's bound once a block and has each warp "
-            "recompute its 16 rows from global memory with mma.sync where it tripped: it "
-            f"takes lagged_max=True and a sequence of whole 16-row chunks (got lagged_max="
-            f"{lagged_max}, seq {seq})"
+            "lag_check 'block' checks the lagged max's bound once a block and has the warps "
+            "compute a block whose lanes passed it again with mma.sync, 16 rows and 16 keys "
+            f"at a time: it takes lagged_max=True and a sequence of whole 16-row chunks (got "
+            f"lagged_max={lagged_max}, seq {seq})"
         )
     if (omit, lag_check) in (("recompute", "tile"), ("rebase", "block")):
         raise ValueError(
@@ -644,6 +652,7 @@ def attention_ws_kernel(
     rings = 2 if split_kv else 1
     ring_at = q_bars  # the rings' full then empty mbarriers
     q_empty = ring_at + 2 * rings * stages  # (persistent) Q's rows stored out, per q_bars
+    redo_at = q_empty + (q_bars if persistent else 0)  # (by_block) a consumer's redo loads
     if pool_elems * 2 > SHARED_BYTES:
         raise ValueError(
             f"{consumers} consumers, head dim {d}, {stages} stages of {bn} keys"
@@ -695,6 +704,14 @@ def attention_ws_kernel(
                  else heads // section)  # a column's CTAs  # fmt: skip
     rounds = -(-heads // head_ctas)  # (persistent) heads a CTA takes at most
     pair_tiles = (qbs + 1) * (br // bn) if paired else 0  # key tiles of a pair of blocks
+    cta_blocks = 2 * rounds if paired else rounds * per if balanced else rounds if persistent else 1
+    if by_block and not (stages >= consumers and cta_blocks <= 32):
+        raise ValueError(
+            f"lag_check 'block' redoes a consumer's blocks through its own stage of each ring "
+            f"and keeps a bit a block of the CTA's: it takes at least one stage a consumer "
+            f"and at most 32 blocks a CTA (got {stages} stages, {consumers} consumers, "
+            f"{cta_blocks} blocks a CTA: take more stages or fewer consumers, or more CTAs)"
+        )
     wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
     rescale = omit != "rescale"
     first_turn = omit != "first_turn"
@@ -754,6 +771,9 @@ def attention_ws_kernel(
 
     def q_free(c):  # (persistent) consumer c (every consumer) stored O out of Q's rows
         return q_empty + (c if q_split else 0)
+
+    def redo_bar(c):  # (by_block) consumer c's redo tile (K and V) has landed
+        return redo_at + c
 
     @T.macro
     def release_q(b, c, tid_wg, last):  # (the O buffer) Q's rows are free once
@@ -833,54 +853,49 @@ def attention_ws_kernel(
                 rebase_rows(b.S_r, b.O_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_lane,
                             b.l_tile, scale, rescale)  # fmt: skip
 
-    def chunk_scores(b, kv, j) -> None:
-        """(``lag_check="block"``) The warp's S of keys 16 j to 16 j + 15: Q K^T 16
-        columns of D at a time (unrolled here: every register slice constant)."""
+    def chunk_scores(b, c, jj) -> None:
+        """(``lag_check="block"``) The warp's S of keys 16 jj to 16 jj + 15 of the tile in
+        consumer c's stage: Q K^T 16 columns of D at a time (unrolled here: every register
+        slice constant)."""
         Tx.warp.fill(b.S_w[:, :], T.float32(0.0))
         for kk in range(d // 16):
-            Tx.warp.copy(b.K_w[:, :], b.K[kv, j * 16 : j * 16 + 16, kk * 16 : kk * 16 + 16])
+            Tx.warp.copy(b.K_w[:, :], b.K_s[c, jj * 16 : jj * 16 + 16, kk * 16 : kk * 16 + 16])
             Tx.warp.gemm(b.S_w[:, :], b.Q_w[:, kk * 16 : kk * 16 + 16], b.K_w[:, :],
                          b.S_w[:, :], transpose_A=False, transpose_B=True, alpha=1.0,
                          beta=1.0)  # fmt: skip
 
     @T.macro
-    def recompute(b, h, q0):
-        """(``lag_check="block"``) The warp's 16 rows of the block from ``q0`` (the
-        consumer's first row) again, where a lane's sums of P passed ``LAG_BOUND`` on some
-        lagged tile: FlashAttention-2's loop at warp scope over 16 keys at a time, Q, K and
-        V read from global memory into mma.sync fragments (the block's stages are gone),
-        each key chunk's row max taken first, into the warp's part of O, the running max
-        and the lanes' sums (its registers are mma.sync's fragments: ``b.O_w`` and the
-        other views)."""
-        r = T.meta_var(q0 + b.warp * 16)  # the warp's first row
-        kv = T.meta_var(h // group)
+    def recompute_tile(b, c, t, r):
+        """(``lag_check="block"``) Key tile t (in consumer c's stages of the rings) for the
+        warp's 16 rows from ``r``: FlashAttention-2's loop at warp scope over 16 keys at a
+        time, each chunk's row max taken first, with mma.sync into the warp's part of O,
+        the running max and the lanes' sums (its registers are mma.sync's fragments:
+        ``b.O_w`` and the other views)."""
         chunks = T.meta_var((T.min(r + 16, seq) if causal else seq) // 16)  # to the diagonal
-        Tx.warp.fill(b.O_w[:, :], T.float32(0.0))
-        Tx.warp.fill(b.m_w[:, :], T.float32(-math.inf))
-        Tx.warp.fill(b.l_w[:, :], T.float32(0.0))
-        rq = T.meta_var(T.max(T.min(r, seq - 16), 0))  # = r (check_block's if), written
-        Tx.warp.copy(b.Q_w[:, :], b.Q[h, rq : rq + 16, :])  # so the bounds check proves it
-        for j in T.serial(chunks):
-            chunk_scores(b, kv, j)
-            if causal:  # the chunk that crosses the warp's diagonal
-                if j * 16 + 15 > r:
-                    Tx.warp.select(b.S_w[:, :], b.S_w[:, :], T.float32(-math.inf),
-                                   lambda i, jj: j * 16 + jj <= r + i)  # noqa: B023  # fmt: skip
-            softmax_rows(b.S_w, b.m_w, b.mn_w, b.al_w, b.l_w, b.lt_w, scale, Tx.warp)
-            rescale_and_round(b.S_w, b.P_w, b.O_w, b.m_w, b.mn_w, b.al_w, True, Tx.warp)
-            Tx.warp.copy(b.V_w[:, :], b.V[kv, j * 16 : j * 16 + 16, :])
-            Tx.warp.gemm(b.O_w[:, :], b.P_w[:, :], b.V_w[:, :], b.O_w[:, :], transpose_A=False,
-                         transpose_B=False, alpha=1.0, beta=1.0)  # fmt: skip
+        for jj in T.serial(bn // 16):
+            j = T.meta_var(t * (bn // 16) + jj)  # the chunk of the head's keys
+            if j < chunks:
+                chunk_scores(b, c, jj)
+                if causal:  # the chunk that crosses the warp's diagonal
+                    if j * 16 + 15 > r:
+                        Tx.warp.select(b.S_w[:, :], b.S_w[:, :], T.float32(-math.inf),
+                                       lambda i, jc: j * 16 + jc <= r + i)  # noqa: B023  # fmt: skip
+                softmax_rows(b.S_w, b.m_w, b.mn_w, b.al_w, b.l_w, b.lt_w, scale, Tx.warp)
+                rescale_and_round(b.S_w, b.P_w, b.O_w, b.m_w, b.mn_w, b.al_w, True, Tx.warp)
+                Tx.warp.copy(b.V_w[:, :], b.V_s[c, jj * 16 : jj * 16 + 16, :])
+                Tx.warp.gemm(b.O_w[:, :], b.P_w[:, :], b.V_w[:, :], b.O_w[:, :],
+                             transpose_A=False, transpose_B=False, alpha=1.0, beta=1.0)  # fmt: skip
 
     @T.macro
-    def check_block(b, h, q0):
-        """(``lag_check="block"``) Did any of the warp's lanes pass the bound on a lagged
-        tile of this block (``__any_sync`` of its flags: no barrier)? Then
-        :func:`recompute` its rows."""
+    def check_block(b, i, c):
+        """(``lag_check="block"``) Did any lane of the consumer pass the bound on a lagged
+        tile of block i (one vote a block)? Then its bit in ``b.redo``: the block is
+        computed again after the CTA's last (:func:`redo_block`)."""
+        T.evaluate(T.ptx["bar.red.or.pred"](
+            b.vote[0], T.uint32(9 + c), T.uint32(128), T.ptx.pred(b.trip[0] != T.uint32(0))))  # fmt: skip
         if omit != "recompute":
-            if T.cuda.any_sync(T.uint32(0xFFFFFFFF), b.trip[0] != T.uint32(0)) != 0:
-                if q0 + b.warp * 16 + 16 <= seq:  # (rows past the end are not stored)
-                    recompute(b, h, q0)
+            if b.vote[0] != T.uint32(0):
+                b.redo[0] = b.redo[0] | (T.uint32(1) << T.Cast("uint32", i))
 
     @T.macro
     def produce(b, i, base, r0, h):
@@ -933,7 +948,7 @@ def attention_ws_kernel(
                     mask(b.S_r, t, q0)
                     lagged_rows(b.S_r, b.l_lane, b.l_tile, scale)
                     mine = T.decl_buffer((2,), "float32", data=b.l_lane.data, scope="local")
-                    passed = T.meta_var(lane_total(mine, 2) > T.float32(LAG_BOUND))
+                    passed = T.meta_var(lane_total(mine, 2) > T.float32(BLOCK_BOUND))
                     b.trip[0] = b.trip[0] | T.Cast("uint32", passed)
                     free_stage(b.bars, 0, g, tid_wg)
                     release_q(b, c, tid_wg, t == n_mine - 1)
@@ -1051,12 +1066,12 @@ def attention_ws_kernel(
                 release_q(b, c, tid_wg, t == 0)  # (rows past the end: no Q K^T released it)
                 wait_stage(b.bars, 1, g)
                 free_stage(b.bars, 1, g, tid_wg)
-        if by_block:  # (after the turns passed above: a recompute holds up no other consumer)
+        if by_block:  # (after the turns passed above: the vote holds up no other consumer)
             if idle:
                 if q0 < stop:
-                    check_block(b, h, q0)
+                    check_block(b, i, c)
             else:
-                check_block(b, h, q0)
+                check_block(b, i, c)
         if idle and omit != "idle_store":  # rows past the end (the block's): no store
             if q0 < stop:
                 store_o(b, i, r0, h, c, tid_wg, q0)
@@ -1072,6 +1087,118 @@ def attention_ws_kernel(
                 T.ptx["mbarrier.arrive.shared.b64"](b.bars.ptr_to([q_free(c)]))
         if persistent and not pingpong:  # every thread done with lse_s before the next
             T.cuda.warpgroup_sync(1 + consumers + c)  # block writes it
+
+    @T.macro
+    def redo_block(b, i, r0, h, c, tid_wg, q0, stop):
+        """(``lag_check="block"``) Consumer c's rows of block i again, where a lane passed
+        the bound on a lagged tile: after every consumer's blocks (the rings' stages are
+        free), the consumer loads the key tiles its rows need by TMA into stage c of the
+        rings (its own mbarrier), and each warp computes its 16 rows from them, Q's rows
+        read from global memory; then the store, as the block's."""
+        kv = T.meta_var(h // group)
+        n = T.meta_var(tiles_mine(q0, stop) if own_tiles else tiles_from(r0))
+        r = T.meta_var(q0 + b.warp * 16)  # the warp's first row
+        Tx.warp.fill(b.O_w[:, :], T.float32(0.0))
+        Tx.warp.fill(b.m_w[:, :], T.float32(-math.inf))
+        Tx.warp.fill(b.l_w[:, :], T.float32(0.0))
+        rq = T.meta_var(T.max(T.min(r, seq - 16), 0))  # = r where it is used (rows past
+        Tx.warp.copy(b.Q_w[:, :], b.Q[h, rq : rq + 16, :])  # the end are not stored)
+        for t in T.serial(n):
+            if tid_wg == 0:
+                T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
+                    b.bars.ptr_to([redo_bar(c)]), 2 * tile_bytes))  # fmt: skip
+                Tx.copy_async(b.K_s[c, :, :], b.K[kv, t * bn : t * bn + bn, :],
+                              mbar=b.bars.ptr_to([redo_bar(c)]))  # fmt: skip
+                Tx.copy_async(b.V_s[c, :, :], b.V[kv, t * bn : t * bn + bn, :],
+                              mbar=b.bars.ptr_to([redo_bar(c)]))  # fmt: skip
+            T.cuda.mbarrier_wait(b.bars.ptr_to([redo_bar(c)]), b.redo_n[0] % T.uint32(2))
+            b.redo_n[0] = b.redo_n[0] + T.uint32(1)
+            if r + 16 <= seq:  # (rows past the end are not stored)
+                recompute_tile(b, c, t, r)
+            T.cuda.warpgroup_sync(1 + consumers + c)  # every warp read the stage
+        store_o(b, i, r0, h, c, tid_wg, q0)
+        if tid_wg == 0:
+            if tma_store:  # the store has read the rows (before the next redo or the end)
+                T.ptx["cp.async.bulk.wait_group.read"](0)
+        T.cuda.warpgroup_sync(1 + consumers + c)  # every thread done with lse_s
+
+    @T.macro
+    def visit(b, i, base, r0, h, c, tid_wg, more, stop, redo):
+        """Block i of the CTA: its consumption, or (``redo``) its recompute where its bit
+        in ``b.redo`` is set."""
+        if redo:  # (a vote: its register is the warpgroup's alike, provably)
+            bit = T.meta_var((b.redo[0] >> T.Cast("uint32", i)) & T.uint32(1))
+            T.evaluate(T.ptx["bar.red.or.pred"](
+                b.vote[0], T.uint32(9 + c), T.uint32(128), T.ptx.pred(bit != T.uint32(0))))  # fmt: skip
+            if b.vote[0] != T.uint32(0):
+                if idle:  # (rows past the end, or the block's: never set, and not stored)
+                    if r0 + c * BM < stop:
+                        redo_block(b, i, r0, h, c, tid_wg, r0 + c * BM, stop)
+                else:
+                    redo_block(b, i, r0, h, c, tid_wg, r0 + c * BM, stop)
+        else:
+            consume(b, i, base, r0, h, c, tid_wg, more, stop)
+
+    @T.macro
+    def blocks(b, qx, hx, c, tid_wg, redo):
+        """Consumer c's blocks of the CTA, in the producer's order (``redo``: those whose
+        bit in ``b.redo`` is set, computed again)."""
+        if paired:
+            for i in T.serial(rounds):
+                if hx + i * head_ctas < heads:
+                    visit(b, 2 * i, i * pair_tiles, (qbs - 1 - qx) * br,
+                          hx + i * head_ctas, c, tid_wg, T.bool(True), seq, redo)  # fmt: skip
+                    visit(b, 2 * i + 1, i * pair_tiles + tiles_of(qbs - 1 - qx), qx * br,
+                          hx + i * head_ctas, c, tid_wg,
+                          hx + i * head_ctas + head_ctas < heads, seq, redo)  # fmt: skip
+        elif balanced:
+            for i in T.serial(rounds):
+                if hx + i * head_ctas < heads:
+                    if wide > 0:  # the 192-row blocks, then one of 128
+                        for j in T.serial(wide):
+                            visit(b, i * per + j, (i * per + j) * kts,
+                                  (qx * wide + j) * br, hx + i * head_ctas, c, tid_wg,
+                                  T.bool(True), seq, redo)  # fmt: skip
+                    visit(b, i * per + wide, (i * per + wide) * kts, narrow_at(qx),
+                          hx + i * head_ctas, c, tid_wg,
+                          hx + i * head_ctas + head_ctas < heads,
+                          narrow_at(qx) + 2 * BM, redo)  # fmt: skip
+        elif persistent:
+            for i in T.serial(rounds):
+                if hx + i * head_ctas < heads:
+                    visit(b, i, i * kts, qx * br, hx + i * head_ctas, c, tid_wg,
+                          hx + i * head_ctas + head_ctas < heads, seq, redo)  # fmt: skip
+        else:
+            visit(
+                b,
+                0,
+                0,
+                (qbs - 1 - qx // section if causal else qx) * br,
+                hx * section + qx % section,
+                c,
+                tid_wg,
+                T.bool(False),
+                seq,
+                redo,
+            )
+
+    @T.macro
+    def redo_pass(b, qx, hx, c, tid_wg):
+        """(``lag_check="block"``) After the consumer's last block: where it set a block's
+        bit, it waits for every consumer to finish (the rings' stages are then free, the
+        producer's loads all landed) and computes those blocks again; where it set none, it
+        only says it is done (``bar.arrive``: no wait)."""
+        T.evaluate(T.ptx["bar.red.or.pred"](
+            b.vote[0], T.uint32(9 + c), T.uint32(128), T.ptx.pred(b.redo[0] != T.uint32(0))))  # fmt: skip
+        if b.vote[0] != T.uint32(0):
+            T.ptx.bar.sync(T.uint32(REDO_BARRIER), consumers * 128)
+            b.redo_n[0] = 0
+            if tid_wg == 0:
+                if tma_store:  # the block's first store of the rows landed (not only read)
+                    T.ptx["cp.async.bulk.wait_group"](0)
+            blocks(b, qx, hx, c, tid_wg, True)
+        else:
+            T.ptx.bar.arrive(T.uint32(REDO_BARRIER), consumers * 128)
 
     # fmt: off
     @T.prim_func
@@ -1118,6 +1245,8 @@ def attention_ws_kernel(
         l_lane = T.alloc_buffer((BM, 4), "float32", scope="local", layout=parts)
         vote = T.alloc_buffer((1,), "uint32", scope="local")
         trip = T.alloc_buffer((1,), "uint32", scope="local")  # (by_block) a lane passed
+        redo = T.alloc_buffer((1,), "uint32", scope="local")  # (by_block) blocks to redo
+        redo_n = T.alloc_buffer((1,), "int32", scope="local")  # (by_block) tiles redone
         # (by_block) a warp's registers as mma.sync's fragments, for its recompute: its
         # part of O, of S and P (16 keys), of the rows' max and sums; Q in O16's registers
         O_w = T.decl_buffer((16, d), "float32", data=O_r.data, scope="local", layout=acc_w)
@@ -1136,9 +1265,9 @@ def attention_ws_kernel(
             bars=bars, lse_w=lse_w, lse_s=lse_s, S_r=S_r, P16=P16, O_r=O_r, O16=O16,
             m_old=m_old, m_new=m_new, alpha=alpha, l_sum=l_sum, l_tile=l_tile,
             l_run=l_parts if lane_sums else l_sum,  # the running sums
-            l_lane=l_lane, vote=vote, trip=trip, warp=warp, O_w=O_w, S_w=S_w, P_w=P_w,
-            Q_w=Q_w, m_w=m_w, mn_w=mn_w, al_w=al_w, lt_w=lt_w, l_w=l_w, K_w=K_w,
-            V_w=V_w))  # (lagged_max) a tile's lane sums; the rebase vote; (lag_check) views
+            l_lane=l_lane, vote=vote, trip=trip, redo=redo, redo_n=redo_n, warp=warp,
+            O_w=O_w, S_w=S_w, P_w=P_w, Q_w=Q_w, m_w=m_w, mn_w=mn_w, al_w=al_w, lt_w=lt_w,
+            l_w=l_w, K_w=K_w, V_w=V_w))  # (lagged_max) a tile's lane sums; the vote; (lag_check) views
         if tid == 0:
             for c in range(q_bars):  # Q's full (the producer's expect_tx)
                 T.ptx.mbarrier.init.shared.b64(bars.ptr_to([c]), 1)
@@ -1150,6 +1279,9 @@ def attention_ws_kernel(
                 for c in range(q_bars):
                     T.ptx.mbarrier.init.shared.b64(bars.ptr_to([q_empty + c]),
                                                    1 if q_split else consumers)  # fmt: skip
+            if by_block:  # a consumer's redo tiles (its expect_tx)
+                for c in range(consumers):
+                    T.ptx.mbarrier.init.shared.b64(bars.ptr_to([redo_bar(c)]), 1)
             T.ptx["fence.mbarrier_init.release.cluster"]()
         T.cuda.cta_sync()
         if pdl:  # the grid before is done (its writes visible), and the next may launch
@@ -1183,34 +1315,11 @@ def attention_ws_kernel(
                             hx * section + qx % section)  # fmt: skip
         if wg >= 1:  # the consumers, 64 query rows each
             T.ptx.setmaxnreg.inc.sync.aligned.u32(registers[1])
-            if paired:
-                for i in T.serial(rounds):
-                    if hx + i * head_ctas < heads:
-                        consume(b, 2 * i, i * pair_tiles, (qbs - 1 - qx) * br,
-                                hx + i * head_ctas, wg - 1, tid_wg, T.bool(True), seq)  # fmt: skip
-                        consume(b, 2 * i + 1, i * pair_tiles + tiles_of(qbs - 1 - qx), qx * br,
-                                hx + i * head_ctas, wg - 1, tid_wg,
-                                hx + i * head_ctas + head_ctas < heads, seq)  # fmt: skip
-            elif balanced:
-                for i in T.serial(rounds):
-                    if hx + i * head_ctas < heads:
-                        if wide > 0:  # the 192-row blocks, then one of 128
-                            for j in T.serial(wide):
-                                consume(b, i * per + j, (i * per + j) * kts,
-                                        (qx * wide + j) * br, hx + i * head_ctas, wg - 1,
-                                        tid_wg, T.bool(True), seq)  # fmt: skip
-                        consume(b, i * per + wide, (i * per + wide) * kts, narrow_at(qx),
-                                hx + i * head_ctas, wg - 1, tid_wg,
-                                hx + i * head_ctas + head_ctas < heads,
-                                narrow_at(qx) + 2 * BM)  # fmt: skip
-            elif persistent:
-                for i in T.serial(rounds):
-                    if hx + i * head_ctas < heads:
-                        consume(b, i, i * kts, qx * br, hx + i * head_ctas, wg - 1, tid_wg,
-                                hx + i * head_ctas + head_ctas < heads, seq)  # fmt: skip
-            else:
-                consume(b, 0, 0, (qbs - 1 - qx // section if causal else qx) * br,
-                        hx * section + qx % section, wg - 1, tid_wg, T.bool(False), seq)
+            if by_block:
+                redo[0] = T.uint32(0)
+            blocks(b, qx, hx, wg - 1, tid_wg, False)
+            if by_block:
+                redo_pass(b, qx, hx, wg - 1, tid_wg)
     # fmt: on
     if pdl:  # TVM 0.27's runtime launches it with programmatic stream serialization; its
         # SplitHostDevice reads only such flags here and derives the grid's own tags

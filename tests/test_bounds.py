@@ -313,9 +313,9 @@ def test_an_if_on_a_sum_of_ids_and_loops_proves_the_region_inside_it(limit):
 @pytest.mark.parametrize("limit", [3, 4])
 def test_an_if_on_a_sum_under_a_condition_on_a_call_still_proves_the_region(limit):
     """The same ``if hx + i * 2 < 3`` with an ``if __any_sync(...) != 0`` inside it
-    (examples/attention.py's block check): the implication of both conditions together
-    was too much for TVM's analyzer, and the region was undecided; the first condition
-    alone implies it. The control: under ``if hx + i * 2 < 4`` it is not proved (row 3 of
+    (a warp vote; examples/attention.py's redo reads Q under the grid's ``if`` and
+    votes): the implication of both conditions together was too much for TVM's analyzer,
+    and the region was undecided; the first condition alone implies it. The control: under ``if hx + i * 2 < 4`` it is not proved (row 3 of
     3 is read where the lanes' vote holds, which the check cannot know: undecided)."""
 
     # fmt: off

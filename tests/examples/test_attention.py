@@ -469,11 +469,12 @@ def test_a_kernel_that_ignores_the_vote_is_caught():
 
 
 BLOCK_CHECK = [  # (heads, seq, head dim, causal, keywords, the keys' factor, from which key)
-    # two stages of 64 keys, a ring each: tiles 1 to 5 trip (past float32's exponent)
-    (1, 384, 64, False, {"split_kv": True, "block_n": 64, "stages": 2}, 60.0, 64),
+    # three stages of 64 keys (one a consumer), a ring each: tiles 1 to 5 trip (past
+    # float32's exponent)
+    (1, 384, 64, False, {"split_kv": True, "block_n": 64, "stages": 3}, 60.0, 64),
     (2, 256, 128, True, {"persistent": False}, 60.0, 128),  # causal, a CTA a block
     # grouped heads, the balanced persistent grid (its 128-row block's third consumer idle)
-    (2, 256, 64, False, {"kv_heads": 1, "sms": 2}, 4.0, 128),
+    (2, 256, 64, False, {"kv_heads": 1, "sms": 2}, 16.0, 128),
     (1, 208, 64, False, {}, 60.0, 128),  # a ragged last block: warps past the end skip it
 ]
 
@@ -487,17 +488,18 @@ def mma_count(result) -> int:
     "shape", BLOCK_CHECK, ids=lambda s: "h{}-s{}-d{}-{}-{}-x{:g}".format(*s[:4], len(s[4]), s[5])
 )
 def test_the_block_check_recomputes_the_rows_that_outgrow_the_lagged_max(shape, where, gpu):
-    """``lag_check="block"``: no vote on the lagged tiles, a flag per thread; at the
-    block's end a warp whose lanes passed the bound computes its 16 rows again with
-    mma.sync from global memory: equal to float64. The simulator counts the recomputes'
-    mma.sync (at 4 times) against the same kernel on data that never trips the bound
-    (none), which is right too."""
+    """``lag_check="block"``: no vote on the lagged tiles, a flag per thread, one vote a
+    block; after the CTA's last block a consumer that tripped computes those blocks again,
+    each warp its 16 rows with mma.sync from the key tiles the consumer loads by TMA into
+    its own stages: equal to float64. The simulator counts the redos' mma.sync (keys at 16
+    or 60 times) against the same kernel on data that never trips the bound (none), which
+    is right too."""
     heads, seq, d, causal, keywords, factor, first = shape
     func = attention.attention_ws_kernel(heads, seq, d, causal=causal, lag_check="block",
                                          **keywords)  # fmt: skip
     plain = attention.inputs(heads, seq, d, seed=8, kv_heads=keywords.get("kv_heads"))
     args = attention.growing_keys(plain, factor, first)
-    out, calm = run_tripped(func, args, plain if factor == 4.0 else None, where, gpu)
+    out, calm = run_tripped(func, args, plain if factor == 16.0 else None, where, gpu)
     if where == "sim":
         assert mma_count(out) > 0  # the recomputes' S and P V
     if calm is not None:
@@ -522,11 +524,29 @@ def test_a_causal_kernel_whose_stage_index_the_simplifier_rewrites_lowers(monkey
                           STRICT)  # fmt: skip
 
 
+def test_the_block_check_lets_p_grow_past_the_votes_bound_without_a_redo():
+    """Keys from 128 on at 2.5 times: 21 rows' scores outgrow the first tile's max past
+    2^8 (the vote's bound) and none past 2^15 (the block check's: P stays finite in
+    float16). The block check redoes nothing (no mma.sync) and is equal to float64; the
+    vote rebases (more wgmma groups than on the plain keys), the control that the data
+    passes 2^8."""
+    plain = attention.inputs(1, 256, 64, seed=8)
+    args = attention.growing_keys(plain, 2.5, 128)
+    block = sim.run(attention.attention_ws_kernel(1, 256, 64, lag_check="block"), args,
+                    target="sm_90a", pipeline=STRICT)  # fmt: skip
+    assert mma_count(block) == 0
+    assert attention.close(*shaped(block, args), *args[:3]) is None
+    tile = attention.attention_ws_kernel(1, 256, 64)
+    out, calm = run_tripped(tile, args, plain, "sim", None)
+    groups = [r.counters.instructions["wgmma.commit_group"] for r in (out, calm)]
+    assert groups[0] > groups[1]
+
+
 def test_a_block_check_that_does_not_recompute_is_caught():
     """The control: the flags set and the recompute left out (``omit="recompute"``)
     leaves the tripped rows against a max the scores outgrew, which the comparison names."""
     args = attention.growing_keys(attention.inputs(1, 384, 64, seed=8), 60.0, 64)
-    func = attention.attention_ws_kernel(1, 384, 64, split_kv=True, block_n=64, stages=2,
+    func = attention.attention_ws_kernel(1, 384, 64, split_kv=True, block_n=64, stages=3,
                                          lag_check="block", omit="recompute")  # fmt: skip
     out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
     assert "outputs of O" in attention.close(*shaped(out, args), *args[:3])
@@ -540,6 +560,7 @@ def test_a_block_check_that_does_not_recompute_is_caught():
         ({"lag_check": "block", "seq": 200}, "seq 200"),
         ({"omit": "recompute"}, "breaks lag_check 'block'"),
         ({"lag_check": "block", "omit": "rebase"}, "breaks lag_check 'tile'"),
+        ({"lag_check": "block", "consumers": 3, "stages": 2}, "at least one stage a consumer"),
     ],
 )
 def test_a_block_check_it_cannot_take_is_an_error(keywords, named):
