@@ -284,39 +284,17 @@ def test_an_if_that_narrows_a_loop_proves_the_region_inside_it():
     assert "when kt = 2" in call.operands[1].detail
 
 
+@pytest.mark.parametrize("voted", [False, True], ids=["plain", "under-a-vote"])
 @pytest.mark.parametrize("limit", [3, 4])
-def test_an_if_on_a_sum_of_ids_and_loops_proves_the_region_inside_it(limit):
+def test_an_if_on_a_sum_of_ids_and_loops_proves_the_region_inside_it(limit, voted):
     """``if hx + i * 2 < 3`` over ``hx`` in [0, 2) and ``i`` in [0, 2) (a persistent grid
     taking heads hx, hx + 2, ...: examples/attention.py): TVM's analyzer cannot read the
     condition on the sum as a fact about it, so ``A[hx + i * 2]`` was undecided; the
-    implication proves it. The control: ``if hx + i * 2 < 4`` reaches row 3 of 3."""
-
-    # fmt: off
-    @T.prim_func
-    def kernel(A_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (3, 32), "float32")
-        T.device_entry()
-        hx = T.cta_id([2])
-        T.warp_id([1]); T.lane_id([32]); T.thread_id([32])  # noqa: E702
-        A_s = T.alloc_buffer((1, 32), "float32", scope="shared", layout=TileLayout(S[(1, 32)]))
-        for i in T.serial(2):
-            if hx + i * 2 < limit:
-                Tx.warp.copy(A_s[:, :], A[hx + i * 2 : hx + i * 2 + 1, :])
-            T.cuda.cta_sync()
-    # fmt: on
-
-    [call] = bounds.scan(kernel)
-    verdict = call.operands[1].verdict
-    assert verdict == ("in bounds" if limit == 3 else "out of bounds"), call.operands[1]
-
-
-@pytest.mark.parametrize("limit", [3, 4])
-def test_an_if_on_a_sum_under_a_condition_on_a_call_still_proves_the_region(limit):
-    """The same ``if hx + i * 2 < 3`` with an ``if __any_sync(...) != 0`` inside it
-    (a warp vote; examples/attention.py's redo reads Q under the grid's ``if`` and
-    votes): the implication of both conditions together was too much for TVM's analyzer,
-    and the region was undecided; the first condition alone implies it. The control: under ``if hx + i * 2 < 4`` it is not proved (row 3 of
-    3 is read where the lanes' vote holds, which the check cannot know: undecided)."""
+    implication proves it. Under an ``if __any_sync(...) != 0`` inside it too (a warp
+    vote; examples/attention.py's redo reads Q under the grid's ``if`` and votes): the
+    implication of both conditions together is too much for the analyzer, and the first
+    condition alone implies it. The control: ``if hx + i * 2 < 4`` reaches row 3 of 3
+    (under the vote, which the check cannot know, undecided)."""
 
     # fmt: off
     @T.prim_func
@@ -330,14 +308,17 @@ def test_an_if_on_a_sum_under_a_condition_on_a_call_still_proves_the_region(limi
         flag[0] = T.uint32(1)
         for i in T.serial(2):
             if hx + i * 2 < limit:
-                if T.cuda.any_sync(T.uint32(0xFFFFFFFF), flag[0] != T.uint32(0)) != 0:
+                if voted:
+                    if T.cuda.any_sync(T.uint32(0xFFFFFFFF), flag[0] != T.uint32(0)) != 0:
+                        Tx.warp.copy(A_s[:, :], A[hx + i * 2 : hx + i * 2 + 1, :])
+                else:
                     Tx.warp.copy(A_s[:, :], A[hx + i * 2 : hx + i * 2 + 1, :])
             T.cuda.cta_sync()
     # fmt: on
 
     [call] = bounds.scan(kernel)
-    verdict = call.operands[1].verdict
-    assert verdict == ("in bounds" if limit == 3 else "undecided"), call.operands[1]
+    beyond = "undecided" if voted else "out of bounds"
+    assert call.operands[1].verdict == ("in bounds" if limit == 3 else beyond), call.operands[1]
 
 
 def test_a_simulated_access_out_of_bounds_names_the_cta_and_thread():
