@@ -504,19 +504,18 @@ def attention_ws_kernel(
     tile's exponentials, so ptxas interleaves the rounding of P with them); at the
     block's end, after the consumer passed its turns, one vote a block marks the blocks
     where a lane passed it, and after the consumer's last block it computes those again:
-    once every consumer is done (the rings' stages free), it loads the key tiles its rows
-    need by TMA into its own stage of each ring, and each warp computes its 16 rows from
-    them, FlashAttention-2's loop at warp scope with mma.sync into fragments that are the
-    same registers (O, S, P and the row statistics as mma.sync's fragments), Q's rows
-    from global memory; then the store again. It takes ``lagged_max``, a sequence of
-    whole 16-row chunks, a stage of each ring a consumer and at most 32 blocks a CTA;
+    once every consumer is done (the rings' stages free), it loads its rows of Q and the
+    key tiles its rows need by TMA into its rows of Q's stage and its own stage of each
+    ring (an mbarrier of its own) and computes them as the loop's first tile (each tile's
+    row max first, wgmma, no overlap and no turns), then stores them again. It takes
+    ``lagged_max``, a stage of each ring a consumer and at most 32 blocks a CTA;
     ``omit="recompute"``: the marks ignored (a broken kernel). On an H200 (float16,
-    docs/performance.md, "The block check") it is 2-5% faster than the vote on random
-    inputs at most shapes (1,024 x 64: 1.837-1.848 of flash against 1.780-1.795), 1-2%
-    slower at 4,096 x 64 and causal 8,192 x 128; where every block trips (keys growing
-    along the sequence) it takes 3.4-4.4 times as long as on random keys, against the
-    vote's 1.3-1.6, so the default stays ``"tile"``: scores that grow along the keys
-    (local heads, a query's own key) should not make a default four times slower.
+    docs/performance.md, "The block check") it is 0-5% faster than the vote on random
+    inputs (1,024 x 64: 1.828-1.845 of flash against 1.781-1.798), level at causal head
+    dim 128; where scores grow along the keys it loses: with the keys from 128 on 2.5
+    times (some rows past 2^15 somewhere in most heads) 1.16-1.24 times the vote's time,
+    and where every block trips (4 and 16 times) a redo of each, 2.3-2.8 times its time
+    on random keys against the vote's 1.2-1.6. So the default stays ``"tile"``.
     ``own_tiles``: a consumer computes only the key tiles its own rows need (causal: to
     its own diagonal, where the CTA's tiles reach its last consumer's; none
     where its rows start past the sequence's end, in a ragged last block) and, for the
@@ -618,12 +617,10 @@ def attention_ws_kernel(
         )
     if lag_check not in LAG_CHECKS:
         raise ValueError(f"lag_check {lag_check!r}: one of {LAG_CHECKS}")
-    if lag_check == "block" and not (lagged_max and seq % 16 == 0):
+    if lag_check == "block" and not lagged_max:
         raise ValueError(
-            "lag_check 'block' checks the lagged max's bound once a block and has the warps "
-            "compute a block whose lanes passed it again with mma.sync, 16 rows and 16 keys "
-            f"at a time: it takes lagged_max=True and a sequence of whole 16-row chunks (got "
-            f"lagged_max={lagged_max}, seq {seq})"
+            "lag_check 'block' checks the lagged max's bound once a block and computes a "
+            "block whose lanes passed it again: it takes lagged_max=True"
         )
     if (omit, lag_check) in (("recompute", "tile"), ("rebase", "block")):
         raise ValueError(
@@ -633,10 +630,6 @@ def attention_ws_kernel(
     by_block = lag_check == "block"
     group = heads // kv_heads
     scale = LOG2E / math.sqrt(d)
-    (acc_w, q_frag_w, _), _ = fragments.mma_fragments(1, d // 8, d // 16)  # (by_block) a
-    (acc_w16, _, k_frag_w), _ = fragments.mma_fragments(1, 2, 1, tb=True)  # warp's O, Q,
-    v_frag_w = fragments.mma_fragments(1, d // 8, 1)[0][2]  # S and P of 16 keys, K^T, V
-    rows_w, parts_w = fragments.mma_row_vector_layout(1), fragments.mma_rows_layout(1)
     acc_s = fragments.wgmma_accumulator_layout(bn, 1)
     acc_o = fragments.wgmma_accumulator_layout(d, 1)
     rows = fragments.wgmma_rows_layout()
@@ -853,39 +846,6 @@ def attention_ws_kernel(
                 rebase_rows(b.S_r, b.O_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_lane,
                             b.l_tile, scale, rescale)  # fmt: skip
 
-    def chunk_scores(b, c, jj) -> None:
-        """(``lag_check="block"``) The warp's S of keys 16 jj to 16 jj + 15 of the tile in
-        consumer c's stage: Q K^T 16 columns of D at a time (unrolled here: every register
-        slice constant)."""
-        Tx.warp.fill(b.S_w[:, :], T.float32(0.0))
-        for kk in range(d // 16):
-            Tx.warp.copy(b.K_w[:, :], b.K_s[c, jj * 16 : jj * 16 + 16, kk * 16 : kk * 16 + 16])
-            Tx.warp.gemm(b.S_w[:, :], b.Q_w[:, kk * 16 : kk * 16 + 16], b.K_w[:, :],
-                         b.S_w[:, :], transpose_A=False, transpose_B=True, alpha=1.0,
-                         beta=1.0)  # fmt: skip
-
-    @T.macro
-    def recompute_tile(b, c, t, r):
-        """(``lag_check="block"``) Key tile t (in consumer c's stages of the rings) for the
-        warp's 16 rows from ``r``: FlashAttention-2's loop at warp scope over 16 keys at a
-        time, each chunk's row max taken first, with mma.sync into the warp's part of O,
-        the running max and the lanes' sums (its registers are mma.sync's fragments:
-        ``b.O_w`` and the other views)."""
-        chunks = T.meta_var((T.min(r + 16, seq) if causal else seq) // 16)  # to the diagonal
-        for jj in T.serial(bn // 16):
-            j = T.meta_var(t * (bn // 16) + jj)  # the chunk of the head's keys
-            if j < chunks:
-                chunk_scores(b, c, jj)
-                if causal:  # the chunk that crosses the warp's diagonal
-                    if j * 16 + 15 > r:
-                        Tx.warp.select(b.S_w[:, :], b.S_w[:, :], T.float32(-math.inf),
-                                       lambda i, jc: j * 16 + jc <= r + i)  # noqa: B023  # fmt: skip
-                softmax_rows(b.S_w, b.m_w, b.mn_w, b.al_w, b.l_w, b.lt_w, scale, Tx.warp)
-                rescale_and_round(b.S_w, b.P_w, b.O_w, b.m_w, b.mn_w, b.al_w, True, Tx.warp)
-                Tx.warp.copy(b.V_w[:, :], b.V_s[c, jj * 16 : jj * 16 + 16, :])
-                Tx.warp.gemm(b.O_w[:, :], b.P_w[:, :], b.V_w[:, :], b.O_w[:, :],
-                             transpose_A=False, transpose_B=False, alpha=1.0, beta=1.0)  # fmt: skip
-
     @T.macro
     def check_block(b, i, c):
         """(``lag_check="block"``) Did any lane of the consumer pass the bound on a lagged
@@ -1089,21 +1049,29 @@ def attention_ws_kernel(
             T.cuda.warpgroup_sync(1 + consumers + c)  # block writes it
 
     @T.macro
+    def redo_wait(b, c):  # (by_block) consumer c's redo load has landed
+        T.cuda.mbarrier_wait(b.bars.ptr_to([redo_bar(c)]), b.redo_n[0] % 2)
+        b.redo_n[0] = b.redo_n[0] + 1
+
+    @T.macro
     def redo_block(b, i, r0, h, c, tid_wg, q0, stop):
         """(``lag_check="block"``) Consumer c's rows of block i again, where a lane passed
         the bound on a lagged tile: after every consumer's blocks (the rings' stages are
-        free), the consumer loads the key tiles its rows need by TMA into stage c of the
-        rings (its own mbarrier), and each warp computes its 16 rows from them, Q's rows
-        read from global memory; then the store, as the block's."""
+        free), the consumer loads its rows of Q into its rows of Q's stage and the key
+        tiles its rows need into its own stage of each ring, by TMA on an mbarrier of its
+        own, and computes them as the loop's first tile, each tile's row max first (wgmma,
+        no overlap, no turns); then the store, as the block's."""
         kv = T.meta_var(h // group)
-        n = T.meta_var(tiles_mine(q0, stop) if own_tiles else tiles_from(r0))
-        r = T.meta_var(q0 + b.warp * 16)  # the warp's first row
-        Tx.warp.fill(b.O_w[:, :], T.float32(0.0))
-        Tx.warp.fill(b.m_w[:, :], T.float32(-math.inf))
-        Tx.warp.fill(b.l_w[:, :], T.float32(0.0))
-        rq = T.meta_var(T.max(T.min(r, seq - 16), 0))  # = r where it is used (rows past
-        Tx.warp.copy(b.Q_w[:, :], b.Q[h, rq : rq + 16, :])  # the end are not stored)
-        for t in T.serial(n):
+        Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
+        Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
+        Tx.wg.fill(b.l_run[:, :], T.float32(0.0))
+        if tid_wg == 0:
+            T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
+                b.bars.ptr_to([redo_bar(c)]), BM * d * 2))  # fmt: skip
+            Tx.copy_async(b.Q_s[c * BM : c * BM + BM, :], b.Q[h, q0 : q0 + BM, :],
+                          mbar=b.bars.ptr_to([redo_bar(c)]))  # fmt: skip
+        redo_wait(b, c)
+        for t in T.serial(tiles_mine(q0, stop)):
             if tid_wg == 0:
                 T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
                     b.bars.ptr_to([redo_bar(c)]), 2 * tile_bytes))  # fmt: skip
@@ -1111,11 +1079,15 @@ def attention_ws_kernel(
                               mbar=b.bars.ptr_to([redo_bar(c)]))  # fmt: skip
                 Tx.copy_async(b.V_s[c, :, :], b.V[kv, t * bn : t * bn + bn, :],
                               mbar=b.bars.ptr_to([redo_bar(c)]))  # fmt: skip
-            T.cuda.mbarrier_wait(b.bars.ptr_to([redo_bar(c)]), b.redo_n[0] % T.uint32(2))
-            b.redo_n[0] = b.redo_n[0] + T.uint32(1)
-            if r + 16 <= seq:  # (rows past the end are not stored)
-                recompute_tile(b, c, t, r)
-            T.cuda.warpgroup_sync(1 + consumers + c)  # every warp read the stage
+            redo_wait(b, c)
+            issue_qk(b, c, c)  # (tile c of the rings: stage c)
+            T.ptx["wgmma.wait_group.sync.aligned"](0)
+            mask(b.S_r, t, q0)
+            online_softmax(b.S_r, b.P16, b.O_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_tile,
+                           scale, rescale)  # fmt: skip
+            issue_pv(b, c)
+            T.ptx["wgmma.wait_group.sync.aligned"](0)
+            T.cuda.warpgroup_sync(1 + consumers + c)  # every warp's wgmma read the stage
         store_o(b, i, r0, h, c, tid_wg, q0)
         if tid_wg == 0:
             if tma_store:  # the store has read the rows (before the next redo or the end)
@@ -1213,7 +1185,7 @@ def attention_ws_kernel(
         T.device_entry()
         qx, hx = T.cta_id([columns, head_ctas])
         wg = T.warpgroup_id([1 + consumers])
-        warp = T.warp_id_in_wg([4])
+        T.warp_id_in_wg([4])
         T.lane_id([32])
         tid_wg = T.thread_id_in_wg([128])
         tid = T.thread_id([(1 + consumers) * 128])
@@ -1247,27 +1219,13 @@ def attention_ws_kernel(
         trip = T.alloc_buffer((1,), "uint32", scope="local")  # (by_block) a lane passed
         redo = T.alloc_buffer((1,), "uint32", scope="local")  # (by_block) blocks to redo
         redo_n = T.alloc_buffer((1,), "int32", scope="local")  # (by_block) tiles redone
-        # (by_block) a warp's registers as mma.sync's fragments, for its recompute: its
-        # part of O, of S and P (16 keys), of the rows' max and sums; Q in O16's registers
-        O_w = T.decl_buffer((16, d), "float32", data=O_r.data, scope="local", layout=acc_w)
-        S_w = T.decl_buffer((16, 16), "float32", data=S_r.data, scope="local", layout=acc_w16)
-        P_w = T.decl_buffer((16, 16), dtype, data=P16.data, scope="local", layout=acc_w16)
-        Q_w = T.decl_buffer((16, d), dtype, data=O16.data, scope="local", layout=q_frag_w)
-        m_w = T.decl_buffer((16, 1), "float32", data=m_old.data, scope="local", layout=rows_w)
-        mn_w = T.decl_buffer((16, 1), "float32", data=m_new.data, scope="local", layout=rows_w)
-        al_w = T.decl_buffer((16, 1), "float32", data=alpha.data, scope="local", layout=rows_w)
-        lt_w = T.decl_buffer((16, 1), "float32", data=l_tile.data, scope="local", layout=rows_w)
-        l_w = T.decl_buffer((16, 4), "float32", data=l_parts.data, scope="local", layout=parts_w)
-        K_w = T.alloc_buffer((16, 16), dtype, scope="local", layout=k_frag_w)
-        V_w = T.alloc_buffer((16, d), dtype, scope="local", layout=v_frag_w)
         b = T.meta_var(SimpleNamespace(
             Q=Q, K=K, V=V, Out=Out, LSE=LSE, LSE_rows=LSE_rows, Q_s=Q_s, O_s=O_s, K_s=K_s, V_s=V_s,
             bars=bars, lse_w=lse_w, lse_s=lse_s, S_r=S_r, P16=P16, O_r=O_r, O16=O16,
             m_old=m_old, m_new=m_new, alpha=alpha, l_sum=l_sum, l_tile=l_tile,
             l_run=l_parts if lane_sums else l_sum,  # the running sums
-            l_lane=l_lane, vote=vote, trip=trip, redo=redo, redo_n=redo_n, warp=warp,
-            O_w=O_w, S_w=S_w, P_w=P_w, Q_w=Q_w, m_w=m_w, mn_w=mn_w, al_w=al_w, lt_w=lt_w,
-            l_w=l_w, K_w=K_w, V_w=V_w))  # (lagged_max) a tile's lane sums; the vote; (lag_check) views
+            l_lane=l_lane, vote=vote, trip=trip, redo=redo,
+            redo_n=redo_n))  # (lagged_max) a tile's lane sums; the vote; (by_block) the redo
         if tid == 0:
             for c in range(q_bars):  # Q's full (the producer's expect_tx)
                 T.ptx.mbarrier.init.shared.b64(bars.ptr_to([c]), 1)

@@ -141,6 +141,13 @@ class Session:
             if cached is not None:
                 return cached
         name = f"{call.operand(r.operand).name}_tensormap"
+        if self.mode == "lower":  # a second descriptor of the buffer (another box): its
+            # own name, for the host's encoding and the kernel's parameter to pair by it
+            key = f"{BRIDGE_NAME}.tensormap_name:{name}"
+            taken = call.ctx.cache_get(key)  # (the cache holds TVM objects: an IntImm)
+            taken = 0 if taken is None else int(taken)
+            call.ctx.cache_set(key, tvm.tirx.IntImm("int32", taken + 1))
+            name = f"{name}_{taken}" if taken else name
         return tvm.tirx.Var(name, T.handle("tensormap").ty)
 
     def encode_tensor_map(self, var: Any, r: TensorMap, call: TileCall) -> None:

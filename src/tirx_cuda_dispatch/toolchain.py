@@ -356,7 +356,14 @@ def encoded_tensor_maps(host: Any) -> dict[str, dict]:
             rank = int(call.attrs.rank)
             args = list(call.args)
             ints = [int(a.value) if hasattr(a, "value") else None for a in args[2:]]
-            found[str(args[0].name)] = {
+            name = str(args[0].name)
+            if name in found:  # the kernel's parameters pair with the encodings by name
+                raise ValueError(
+                    f"the host encodes two tensor maps named {name}: the kernel's "
+                    "parameters cannot be told apart (the bridge names each descriptor of "
+                    "a buffer apart: tensor_map_var)"
+                )
+            found[name] = {
                 "data": args[1],
                 "dtype": str(call.attrs.descriptor_dtype),
                 "dims": tuple(ints[:rank]),

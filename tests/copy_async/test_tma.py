@@ -234,6 +234,70 @@ def test_the_host_encodes_one_tensor_map_the_kernel_takes_as_a_grid_constant():
     assert fields["swizzle"] == 128 and fields["dtype"] == "float16"
 
 
+def two_boxes_of_one_tensor():
+    """A[0:128, 0:64] and A[128:192, 64:128] into two shared tiles (boxes of 128 and 64
+    rows: two descriptors of A), one mbarrier, then to B and C."""
+    big, small = (demos.tma_shared_layout("float16", t, 128) for t in ((128, 64), (64, 64)))
+
+    # fmt: off
+    @T.prim_func
+    def kernel(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (256, 256), "float16")
+        B = T.match_buffer(B_ptr, (128, 64), "float16")
+        C = T.match_buffer(C_ptr, (64, 64), "float16")
+        T.device_entry()
+        T.cta_id([1])
+        tid = T.thread_id([128])
+        pool = T.alloc_buffer((192 * 64 + 4,), "float16", scope="shared.dyn", align=1024)
+        B_s = T.decl_buffer((128, 64), "float16", pool.data, scope="shared.dyn", layout=big)
+        C_s = T.decl_buffer((64, 64), "float16", pool.data, elem_offset=128 * 64,
+                            scope="shared.dyn", layout=small)
+        bar = T.decl_buffer((1,), "uint64", pool.data, elem_offset=192 * 64 // 4,
+                            scope="shared.dyn")
+        if tid == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), 1)
+        T.cuda.cta_sync()
+        if tid == 0:
+            T.ptx["mbarrier.arrive.expect_tx.shared.b64"](bar.ptr_to([0]), 192 * 64 * 2)
+            Tx.copy_async(B_s[:, :], A[0:128, 0:64], mbar=bar.ptr_to([0]))
+            Tx.copy_async(C_s[:, :], A[128:192, 64:128], mbar=bar.ptr_to([0]))
+        T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+        Tx.cta.copy(B[:, :], B_s[:, :])
+        Tx.cta.copy(C[:, :], C_s[:, :])
+    # fmt: on
+    return kernel
+
+
+def test_two_descriptors_of_one_tensor_have_names_of_their_own(monkeypatch):
+    """Two boxes of A are two tensor maps: the host encodes each under its own name (the
+    kernel's parameters pair with them by it; the simulator's too), and the simulator
+    runs the copies right. The control: named alike (as the bridge named them before),
+    the simulator's pairing stops on the repeated name instead of giving one map to both."""
+    host, _ = toolchain.lowered(two_boxes_of_one_tensor())
+    maps = toolchain.encoded_tensor_maps(host)
+    assert sorted((n, f["box"]) for n, f in maps.items()) == [
+        ("A_tensormap", (64, 128)),
+        ("A_tensormap_1", (64, 64)),
+    ]
+    a = runtime.random_array((256, 256), "float16", np.random.default_rng(5))
+    b, c = (runtime.poison_like(np.zeros(s, a.dtype)) for s in ((128, 64), (64, 64)))
+    out = sim.run(two_boxes_of_one_tensor(), [a, b, c], target="sm_90a")
+    np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a[0:128, 0:64]))
+    np.testing.assert_array_equal(runtime.bits(out[2]), runtime.bits(a[128:192, 64:128]))
+    from tirx_cuda_dispatch.lowering import Session
+
+    named = Session.tensor_map_var
+
+    def alike(self, r, call):  # (each descriptor of this kernel is taken once)
+        var = named(self, r, call)
+        return tirx.Var(str(var.name).removesuffix("_1"), var.ty)
+
+    monkeypatch.setattr(Session, "tensor_map_var", alike)
+    host, _ = toolchain.lowered(two_boxes_of_one_tensor())
+    with pytest.raises(ValueError, match="two tensor maps named A_tensormap"):
+        toolchain.encoded_tensor_maps(host)
+
+
 @pytest.mark.parametrize(
     "promotion, encoded", [(None, 256), ("L2::128B", 128), ("none", 0), (1, 64)]
 )
