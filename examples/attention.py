@@ -698,12 +698,17 @@ def attention_ws_kernel(
     rounds = -(-heads // head_ctas)  # (persistent) heads a CTA takes at most
     pair_tiles = (qbs + 1) * (br // bn) if paired else 0  # key tiles of a pair of blocks
     cta_blocks = 2 * rounds if paired else rounds * per if balanced else rounds if persistent else 1
-    if by_block and not (stages >= consumers and cta_blocks <= 32):
+    if by_block and stages < consumers:
         raise ValueError(
-            f"lag_check 'block' redoes a consumer's blocks through its own stage of each ring "
-            f"and keeps a bit a block of the CTA's: it takes at least one stage a consumer "
-            f"and at most 32 blocks a CTA (got {stages} stages, {consumers} consumers, "
-            f"{cta_blocks} blocks a CTA: take more stages or fewer consumers, or more CTAs)"
+            f"lag_check 'block' redoes a consumer's blocks through its own stage of each "
+            f"ring: it takes at least one stage a consumer (got {stages} stages, {consumers} "
+            f"consumers): take more stages or fewer consumers"
+        )
+    if by_block and cta_blocks > 32:
+        raise ValueError(
+            f"lag_check 'block' keeps a bit a block of the CTA's: it takes at most 32 "
+            f"blocks a CTA (got {cta_blocks}, {heads} heads over {head_ctas * columns} "
+            f"CTAs): take more CTAs (sms=) or one CTA a block (persistent=False)"
         )
     wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
     rescale = omit != "rescale"
@@ -1065,16 +1070,16 @@ def attention_ws_kernel(
         Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
         Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
         Tx.wg.fill(b.l_run[:, :], T.float32(0.0))
-        if tid_wg == 0:
-            T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
-                b.bars.ptr_to([redo_bar(c)]), BM * d * 2))  # fmt: skip
-            Tx.copy_async(b.Q_s[c * BM : c * BM + BM, :], b.Q[h, q0 : q0 + BM, :],
-                          mbar=b.bars.ptr_to([redo_bar(c)]))  # fmt: skip
-        redo_wait(b, c)
         for t in T.serial(tiles_mine(q0, stop)):
-            if tid_wg == 0:
+            if tid_wg == 0:  # (Q's rows with the first tile: one phase, one wait; each
+                # phase armed after every warp's wait on the last, by the sync below)
                 T.evaluate(T.ptx["mbarrier.arrive.expect_tx.shared.b64"](
-                    b.bars.ptr_to([redo_bar(c)]), 2 * tile_bytes))  # fmt: skip
+                    b.bars.ptr_to([redo_bar(c)]),
+                    T.if_then_else(t == 0, T.uint32(2 * tile_bytes + BM * d * 2),
+                                   T.uint32(2 * tile_bytes))))  # fmt: skip
+                if t == 0:
+                    Tx.copy_async(b.Q_s[c * BM : c * BM + BM, :], b.Q[h, q0 : q0 + BM, :],
+                                  mbar=b.bars.ptr_to([redo_bar(c)]))  # fmt: skip
                 Tx.copy_async(b.K_s[c, :, :], b.K[kv, t * bn : t * bn + bn, :],
                               mbar=b.bars.ptr_to([redo_bar(c)]))  # fmt: skip
                 Tx.copy_async(b.V_s[c, :, :], b.V[kv, t * bn : t * bn + bn, :],

@@ -360,8 +360,9 @@ def encoded_tensor_maps(host: Any) -> dict[str, dict]:
             if name in found:  # the kernel's parameters pair with the encodings by name
                 raise ValueError(
                     f"the host encodes two tensor maps named {name}: the kernel's "
-                    "parameters cannot be told apart (the bridge names each descriptor of "
-                    "a buffer apart: tensor_map_var)"
+                    "parameters cannot be told apart (our bridge names each descriptor of "
+                    "a buffer apart, tensor_map_var; TVM's built-in TMA copy does not, so "
+                    "a built-in copy and one of ours of the same buffer meet here)"
                 )
             found[name] = {
                 "data": args[1],
