@@ -770,7 +770,7 @@ def attention_ws_kernel(
     def q_free(c):  # (persistent) consumer c (every consumer) stored O out of Q's rows
         return q_empty + (c if q_split else 0)
 
-    def redo_bar(c):  # (by_block) consumer c's redo tile (K and V) has landed
+    def redo_bar(c):  # (by_block) consumer c's redo tile (K, V; Q with the first) landed
         return redo_at + c
 
     @T.macro
@@ -1146,18 +1146,8 @@ def attention_ws_kernel(
                     visit(b, i, i * kts, qx * br, hx + i * head_ctas, c, tid_wg,
                           hx + i * head_ctas + head_ctas < heads, seq, redo)  # fmt: skip
         else:
-            visit(
-                b,
-                0,
-                0,
-                (qbs - 1 - qx // section if causal else qx) * br,
-                hx * section + qx % section,
-                c,
-                tid_wg,
-                T.bool(False),
-                seq,
-                redo,
-            )
+            visit(b, 0, 0, (qbs - 1 - qx // section if causal else qx) * br,
+                  hx * section + qx % section, c, tid_wg, T.bool(False), seq, redo)  # fmt: skip
 
     @T.macro
     def redo_pass(b, qx, hx, c, tid_wg):

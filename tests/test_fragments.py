@@ -124,9 +124,9 @@ def _warp_part_in_same_registers(wgmma_layout, warp_layout, cols: int) -> bool:
 def test_a_warps_part_of_the_wgmma_fragments_is_mmas_fragment_in_the_same_registers(
     wgmma_layout, warp_layout, cols
 ):
-    """examples/attention.py's block check (``lag_check="block"``) recomputes a warp's 16
-    rows with mma.sync into views of the warpgroup's wgmma registers: each warp's part of
-    the wgmma accumulator, row vector and row parts is mma.sync's fragment, register for
+    """A warp may compute its 16 rows with mma.sync into views of the warpgroup's wgmma
+    registers (examples/attention.py's first block check did): each warp's part of the
+    wgmma accumulator, row vector and row parts is mma.sync's fragment, register for
     register. The control: the accumulator against mma.sync's B^T fragment (another
     placement of the same shape) is caught."""
     assert _warp_part_in_same_registers(wgmma_layout, warp_layout, cols)
