@@ -832,6 +832,19 @@ def attention_ws_kernel(
             Tx.copy_async(b.Q_s[:, :], b.Q[h, r0 : r0 + br, :],
                           mbar=b.bars.ptr_to([q_full(c)]))  # fmt: skip
 
+    def vote(b, c, cond) -> None:
+        """Consumer c's warpgroup vote (``bar.red.or``, named barrier 9 + c) into
+        ``b.vote``: does ``cond`` hold on any of its threads? (Its register is then the
+        warpgroup's alike, provably: a branch on it keeps whole warpgroups.)"""
+        T.evaluate(T.ptx["bar.red.or.pred"](b.vote[0], T.uint32(9 + c), T.uint32(128),
+                                            T.ptx.pred(cond)))  # fmt: skip
+
+    def fresh_rows(b) -> None:
+        """A block's rows before its first tile: O 0, the running max -inf, the sums 0."""
+        Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
+        Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
+        Tx.wg.fill(b.l_run[:, :], T.float32(0.0))
+
     @T.macro
     def lagged_tile(b, c, g, t, q0):
         """(``lagged_max``) Tile t's P against the rows' reference max ``m_old`` (its bias
@@ -840,9 +853,7 @@ def attention_ws_kernel(
         again, the row max, alpha, O and the running sums rescaled, P again."""
         lagged_rows(b.S_r, b.l_lane, b.l_tile, scale)
         mine = T.decl_buffer((2,), "float32", data=b.l_lane.data, scope="local")
-        T.evaluate(T.ptx["bar.red.or.pred"](
-            b.vote[0], T.uint32(9 + c), T.uint32(128),
-            T.ptx.pred(lane_total(mine, 2) > T.float32(LAG_BOUND))))  # fmt: skip
+        vote(b, c, lane_total(mine, 2) > T.float32(LAG_BOUND))
         if omit != "rebase":
             if b.vote[0] != T.uint32(0):
                 issue_qk(b, c, g)
@@ -856,8 +867,7 @@ def attention_ws_kernel(
         """(``lag_check="block"``) Did any lane of the consumer pass the bound on a lagged
         tile of block i (one vote a block)? Then its bit in ``b.redo``: the block is
         computed again after the CTA's last (:func:`redo_block`)."""
-        T.evaluate(T.ptx["bar.red.or.pred"](
-            b.vote[0], T.uint32(9 + c), T.uint32(128), T.ptx.pred(b.trip[0] != T.uint32(0))))  # fmt: skip
+        vote(b, c, b.trip[0] != T.uint32(0))
         if omit != "recompute":
             if b.vote[0] != T.uint32(0):
                 b.redo[0] = b.redo[0] | (T.uint32(1) << T.Cast("uint32", i))
@@ -1006,9 +1016,7 @@ def attention_ws_kernel(
         n_tiles = T.meta_var(tiles_from(r0))  # the CTA's key tiles
         q0 = T.meta_var(r0 + c * BM)  # the consumer's first row in the head
         n_mine = T.meta_var(tiles_mine(q0, stop) if own_tiles else n_tiles)  # its own
-        Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
-        Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
-        Tx.wg.fill(b.l_run[:, :], T.float32(0.0))
+        fresh_rows(b)
         if by_block:  # no lane passed the bound on this block's lagged tiles yet
             b.trip[0] = T.uint32(0)
         T.cuda.mbarrier_wait(b.bars.ptr_to([q_full(c)]), i % 2)
@@ -1067,9 +1075,7 @@ def attention_ws_kernel(
         own, and computes them as the loop's first tile, each tile's row max first (wgmma,
         no overlap, no turns); then the store, as the block's."""
         kv = T.meta_var(h // group)
-        Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
-        Tx.wg.fill(b.m_old[:, :], T.float32(-math.inf))
-        Tx.wg.fill(b.l_run[:, :], T.float32(0.0))
+        fresh_rows(b)
         for t in T.serial(tiles_mine(q0, stop)):
             if tid_wg == 0:  # (Q's rows with the first tile: one phase, one wait; each
                 # phase armed after every warp's wait on the last, by the sync below)
@@ -1103,10 +1109,9 @@ def attention_ws_kernel(
     def visit(b, i, base, r0, h, c, tid_wg, more, stop, redo):
         """Block i of the CTA: its consumption, or (``redo``) its recompute where its bit
         in ``b.redo`` is set."""
-        if redo:  # (a vote: its register is the warpgroup's alike, provably)
+        if redo:
             bit = T.meta_var((b.redo[0] >> T.Cast("uint32", i)) & T.uint32(1))
-            T.evaluate(T.ptx["bar.red.or.pred"](
-                b.vote[0], T.uint32(9 + c), T.uint32(128), T.ptx.pred(bit != T.uint32(0))))  # fmt: skip
+            vote(b, c, bit != T.uint32(0))
             if b.vote[0] != T.uint32(0):
                 if idle:  # (rows past the end, or the block's: never set, and not stored)
                     if r0 + c * BM < stop:
@@ -1155,8 +1160,7 @@ def attention_ws_kernel(
         bit, it waits for every consumer to finish (the rings' stages are then free, the
         producer's loads all landed) and computes those blocks again; where it set none, it
         only says it is done (``bar.arrive``: no wait)."""
-        T.evaluate(T.ptx["bar.red.or.pred"](
-            b.vote[0], T.uint32(9 + c), T.uint32(128), T.ptx.pred(b.redo[0] != T.uint32(0))))  # fmt: skip
+        vote(b, c, b.redo[0] != T.uint32(0))
         if b.vote[0] != T.uint32(0):
             T.ptx.bar.sync(T.uint32(REDO_BARRIER), consumers * 128)
             b.redo_n[0] = 0
