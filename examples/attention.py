@@ -129,6 +129,29 @@ def rebase_rows(
     tx.copy(m_old[:, :], m_new[:, :])
 
 
+def rebase_warp_rows(
+    S_r, O_r, m_old, m_new, alpha, l_run, l_lane, l_tile, scale: float, rescale: bool, tx=Tx.wg
+) -> None:
+    """After :func:`lagged_rows` passed the bound in a warp's lanes (``lag_check="warp"``):
+    the warp's rows rebased on P's own row max (no Q K^T again): ``m_new`` the row max of P
+    (at least 1: the reference only grows), ``alpha = 1 / m_new``, the reference ``m_old``
+    moved up by ``log2(m_new) / scale`` (its bias in ``l_tile``), and P, its lane sums
+    ``l_lane``, the running sums ``l_run`` and O (unless ``rescale`` is False: a broken
+    kernel) multiplied by ``alpha``. Every op is the quad's or the thread's own: the warp
+    runs it alone."""
+    tx.max(m_new[:, :], S_r[:, :], axes=[-1])
+    tx.maximum(m_new[:, :], m_new[:, :], T.float32(1.0))
+    tx.reciprocal(alpha[:, :], m_new[:, :])
+    tx.log2(m_new[:, :], m_new[:, :])
+    tx.fma(m_old[:, :], m_new[:, :], T.float32(1.0 / scale), m_old[:, :])
+    tx.mul(l_tile[:, :], m_old[:, :], T.float32(-scale))
+    tx.mul(S_r[:, :], S_r[:, :], alpha[:, :])
+    tx.mul(l_lane[:, :], l_lane[:, :], alpha[:, :])
+    tx.mul(l_run[:, :], l_run[:, :], alpha[:, :])
+    if rescale:
+        tx.mul(O_r[:, :], O_r[:, :], alpha[:, :])
+
+
 def lane_total(view, count: int):
     """The sum of a thread's ``count`` registers of a rows' parts tile (``view``: its
     registers as a flat local buffer): at most ``LAG_BOUND`` keeps every P of its rows
@@ -353,16 +376,19 @@ WS_OMITS = (
     None, "full_wait", "empty_arrive", "rescale", "first_turn", "pv_wait", "store_fence",
     "store_wait", "q_empty_wait", "v_wait", "rebase", "idle_store", "recompute",
 )  # fmt: skip
-LAG_CHECKS = ("tile", "block")  # lagged_max: where the bound on P is checked
+LAG_CHECKS = ("tile", "block", "warp")  # lagged_max: where the bound on P is checked
 # named barriers (0 is the CTA's): consumer c's turn to issue is 1 + c; its barrier
 # before the TMA store of O is 1 + consumers + c; its vote (lagged_max) 9 + c (8 is TVM's
-# built-ins'); the consumers' meeting before they redo blocks (lag_check "block") 12
+# built-ins'); the consumers' meeting before they redo blocks (lag_check "block",
+# "warp") 12
 REDO_BARRIER = 12
 SECTION_BYTES = 16 << 20  # (section) K and V of a section's heads: a third of the L2
 LAG_BOUND = 256.0  # lagged_max: a lane's sum of P over a tile (so every P) stays below it
 # lag_check "block": P must only stay finite in float16 for P V (its largest power of two,
 # below 65,504); a redo is dear, a rebase cheap (FlashAttention-4 rebases past 2^8)
 BLOCK_BOUND = 2.0**15
+# lag_check "warp": past it a tile's P may have left float32's range (its sums overflow)
+WARP_BOUND = 2.0**120
 
 
 def attention_ws_kernel(
@@ -508,14 +534,24 @@ def attention_ws_kernel(
     key tiles its rows need by TMA into its rows of Q's stage and its own stage of each
     ring (an mbarrier of its own) and computes them as the loop's first tile (each tile's
     row max first, wgmma, no overlap and no turns), then stores them again. It takes
-    ``lagged_max``, a stage of each ring a consumer and at most 32 blocks a CTA;
-    ``omit="recompute"``: the marks ignored (a broken kernel). On an H200 (float16,
+    ``lagged_max`` and a stage of each ring a consumer (a bit a block of the CTA's, in as
+    many words as its blocks take); ``omit="recompute"``: the marks ignored (a broken
+    kernel). On an H200 (float16,
     docs/performance.md, "The block check") it is 0-5% faster than the vote on random
     inputs (1,024 x 64: 1.828-1.845 of flash against 1.781-1.798), level at causal head
     dim 128; where scores grow along the keys it loses: with the keys from 128 on 2.5
     times (some rows past 2^15 somewhere in most heads) 1.16-1.24 times the vote's time,
     and where every block trips (4 and 16 times) a redo of each, 2.3-2.8 times its time
-    on random keys against the vote's 1.2-1.6. So the default stays ``"tile"``.
+    on random keys against the vote's 1.2-1.6. Or ``"warp"``: as ``"block"`` (P V waited
+    for before the exponentials, the block's flag, its redo), but each warp checks each
+    lagged tile against ``LAG_BOUND`` (``__any_sync``: no barrier between warps) and,
+    where a lane passed it, rebases its own rows on P's row max (the quad's shuffles; P, O
+    and the sums scaled: no Q K^T again, no wgmma in the branch, so a warp's rows move
+    alone); only a P past ``WARP_BOUND`` (2^120: float32's range) flags the block for its
+    redo. On an H200 (float16, docs/performance.md, "The warp's rebase") it is 0.4-2%
+    faster than the vote on random inputs and 7-23% faster where the scores grow along
+    the keys, but 3% slower than ``"block"`` on random inputs at 1,024 x 64 (its branch a
+    tile). The default stays ``"tile"`` until it is timed at every shape of the bench.
     ``own_tiles``: a consumer computes only the key tiles its own rows need (causal: to
     its own diagonal, where the CTA's tiles reach its last consumer's; none
     where its rows start past the sequence's end, in a ragged last block) and, for the
@@ -575,7 +611,7 @@ def attention_ws_kernel(
     bn = block_n
     q_split = persistent if q_split is None else q_split
     q_bars = consumers if q_split else 1  # Q's full (and, persistent, empty) mbarriers
-    redo_bars = consumers if lag_check == "block" else 0  # a consumer's redo loads
+    redo_bars = consumers if lag_check != "tile" else 0  # a consumer's redo loads
 
     def rings_of(ob):  # (stages, split_kv) with or without the O buffer: at head dim 128
         narrow = ob and d == 128  # Q, O and two stages of K and V fill shared memory
@@ -617,17 +653,18 @@ def attention_ws_kernel(
         )
     if lag_check not in LAG_CHECKS:
         raise ValueError(f"lag_check {lag_check!r}: one of {LAG_CHECKS}")
-    if lag_check == "block" and not lagged_max:
+    if lag_check != "tile" and not lagged_max:
         raise ValueError(
-            "lag_check 'block' checks the lagged max's bound once a block and computes a "
-            "block whose lanes passed it again: it takes lagged_max=True"
+            f"lag_check {lag_check!r} checks the lagged max's bound without the tile vote and "
+            "computes a block whose lanes passed it again: it takes lagged_max=True"
         )
     if (omit, lag_check) in (("recompute", "tile"), ("rebase", "block")):
         raise ValueError(
             f"omit {omit!r} breaks lag_check {'block' if omit == 'recompute' else 'tile'!r}; "
             f"with lag_check {lag_check!r} it would change nothing"
         )
-    by_block = lag_check == "block"
+    by_block = lag_check != "tile"  # a flag over a block's tiles, its check and redo
+    by_warp = lag_check == "warp"  # each tile's bound by each warp: a rebase of its rows
     group = heads // kv_heads
     scale = LOG2E / math.sqrt(d)
     acc_s = fragments.wgmma_accumulator_layout(bn, 1)
@@ -700,16 +737,11 @@ def attention_ws_kernel(
     cta_blocks = 2 * rounds if paired else rounds * per if balanced else rounds if persistent else 1
     if by_block and stages < consumers:
         raise ValueError(
-            f"lag_check 'block' redoes a consumer's blocks through its own stage of each "
+            f"lag_check {lag_check!r} redoes a consumer's blocks through its own stage of each "
             f"ring: it takes at least one stage a consumer (got {stages} stages, {consumers} "
             f"consumers): take more stages or fewer consumers"
         )
-    if by_block and cta_blocks > 32:
-        raise ValueError(
-            f"lag_check 'block' keeps a bit a block of the CTA's: it takes at most 32 "
-            f"blocks a CTA (got {cta_blocks}, {heads} heads over {head_ctas * columns} "
-            f"CTAs): take more CTAs (sms=) or one CTA a block (persistent=False)"
-        )
+    redo_words = -(-cta_blocks // 32)  # (by_block) a bit a block of the CTA's
     wait_full, arrive_empty = omit != "full_wait", omit != "empty_arrive"
     rescale = omit != "rescale"
     first_turn = omit != "first_turn"
@@ -839,6 +871,13 @@ def attention_ws_kernel(
         T.evaluate(T.ptx["bar.red.or.pred"](b.vote[0], T.uint32(9 + c), T.uint32(128),
                                             T.ptx.pred(cond)))  # fmt: skip
 
+    def any_word(words):
+        """The redo mask's words or-ed together: not 0 where any block's bit is set."""
+        word = words[0]
+        for k in range(1, redo_words):
+            word = word | words[k]
+        return word
+
     def fresh_rows(b) -> None:
         """A block's rows before its first tile: O 0, the running max -inf, the sums 0."""
         Tx.wg.fill(b.O_r[:, :], T.float32(0.0))
@@ -863,6 +902,25 @@ def attention_ws_kernel(
                             b.l_tile, scale, rescale)  # fmt: skip
 
     @T.macro
+    def warp_check(b, mine):
+        """(``lag_check="warp"``) Did a lane of the warp pass ``LAG_BOUND`` on this tile
+        (``__any_sync``)? Then the warp rebases its rows on P's row max
+        (:func:`rebase_warp_rows`); where that max passed ``WARP_BOUND`` (P may have left
+        float32's range) the block is flagged for its redo."""
+        passed = T.meta_var(lane_total(mine, 2) > T.float32(LAG_BOUND))
+        if omit != "rebase":  # (omitted: the vote taken and ignored, a broken kernel)
+            if T.cuda.any_sync(T.uint32(0xFFFFFFFF), passed) != 0:
+                rebase_warp_rows(b.S_r, b.O_r, b.m_old, b.m_new, b.alpha, b.l_run, b.l_lane,
+                                 b.l_tile, scale, rescale)  # fmt: skip
+                top = T.decl_buffer((2,), "float32", data=b.alpha.data, scope="local")
+                far = T.meta_var(T.Or(top[0] < T.float32(1.0 / WARP_BOUND),
+                                      top[1] < T.float32(1.0 / WARP_BOUND)))  # fmt: skip
+                b.trip[0] = b.trip[0] | T.Cast("uint32", far)
+                Tx.wg.cast(b.P16[:, :], b.S_r[:, :])  # P rounded again
+        else:
+            T.evaluate(T.cuda.any_sync(T.uint32(0xFFFFFFFF), passed))
+
+    @T.macro
     def check_block(b, i, c):
         """(``lag_check="block"``) Did any lane of the consumer pass the bound on a lagged
         tile of block i (one vote a block)? Then its bit in ``b.redo``: the block is
@@ -870,7 +928,7 @@ def attention_ws_kernel(
         vote(b, c, b.trip[0] != T.uint32(0))
         if omit != "recompute":
             if b.vote[0] != T.uint32(0):
-                b.redo[0] = b.redo[0] | (T.uint32(1) << T.Cast("uint32", i))
+                b.redo[i // 32] = b.redo[i // 32] | (T.uint32(1) << T.Cast("uint32", i % 32))
 
     @T.macro
     def produce(b, i, base, r0, h):
@@ -923,12 +981,19 @@ def attention_ws_kernel(
                     mask(b.S_r, t, q0)
                     lagged_rows(b.S_r, b.l_lane, b.l_tile, scale)
                     mine = T.decl_buffer((2,), "float32", data=b.l_lane.data, scope="local")
-                    passed = T.meta_var(lane_total(mine, 2) > T.float32(BLOCK_BOUND))
-                    b.trip[0] = b.trip[0] | T.Cast("uint32", passed)
-                    free_stage(b.bars, 0, g, tid_wg)
-                    release_q(b, c, tid_wg, t == n_mine - 1)
-                    Tx.wg.add(b.l_run[:, :], b.l_run[:, :], b.l_lane[:, :])
-                    Tx.wg.cast(b.P16[:, :], b.S_r[:, :])
+                    if by_warp:  # P rounded with the exponentials, again in a rebase
+                        Tx.wg.cast(b.P16[:, :], b.S_r[:, :])
+                        free_stage(b.bars, 0, g, tid_wg)
+                        release_q(b, c, tid_wg, t == n_mine - 1)
+                        warp_check(b, mine)
+                        Tx.wg.add(b.l_run[:, :], b.l_run[:, :], b.l_lane[:, :])
+                    else:
+                        passed = T.meta_var(lane_total(mine, 2) > T.float32(BLOCK_BOUND))
+                        b.trip[0] = b.trip[0] | T.Cast("uint32", passed)
+                        free_stage(b.bars, 0, g, tid_wg)
+                        release_q(b, c, tid_wg, t == n_mine - 1)
+                        Tx.wg.add(b.l_run[:, :], b.l_run[:, :], b.l_lane[:, :])
+                        Tx.wg.cast(b.P16[:, :], b.S_r[:, :])
                 elif lagged_max:  # (a rebase reads Q's rows and K's stage again)
                     mask(b.S_r, t, q0)
                     lagged_tile(b, c, g, t, q0)
@@ -1110,7 +1175,7 @@ def attention_ws_kernel(
         """Block i of the CTA: its consumption, or (``redo``) its recompute where its bit
         in ``b.redo`` is set."""
         if redo:
-            bit = T.meta_var((b.redo[0] >> T.Cast("uint32", i)) & T.uint32(1))
+            bit = T.meta_var((b.redo[i // 32] >> T.Cast("uint32", i % 32)) & T.uint32(1))
             vote(b, c, bit != T.uint32(0))
             if b.vote[0] != T.uint32(0):
                 if idle:  # (rows past the end, or the block's: never set, and not stored)
@@ -1160,7 +1225,7 @@ def attention_ws_kernel(
         bit, it waits for every consumer to finish (the rings' stages are then free, the
         producer's loads all landed) and computes those blocks again; where it set none, it
         only says it is done (``bar.arrive``: no wait)."""
-        vote(b, c, b.redo[0] != T.uint32(0))
+        vote(b, c, any_word(b.redo) != T.uint32(0))
         if b.vote[0] != T.uint32(0):
             T.ptx.bar.sync(T.uint32(REDO_BARRIER), consumers * 128)
             b.redo_n[0] = 0
@@ -1216,7 +1281,7 @@ def attention_ws_kernel(
         l_lane = T.alloc_buffer((BM, 4), "float32", scope="local", layout=parts)
         vote = T.alloc_buffer((1,), "uint32", scope="local")
         trip = T.alloc_buffer((1,), "uint32", scope="local")  # (by_block) a lane passed
-        redo = T.alloc_buffer((1,), "uint32", scope="local")  # (by_block) blocks to redo
+        redo = T.alloc_buffer((redo_words,), "uint32", scope="local")  # (by_block) to redo
         redo_n = T.alloc_buffer((1,), "int32", scope="local")  # (by_block) tiles redone
         b = T.meta_var(SimpleNamespace(
             Q=Q, K=K, V=V, Out=Out, LSE=LSE, LSE_rows=LSE_rows, Q_s=Q_s, O_s=O_s, K_s=K_s, V_s=V_s,
@@ -1273,7 +1338,8 @@ def attention_ws_kernel(
         if wg >= 1:  # the consumers, 64 query rows each
             T.ptx.setmaxnreg.inc.sync.aligned.u32(registers[1])
             if by_block:
-                redo[0] = T.uint32(0)
+                for k in range(redo_words):
+                    redo[k] = T.uint32(0)
             blocks(b, qx, hx, wg - 1, tid_wg, False)
             if by_block:
                 redo_pass(b, qx, hx, wg - 1, tid_wg)

@@ -378,3 +378,97 @@ def test_nested_ifs_round_trip(scope, threads, lanes, warps, participants, tvm, 
     a = runtime.random_array((5, 38), "float16", rng)
     out = execute(func, [a, runtime.poison_like(a)], where, gpu, tcd.STRICT_PIPELINE)
     np.testing.assert_array_equal(runtime.bits(out[1]), runtime.bits(a))
+
+
+def warp_vote_rows(guard: str = "vote", reduce_over: str = "rows"):
+    """A 64 x 16 wgmma accumulator tile R (and its rows' maxima m) of the warpgroup's
+    registers, loaded thread by thread; under ``if any_sync(0xffffffff, V[tid] > 0)``
+    (``guard="vote"``; ``"plain"``: ``if V[tid] > 0``, no vote) the warpgroup-scope calls
+    ``m = rowmax(R)`` and ``R = R m``; then every thread's registers out. ``reduce_over
+    ="columns"``: the max is over R's rows into a shared row instead (its partials meet
+    across warps)."""
+    acc, rows = demos.wgmma_accumulator_layout(16), demos.wgmma_rows_layout()
+    n, nm = demos.register_count(acc), demos.register_count(rows)
+
+    # fmt: off
+    @T.prim_func
+    def kernel(X_ptr: T.handle, V_ptr: T.handle, Y_ptr: T.handle, M_ptr: T.handle):
+        X = T.match_buffer(X_ptr, (128, n), "float32")
+        V = T.match_buffer(V_ptr, (128,), "float32")
+        Y = T.match_buffer(Y_ptr, (128, n), "float32")
+        M = T.match_buffer(M_ptr, (128, nm), "float32")
+        T.device_entry()
+        T.cta_id([1])
+        T.warpgroup_id([1])
+        T.warp_id_in_wg([4])
+        T.lane_id([32])
+        tid = T.thread_id([128])
+        R = T.alloc_buffer((64, 16), "float32", scope="local", layout=acc)
+        m = T.alloc_buffer((64, 1), "float32", scope="local", layout=rows)
+        C = T.alloc_buffer((1, 16), "float32", scope="shared")
+        r = T.decl_buffer((n,), "float32", data=R.data, scope="local")
+        mm = T.decl_buffer((nm,), "float32", data=m.data, scope="local")
+        for k in T.unroll(n):
+            r[k] = X[tid, k]
+        for k in T.unroll(nm):
+            mm[k] = T.float32(-1.0)
+        if guard == "vote":
+            if T.cuda.any_sync(T.uint32(0xFFFFFFFF), V[tid] > T.float32(0)) != 0:
+                if reduce_over == "rows":
+                    Tx.wg.max(m[:, :], R[:, :], axes=[-1])
+                    Tx.wg.mul(R[:, :], R[:, :], m[:, :])
+                else:
+                    Tx.wg.max(C[:, :], R[:, :], axes=[0])
+        else:
+            if V[tid] > T.float32(0):
+                Tx.wg.mul(R[:, :], R[:, :], T.float32(2.0))
+        for k in T.unroll(n):
+            Y[tid, k] = r[k]
+        for k in T.unroll(nm):
+            M[tid, k] = mm[k]
+    # fmt: on
+    return kernel
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_warp_vote_runs_warpgroup_register_calls_in_the_warps_that_pass(rng, where, gpu):
+    """Under ``if any_sync(0xffffffff, ...)`` a warpgroup-scope call runs on whole warps or
+    none (participation's ``warps``): the register variants, whose code stays inside a warp
+    (each thread's registers; the row max's shuffles within a quad), take it. Warps 1 and 3
+    vote yes (one lane each): their 16 rows each get the row max and R times it; warps 0
+    and 2 keep R and m as they were, bit for bit."""
+    func = warp_vote_rows()
+    reports = tcd.explain(func)
+    assert [(r.op, r.variant) for r in reports] == [("max", "local"), ("mul", "reg")]
+    acc, rows = demos.wgmma_accumulator_layout(16), demos.wgmma_rows_layout()
+    x = runtime.random_array((64, 16), "float32", rng)
+    v = -np.abs(runtime.random_array((128,), "float32", rng)) - 1
+    v[32 + 7] = v[96 + 30] = 1.0  # a lane of warps 1 and 3
+    regs = demos.pack_registers(x, acc, "warpgroup", 128)
+    y0, m0 = runtime.poison_like(regs), runtime.poison_like(np.zeros((128, 2), np.float32))
+    out = execute(func, [regs, v, y0, m0], where, gpu, tcd.STRICT_PIPELINE)
+    passed = np.repeat(np.array([False, True, False, True]), 16)  # each row's warp
+    want_m = np.where(passed, x.max(axis=1), -1.0).astype(np.float32)
+    want_y = np.where(passed[:, None], x * x.max(axis=1, keepdims=True), x).astype(np.float32)
+    for e, got in demos.unpack_registers(out[2], acc, (64, 16), "warpgroup"):
+        assert runtime.bits(got) == runtime.bits(want_y.reshape(-1)[e])
+    for e, got in demos.unpack_registers(out[3], rows, (64, 1), "warpgroup"):
+        assert runtime.bits(got) == runtime.bits(want_m[e])
+
+
+@pytest.mark.parametrize(
+    "guard, reduce_over, named",
+    [
+        ("vote", "columns", "meets its partials across warps (warp partials)"),
+        ("plain", "rows", "cannot prove that every thread of the warpgroup"),
+    ],
+    ids=["partials-across-warps", "no-vote"],
+)
+def test_a_call_the_warps_cannot_run_alone_is_declined(guard, reduce_over, named):
+    """Controls: under the vote, a max over R's rows (the four warps' partials meet in a
+    workspace) is declined, naming why; without a vote (``if V[tid] > 0``) the register
+    multiply is declined as before."""
+    [report] = tcd.explain(warp_vote_rows(guard, reduce_over))
+    assert report.variant is None
+    [reason] = [c.reason for c in report.candidates if c.variant in ("local", "reg")]
+    assert named in reason

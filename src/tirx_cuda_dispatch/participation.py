@@ -20,6 +20,12 @@ lane``, ``wid_in_wg = w % 4``, ...) and given one of three verdicts:
 - ``divergent``: two threads of one instance of the scope, inside the narrowed ranges,
   evaluate it differently (found by evaluating it over the coordinates): an error, in
   every pipeline, naming the condition, the two threads and the line;
+- ``warps``: above warp scope, a condition on a full-mask warp vote (``__any_sync``) or
+  on what is uniform over a warp: each warp runs the call whole or not at all, which warps
+  the data decides. Variants whose code stays inside a warp (each thread's registers,
+  shuffles between its lanes) take it: the warps that pass compute their part of the tile
+  and the others leave theirs as it was (:func:`.predicates.requires_whole_warps_active`);
+  the others decline with its ``detail``;
 - ``undecided`` (a per-thread value, a data-dependent test): our variants decline, saying
   why.
 """
@@ -78,7 +84,7 @@ class Participants:
 
 @dataclass(frozen=True)
 class Participation:
-    verdict: str  # "uniform", "divergent" or "undecided"
+    verdict: str  # "uniform", "divergent", "warps" or "undecided"
     participants: Participants | None = None
     detail: str | None = None
 
@@ -155,12 +161,12 @@ def participation(call: Any) -> Participation:
         return Participation("uniform", parts)
     coords = _coordinates(call.scope, parts, _cta_warps(call))
     subst = _substitution(enclosing, coords.lane, coords.warp)
-    conditions = [  # register scalars stored once read as their values (``unit = bx + r g``)
+    resolved = [  # register scalars stored once read as their values (``unit = bx + r g``)
         _resolve(resolve_scalars(c, enclosing), subst, enclosing, coords.ranges)
         for c in enclosing.conditions
     ]
     conditions = [
-        _votes_read_as_uniform(c, call.scope, enclosing, _cta_warps(call)) for c in conditions
+        _votes_read_as_uniform(c, call.scope, enclosing, _cta_warps(call)) for c in resolved
     ]
     varying = list(coords.varying)
     uniform = [c for c in conditions if not _depends_on(c, varying)]
@@ -189,6 +195,23 @@ def participation(call: Any) -> Participation:
                 "lanes (and of warps), e.g. `if lane < 16`: call it at a narrower scope, or "
                 "move it out of the if",
             )
+    warp_votes = {
+        id(orig): _votes_read_as_uniform(r, "warp", enclosing, _cta_warps(call))
+        for r, orig in zip(resolved, enclosing.conditions, strict=True)
+    }
+    if call.scope != "warp" and all(
+        not _depends_on(warp_votes[id(orig)], [coords.lane]) for _, orig in unproven
+    ):
+        conds = " and ".join(f"`if {orig}`" for _, orig in unproven)
+        noun = SCOPES[call.scope].noun
+        return Participation(
+            "warps",
+            parts,
+            f"cannot prove that every thread of the {noun} in {parts} passes {conds}: it "
+            f"holds for a whole warp or for none of it (a vote), so the {noun}'s warps that "
+            "pass run this call and the others do not; only variants whose code stays "
+            "inside a warp take that",
+        )
     _, orig = unproven[0]
     return Participation(
         "undecided",

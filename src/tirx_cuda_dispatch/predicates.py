@@ -63,6 +63,19 @@ def requires_all_threads_active(call: TileCall) -> Result:
     return True, None
 
 
+def requires_whole_warps_active(call: TileCall) -> Result:
+    """Every thread of the scope takes part (:func:`requires_all_threads_active`), or whole
+    warps of it do, as a warp's vote decides (participation's ``warps``): for variants whose
+    code stays inside a warp (each thread its own registers, shuffles between a warp's
+    lanes), so that a warp that does not pass leaves its part of the tile as it was."""
+    verdict = call.participation
+    if verdict.verdict == "warps":
+        narrowed = narrowing(call, verdict.participants)
+        if narrowed is None:
+            return True, None
+    return requires_all_threads_active(call)
+
+
 def requires_known_participants(call: TileCall) -> Result:
     """The threads that execute the call are known: the scope's, or a range of them an
     enclosing ``if`` narrowed TVM's thread axes to (``if lane < 16``), and no condition

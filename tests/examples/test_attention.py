@@ -554,12 +554,13 @@ def test_a_block_check_that_does_not_recompute_is_caught():
 @pytest.mark.parametrize(
     "keywords, named",
     [
-        ({"lag_check": "row"}, "one of ('tile', 'block')"),
+        ({"lag_check": "row"}, "one of ('tile', 'block', 'warp')"),
         ({"lag_check": "block", "lagged_max": False}, "it takes lagged_max=True"),
         ({"omit": "recompute"}, "breaks lag_check 'block'"),
         ({"lag_check": "block", "omit": "rebase"}, "breaks lag_check 'tile'"),
         ({"lag_check": "block", "consumers": 3, "stages": 2}, "at least one stage a consumer"),
-        ({"lag_check": "block", "heads": 256, "seq": 4096}, "at most 32 blocks a CTA (got 43"),
+        ({"lag_check": "warp", "consumers": 3, "stages": 2}, "at least one stage a consumer"),
+        ({"lag_check": "warp", "lagged_max": False}, "it takes lagged_max=True"),
     ],
 )
 def test_a_block_check_it_cannot_take_is_an_error(keywords, named):
@@ -802,3 +803,63 @@ def test_the_balanced_grid_is_the_default_to_1024_rows_and_an_error_where_it_can
             attention.attention_ws_kernel(2, 1024, 64, balanced=True, **kw)
     with pytest.raises(ValueError, match=r"seq 1216: 19 chunks"):  # 3 x 6 + 1, 5 odd
         attention.attention_ws_kernel(2, 1216, 64, balanced=True)
+
+
+WARP_CHECK = [  # (heads, seq, head dim, causal, keywords, the keys' factor, from which key, sim)
+    # persistent CTAs taking a block of both heads: rows past 2^8 and 2^15, within float32
+    (2, 256, 64, False, {"sms": 2}, 16.0, 128, True),
+    (1, 200, 128, True, {"persistent": False}, 16.0, 128, False),  # ragged, causal
+    # a ring each for K and V, two stages of 64 keys, grouped heads
+    (2, 256, 64, False, {"split_kv": True, "block_n": 64, "stages": 3, "kv_heads": 1},
+     4.0, 64, False),
+    # every block past float32's range, 54 blocks a CTA (the redo mask's second word)
+    (36, 1024, 64, False, {"sms": 4}, 60.0, 128, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize(
+    "shape", WARP_CHECK, ids=lambda s: "h{}-s{}-d{}-{}-{}-x{:g}".format(*s[:4], len(s[4]), s[5])
+)
+def test_the_warp_rebase_keeps_the_rows_that_outgrow_the_lagged_max(shape, where, gpu):
+    """``lag_check="warp"``: a warp whose lanes pass 2^8 on a lagged tile rebases its own
+    rows on P's row max (no Q K^T again, no wgmma in its branch): equal to float64 with as
+    many wgmma groups as on keys that never trip (no rebase's Q K^T, no redo), and the
+    warps' row max shuffles counted (none on the plain keys past each block's first tile).
+    The simulator runs the first shape; the GPU every one, the last with every block
+    past float32's range (each redone: 54 blocks a CTA, the redo mask's second word)."""
+    heads, seq, d, causal, keywords, factor, first, in_sim = shape
+    if where == "sim" and not in_sim:
+        pytest.skip("the GPU runs this shape (the simulator's time goes to the first)")
+    func = attention.attention_ws_kernel(heads, seq, d, causal=causal, lag_check="warp",
+                                         **keywords)  # fmt: skip
+    plain = attention.inputs(heads, seq, d, seed=8, kv_heads=keywords.get("kv_heads"))
+    args = attention.growing_keys(plain, factor, first)
+    out, calm = run_tripped(func, args, plain, where, gpu)
+    if calm is not None:
+        assert groups(out, calm)[0] == groups(out, calm)[1]
+        shuffles = [r.counters.instructions["shfl.sync"] for r in (out, calm)]
+        assert shuffles[0] > shuffles[1]
+    assert attention.close(*shaped(out, args), *args[:3], causal=causal) is None
+
+
+def test_the_warp_rebase_redoes_a_block_past_float32s_range():
+    """Keys at 60 times: a tile's P passes 2^120 (float32's range: its sums overflow), the
+    block is flagged and computed again after the CTA's last (as ``lag_check="block"``
+    does): more wgmma groups than on the plain keys, equal to float64."""
+    plain = attention.inputs(1, 256, 64, seed=8)
+    args = attention.growing_keys(plain, 60.0, 128)
+    func = attention.attention_ws_kernel(1, 256, 64, lag_check="warp")
+    out, calm = run_tripped(func, args, plain, "sim", None)
+    assert groups(out, calm)[0] > groups(out, calm)[1]
+    assert attention.close(*shaped(out, args), *args[:3]) is None
+
+
+@pytest.mark.parametrize("omit, factor", [("rebase", 16.0), ("rescale", 4.0)])
+def test_a_warp_rebase_left_out_or_without_the_rescale_is_caught(omit, factor):
+    """Controls: the warp's vote taken and ignored (P past float16's range at 16 times),
+    and the rebase without O's rescale (at 4 times), each named by the comparison."""
+    args = attention.growing_keys(attention.inputs(1, 256, 64, seed=8), factor, 128)
+    func = attention.attention_ws_kernel(1, 256, 64, lag_check="warp", omit=omit)
+    out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+    assert "outputs of O" in attention.close(*shaped(out, args), *args[:3])

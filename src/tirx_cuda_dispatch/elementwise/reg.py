@@ -1,7 +1,8 @@
 """elementwise -> reg: an elementwise op over register tiles, each thread on its own bundle.
 
 Accepts: a CUDA target; scope thread / warp / warpgroup / cta with every thread of it
-active; every tensor operand in registers (``local``) with a layout; the dtype combination
+active, or whole warps of it as a warp's vote decides (``if __any_sync(...)``: each warp
+computes its own registers, the others keep theirs); every tensor operand in registers (``local``) with a layout; the dtype combination
 the op's rule allows (:mod:`.ops`); a dst register layout whose thread axes name the
 scope's threads, each once; inputs that keep each element in the thread that owns it in
 dst (or hold a copy in every thread); inputs may broadcast (extent-1 dimensions, scalars);
@@ -45,7 +46,7 @@ from ..layout.register import (
     register_layout_misfit,
     register_view,
 )
-from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
+from ..predicates import requires_cuda, requires_scope, requires_whole_warps_active
 from ..registry import predicate, variant
 from .element import Elements, index_view
 from .ops import (
@@ -343,7 +344,7 @@ def _register(op: ElementwiseOp) -> None:
         predicates=[
             requires_cuda,
             requires_scope("thread", "warp", "warpgroup", "cta"),
-            requires_all_threads_active,
+            requires_whole_warps_active,
             requires_register_operands(op),
             requires_dtype_rule(op, mixed=True),
             requires_anchor_layout,

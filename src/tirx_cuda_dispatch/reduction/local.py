@@ -1,7 +1,8 @@
 """sum / max / min -> local: a reduction whose src is in registers, as its layout places it.
 
 Accepts: a CUDA target; thread, warp, warpgroup or CTA scope with every thread of it
-taking part; src a ``local`` register tile whose layout names the scope's threads (or
+taking part (or whole warps, as a warp's vote decides, where no output's partials meet
+across warps); src a ``local`` register tile whose layout names the scope's threads (or
 none: each thread's own array); dst in registers (its layout placing each output on the
 threads that compute it) or in shared memory; the reduction rules of :mod:`.ops`
 (axes, the reduced shape, dtypes, accumulation); TVM's ``thread_reduce`` form, where dst
@@ -39,7 +40,7 @@ from ..layout.register import (
     thread_axes_misfit,
     thread_stride,
 )
-from ..predicates import requires_all_threads_active, requires_cuda, requires_scope
+from ..predicates import requires_cuda, requires_scope, requires_whole_warps_active
 from ..registry import variant
 from ..scopes import WARP_SIZE
 from . import combine
@@ -392,6 +393,12 @@ def plan(call: TileCall) -> LocalReducePlan:
     threads = call.thread_count or 1
     sync = None
     if schedule.warp_partials > 1 or fill is not None:
+        if call.participation.verdict == "warps":
+            raise Decline(
+                f"{call.participation.detail}; but this reduction meets its partials across "
+                f"warps ({'a workspace for dst' if fill is not None else 'warp partials'}): "
+                "reduce within each warp, or move it out of the if"
+            )
         sync = combine.make_sync(call, threads)
     group = f"{call.scope} x {threads} threads"
     return LocalReducePlan(
@@ -426,7 +433,7 @@ for _op in ("sum", "max", "min"):
         predicates=[
             requires_cuda,
             requires_scope("thread", "warp", "warpgroup", "cta"),
-            requires_all_threads_active,
+            requires_whole_warps_active,
             *COMMON_PREDICATES,
             requires_register_src,
             requires_dst_registers_or_shared,
