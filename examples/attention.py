@@ -133,18 +133,21 @@ def rebase_warp_rows(
     S_r, O_r, m_old, m_new, alpha, l_run, l_lane, l_tile, scale: float, rescale: bool, tx=Tx.wg
 ) -> None:
     """After :func:`lagged_rows` passed the bound in a warp's lanes (``lag_check="warp"``):
-    the warp's rows rebased on P's own row max (no Q K^T again): ``m_new`` the row max of P
-    (at least 1: the reference only grows), ``alpha = 1 / m_new``, the reference ``m_old``
-    moved up by ``log2(m_new) / scale`` (its bias in ``l_tile``), and P, its lane sums
-    ``l_lane``, the running sums ``l_run`` and O (unless ``rescale`` is False: a broken
-    kernel) multiplied by ``alpha``. Every op is the quad's or the thread's own: the warp
-    runs it alone."""
+    the warp's rows rebased on P's own row max (no Q K^T again): the reference ``m_old``
+    moved up by ``log2`` of the row max of P (at least 1: the reference only grows) over
+    ``scale``, ``alpha = exp2`` of the new bias less the old (``l_tile``'s: about one over
+    that max, and exactly the ratio of the tiles' P after it to theirs before), and P, its
+    lane sums ``l_lane``, the running sums ``l_run`` and O (unless ``rescale`` is False: a
+    broken kernel) multiplied by ``alpha``. Every op is the quad's or the thread's own:
+    the warp runs it alone."""
     tx.max(m_new[:, :], S_r[:, :], axes=[-1])
     tx.maximum(m_new[:, :], m_new[:, :], T.float32(1.0))
-    tx.reciprocal(alpha[:, :], m_new[:, :])
     tx.log2(m_new[:, :], m_new[:, :])
     tx.fma(m_old[:, :], m_new[:, :], T.float32(1.0 / scale), m_old[:, :])
+    tx.mul(alpha[:, :], m_old[:, :], T.float32(-scale))  # the new bias
+    tx.sub(m_new[:, :], alpha[:, :], l_tile[:, :])
     tx.mul(l_tile[:, :], m_old[:, :], T.float32(-scale))
+    tx.exp2(alpha[:, :], m_new[:, :])
     tx.mul(S_r[:, :], S_r[:, :], alpha[:, :])
     tx.mul(l_lane[:, :], l_lane[:, :], alpha[:, :])
     tx.mul(l_run[:, :], l_run[:, :], alpha[:, :])
@@ -548,10 +551,11 @@ def attention_ws_kernel(
     where a lane passed it, rebases its own rows on P's row max (the quad's shuffles; P, O
     and the sums scaled: no Q K^T again, no wgmma in the branch, so a warp's rows move
     alone); only a P past ``WARP_BOUND`` (2^120: float32's range) flags the block for its
-    redo. On an H200 (float16, docs/performance.md, "The warp's rebase") it is 0.4-2%
-    faster than the vote on random inputs and 7-23% faster where the scores grow along
-    the keys, but 3% slower than ``"block"`` on random inputs at 1,024 x 64 (its branch a
-    tile). The default stays ``"tile"`` until it is timed at every shape of the bench.
+    redo. On an H200 (float16, docs/performance.md, "The warp's rebase") it is within 3.4%
+    of the vote on random inputs (faster at some shapes, slower causal at 1,024 x 64 and
+    at head dim 128) and 5-23% faster where the scores grow along the keys, but 3% slower
+    than ``"block"`` on random inputs at 1,024 x 64 (its branch a tile). So the default
+    stays ``"tile"``.
     ``own_tiles``: a consumer computes only the key tiles its own rows need (causal: to
     its own diagonal, where the CTA's tiles reach its last consumer's; none
     where its rows start past the sequence's end, in a ragged last block) and, for the
@@ -922,13 +926,15 @@ def attention_ws_kernel(
 
     @T.macro
     def check_block(b, i, c):
-        """(``lag_check="block"``) Did any lane of the consumer pass the bound on a lagged
-        tile of block i (one vote a block)? Then its bit in ``b.redo``: the block is
+        """(``lag_check="block"``, ``"warp"``) Did any lane of the consumer pass the bound
+        on a lagged tile of block i (one vote a block)? Then its bit in ``b.redo``: the block is
         computed again after the CTA's last (:func:`redo_block`)."""
         vote(b, c, b.trip[0] != T.uint32(0))
         if omit != "recompute":
             if b.vote[0] != T.uint32(0):
-                b.redo[i // 32] = b.redo[i // 32] | (T.uint32(1) << T.Cast("uint32", i % 32))
+                w = T.meta_var(0 if redo_words == 1 else i // 32)  # (a constant index
+                b.redo[w] = b.redo[w] | (T.uint32(1) << T.Cast("uint32", i % 32))  # keeps it
+                # in a register where one word does)
 
     @T.macro
     def produce(b, i, base, r0, h):
@@ -1133,7 +1139,7 @@ def attention_ws_kernel(
 
     @T.macro
     def redo_block(b, i, r0, h, c, tid_wg, q0, stop):
-        """(``lag_check="block"``) Consumer c's rows of block i again, where a lane passed
+        """(``lag_check="block"``, ``"warp"``) Consumer c's rows of block i again, where a lane passed
         the bound on a lagged tile: after every consumer's blocks (the rings' stages are
         free), the consumer loads its rows of Q into its rows of Q's stage and the key
         tiles its rows need into its own stage of each ring, by TMA on an mbarrier of its
@@ -1175,7 +1181,8 @@ def attention_ws_kernel(
         """Block i of the CTA: its consumption, or (``redo``) its recompute where its bit
         in ``b.redo`` is set."""
         if redo:
-            bit = T.meta_var((b.redo[i // 32] >> T.Cast("uint32", i % 32)) & T.uint32(1))
+            w = T.meta_var(0 if redo_words == 1 else i // 32)
+            bit = T.meta_var((b.redo[w] >> T.Cast("uint32", i % 32)) & T.uint32(1))
             vote(b, c, bit != T.uint32(0))
             if b.vote[0] != T.uint32(0):
                 if idle:  # (rows past the end, or the block's: never set, and not stored)
@@ -1221,7 +1228,7 @@ def attention_ws_kernel(
 
     @T.macro
     def redo_pass(b, qx, hx, c, tid_wg):
-        """(``lag_check="block"``) After the consumer's last block: where it set a block's
+        """(``lag_check="block"``, ``"warp"``) After the consumer's last block: where it set a block's
         bit, it waits for every consumer to finish (the rings' stages are then free, the
         producer's loads all landed) and computes those blocks again; where it set none, it
         only says it is done (``bar.arrive``: no wait)."""

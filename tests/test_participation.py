@@ -460,7 +460,7 @@ def test_a_warp_vote_runs_warpgroup_register_calls_in_the_warps_that_pass(rng, w
     "guard, reduce_over, named",
     [
         ("vote", "columns", "meets its partials across warps (warp partials)"),
-        ("plain", "rows", "cannot prove that every thread of the warpgroup"),
+        ("plain", "rows", "a condition on per-thread values may leave threads out"),
     ],
     ids=["partials-across-warps", "no-vote"],
 )

@@ -9,7 +9,7 @@ threads out while the split counts them in: part of the tile is never moved.
 
 So every enclosing condition is put in terms of the scope's coordinates (``lane`` in
 ``[0, 32)``, the warp ``w`` of the CTA; TVM's ids are functions of them: ``tid = 32 w +
-lane``, ``wid_in_wg = w % 4``, ...) and given one of three verdicts:
+lane``, ``wid_in_wg = w % 4``, ...) and given one of four verdicts:
 
 - ``uniform``: it does not depend on the coordinates that vary inside one instance of the
   scope (``lane`` for a warp; ``lane`` and ``w % 4`` for a warpgroup; ``lane`` and ``w``
@@ -195,13 +195,13 @@ def participation(call: Any) -> Participation:
                 "lanes (and of warps), e.g. `if lane < 16`: call it at a narrower scope, or "
                 "move it out of the if",
             )
-    warp_votes = {
-        id(orig): _votes_read_as_uniform(r, "warp", enclosing, _cta_warps(call))
-        for r, orig in zip(resolved, enclosing.conditions, strict=True)
-    }
-    if call.scope != "warp" and all(
-        not _depends_on(warp_votes[id(orig)], [coords.lane]) for _, orig in unproven
-    ):
+    at_warp = [  # each condition as a warp reads it (its full-mask votes uniform)
+        _votes_read_as_uniform(r, "warp", enclosing, _cta_warps(call)) for r in resolved
+    ]
+    unproven_at_warp = [
+        w for w, c in zip(at_warp, conditions, strict=True) if any(c is u for u, _ in unproven)
+    ]
+    if call.scope != "warp" and not any(_depends_on(w, [coords.lane]) for w in unproven_at_warp):
         conds = " and ".join(f"`if {orig}`" for _, orig in unproven)
         noun = SCOPES[call.scope].noun
         return Participation(

@@ -69,11 +69,16 @@ def requires_whole_warps_active(call: TileCall) -> Result:
     code stays inside a warp (each thread its own registers, shuffles between a warp's
     lanes), so that a warp that does not pass leaves its part of the tile as it was."""
     verdict = call.participation
-    if verdict.verdict == "warps":
-        narrowed = narrowing(call, verdict.participants)
-        if narrowed is None:
-            return True, None
-    return requires_all_threads_active(call)
+    if verdict.verdict != "warps":
+        return requires_all_threads_active(call)
+    narrowed = narrowing(call, verdict.participants)
+    if narrowed is not None:
+        return False, (
+            f"scope {call.scope} is narrowed: {narrowed} (an enclosing if); whole warps may "
+            "run it under a warp's vote, but every lane of each, since the register layout "
+            "gives each of them its elements"
+        )
+    return True, None
 
 
 def requires_known_participants(call: TileCall) -> Result:

@@ -823,11 +823,12 @@ WARP_CHECK = [  # (heads, seq, head dim, causal, keywords, the keys' factor, fro
 )
 def test_the_warp_rebase_keeps_the_rows_that_outgrow_the_lagged_max(shape, where, gpu):
     """``lag_check="warp"``: a warp whose lanes pass 2^8 on a lagged tile rebases its own
-    rows on P's row max (no Q K^T again, no wgmma in its branch): equal to float64 with as
-    many wgmma groups as on keys that never trip (no rebase's Q K^T, no redo), and the
-    warps' row max shuffles counted (none on the plain keys past each block's first tile).
-    The simulator runs the first shape; the GPU every one, the last with every block
-    past float32's range (each redone: 54 blocks a CTA, the redo mask's second word)."""
+    rows on P's row max (no Q K^T again, no wgmma in its branch): equal to float64; in the
+    simulator (the first shape) with as many wgmma groups as on keys that never trip (no
+    rebase's Q K^T, no redo) and the warps' row max shuffles counted (none on the plain
+    keys past each block's first tile). The GPU runs every shape, the last with every
+    block past float32's range, so each is redone (54 blocks a CTA: the redo mask's
+    second word)."""
     heads, seq, d, causal, keywords, factor, first, in_sim = shape
     if where == "sim" and not in_sim:
         pytest.skip("the GPU runs this shape (the simulator's time goes to the first)")
@@ -863,3 +864,19 @@ def test_a_warp_rebase_left_out_or_without_the_rescale_is_caught(omit, factor):
     func = attention.attention_ws_kernel(1, 256, 64, lag_check="warp", omit=omit)
     out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
     assert "outputs of O" in attention.close(*shaped(out, args), *args[:3])
+
+
+@pytest.mark.parametrize(
+    "heads, seq, words, index",
+    [(256, 4096, 2, "redo_ptr[(i_1 >> 5)]"), (1, 256, 1, "redo_ptr[0] = (redo_ptr[0] |")],
+    ids=["43-blocks", "one-block"],
+)
+def test_the_redo_mask_takes_a_word_per_32_blocks_of_a_cta(heads, seq, words, index):
+    """256 heads of 4,096 rows take 43 blocks a CTA (the balanced grid on 132 SMs): the
+    block check's mask of blocks to redo is two words, indexed by the block (before, an
+    error past 32 blocks); the control: one block a CTA keeps one word at a constant index
+    (a register). The GPU runs a two-word mask (the warp rebase's 54-block shape)."""
+    func = attention.attention_ws_kernel(heads, seq, 64, lag_check="warp")
+    src = toolchain.cuda_source(func, "sm_90a", STRICT)
+    assert f"uint redo_ptr[{words}];" in src
+    assert index in src
