@@ -421,7 +421,7 @@ def attention_ws_kernel(
     section: int | None = None,
     balanced: bool | None = None,
     pdl: bool = True,
-    lag_check: str = "tile",
+    lag_check: str | None = None,
 ):
     """FlashAttention-3's structure: per CTA 64 ``consumers`` query rows of one head and
     ``1 + consumers`` warpgroups. Warpgroup 0, the producer, gives registers back
@@ -551,11 +551,12 @@ def attention_ws_kernel(
     where a lane passed it, rebases its own rows on P's row max (the quad's shuffles; P, O
     and the sums scaled: no Q K^T again, no wgmma in the branch, so a warp's rows move
     alone); only a P past ``WARP_BOUND`` (2^120: float32's range) flags the block for its
-    redo. On an H200 (float16, docs/performance.md, "The warp's rebase") it is within 3.4%
-    of the vote on random inputs (faster at some shapes, slower causal at 1,024 x 64 and
-    at head dim 128) and 5-23% faster where the scores grow along the keys, but 3% slower
-    than ``"block"`` on random inputs at 1,024 x 64 (its branch a tile). So the default
-    stays ``"tile"``.
+    redo. On an H200 (docs/performance.md, "The warp's rebase") it is 0.7-2.8% faster
+    than the vote on random inputs at head dim 64 and at 128 non-causal (1,024 x 64:
+    1.823-1.835 of flash against 1.780-1.793), 0.8-2.7% slower causal at head dim 128,
+    and 5-23% faster where the scores grow along the keys. None (the default): ``"warp"``
+    at head dim 64 and at 128 non-causal (with ``lagged_max``, and a stage of each ring a
+    consumer), else ``"tile"``.
     ``own_tiles``: a consumer computes only the key tiles its own rows need (causal: to
     its own diagonal, where the CTA's tiles reach its last consumer's; none
     where its rows start past the sequence's end, in a ragged last block) and, for the
@@ -615,6 +616,13 @@ def attention_ws_kernel(
     bn = block_n
     q_split = persistent if q_split is None else q_split
     q_bars = consumers if q_split else 1  # Q's full (and, persistent, empty) mbarriers
+    if lag_check is None:  # the warp's rebase where it measured faster (an H200, 1-3%:
+        # head dim 64, and 128 non-causal; causal at 128 the vote, 1-3% faster), and where
+        # each consumer has a stage of each ring for a redo (the default stages: 3 or 4 at
+        # head dim 64, 2 or 3 at 128)
+        fits = (stages if stages is not None else 3 if d == 64 else 2) >= consumers
+        warp = lagged_max and (d == 64 or d == 128 and not causal) and fits
+        lag_check = "warp" if warp else "tile"
     redo_bars = consumers if lag_check != "tile" else 0  # a consumer's redo loads
 
     def rings_of(ob):  # (stages, split_kv) with or without the O buffer: at head dim 128
