@@ -2,11 +2,12 @@
 
 Accepts: a CUDA target; scope thread / warp / warpgroup / cta with every thread of it
 active, or whole warps of it as a warp's vote decides (``if __any_sync(...)``: each warp
-computes its own registers, the others keep theirs); every tensor operand in registers (``local``) with a layout; the dtype combination
-the op's rule allows (:mod:`.ops`); a dst register layout whose thread axes name the
-scope's threads, each once; inputs that keep each element in the thread that owns it in
-dst (or hold a copy in every thread); inputs may broadcast (extent-1 dimensions, scalars);
-select's ``pred`` a LambdaExpr over dst's indices.
+computes its own registers, the others keep theirs); every tensor operand in registers
+(``local``) with a layout; the dtype combination the op's rule allows (:mod:`.ops`); a
+dst register layout whose thread axes name the scope's threads, each once; inputs that
+keep each element in the thread that owns it in dst (or hold a copy in every thread);
+inputs may broadcast (extent-1 dimensions, scalars); select's ``pred`` a LambdaExpr over
+dst's indices.
 
 Emits: the dst layout induces the partition (:mod:`..layout.register`), so each thread
 applies the op to its own registers: a serial loop over the bundle, one packed pair per
