@@ -498,6 +498,19 @@ BLOCK_CHECK = [  # (heads, seq, head dim, causal, keywords, the keys' factor, fr
 ]
 
 
+def checked_case(shape, lag_check: str, where: str) -> tuple:
+    """A ``BLOCK_CHECK`` or ``WARP_CHECK`` shape's kernel with ``lag_check``, its plain
+    inputs and the inputs with its keys scaled (skipped in the simulator where only the GPU
+    runs the shape)."""
+    heads, seq, d, causal, keywords, factor, first, in_sim = shape
+    if where == "sim" and not in_sim:
+        pytest.skip("the GPU runs this shape (the simulator's time goes to the others)")
+    func = attention.attention_ws_kernel(heads, seq, d, causal=causal, lag_check=lag_check,
+                                         **keywords)  # fmt: skip
+    plain = attention.inputs(heads, seq, d, seed=8, kv_heads=keywords.get("kv_heads"))
+    return func, plain, attention.growing_keys(plain, factor, first)
+
+
 def groups(*results) -> list[int]:
     """The wgmma groups each simulator result committed."""
     return [r.counters.instructions["wgmma.commit_group"] for r in results]
@@ -514,13 +527,8 @@ def test_the_block_check_recomputes_the_rows_that_outgrow_the_lagged_max(shape, 
     (the GPU every one) and counts the redos' wgmma groups (keys at 16 times) against the
     same kernel on data that never trips the bound, which is right too (at 60 times the
     comparison itself needs the redo: the control below)."""
-    heads, seq, d, causal, keywords, factor, first, in_sim = shape
-    if where == "sim" and not in_sim:
-        pytest.skip("the GPU runs this shape (the simulator's time goes to the others)")
-    func = attention.attention_ws_kernel(heads, seq, d, causal=causal, lag_check="block",
-                                         **keywords)  # fmt: skip
-    plain = attention.inputs(heads, seq, d, seed=8, kv_heads=keywords.get("kv_heads"))
-    args = attention.growing_keys(plain, factor, first)
+    func, plain, args = checked_case(shape, "block", where)
+    causal, factor = shape[3], shape[5]
     out, calm = run_tripped(func, args, plain if factor == 16.0 else None, where, gpu)
     if calm is not None:
         tripped, never = groups(out, calm)
@@ -849,13 +857,8 @@ def test_the_warp_rebase_keeps_the_rows_that_outgrow_the_lagged_max(shape, where
     keys past each block's first tile). The GPU runs every shape, the last with every
     block past float32's range, so each is redone (54 blocks a CTA: the redo mask's
     second word)."""
-    heads, seq, d, causal, keywords, factor, first, in_sim = shape
-    if where == "sim" and not in_sim:
-        pytest.skip("the GPU runs this shape (the simulator's time goes to the first)")
-    func = attention.attention_ws_kernel(heads, seq, d, causal=causal, lag_check="warp",
-                                         **keywords)  # fmt: skip
-    plain = attention.inputs(heads, seq, d, seed=8, kv_heads=keywords.get("kv_heads"))
-    args = attention.growing_keys(plain, factor, first)
+    func, plain, args = checked_case(shape, "warp", where)
+    causal = shape[3]
     out, calm = run_tripped(func, args, plain, where, gpu)
     if calm is not None:
         assert groups(out, calm)[0] == groups(out, calm)[1]
