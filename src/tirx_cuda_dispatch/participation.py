@@ -170,21 +170,21 @@ def participation(call: Any) -> Participation:
     ]
     varying = list(coords.varying)
     uniform = [c for c in conditions if not _depends_on(c, varying)]
-    per_thread = [
-        (c, orig)
-        for c, orig in zip(conditions, enclosing.conditions, strict=True)
+    per_thread = [  # (as the scope reads it, as written, before the votes were read)
+        (c, orig, r)
+        for c, orig, r in zip(conditions, enclosing.conditions, resolved, strict=True)
         if _depends_on(c, varying)
     ]
     if not per_thread:
         return Participation("uniform", parts)
     ranges = [*coords.ranges, *_other_ranges(enclosing, subst)]
-    unproven = [(c, orig) for c, orig in per_thread if not _proved(c, ranges, uniform)]
+    unproven = [u for u in per_thread if not _proved(u[0], ranges, uniform)]
     if not unproven:
         return Participation("uniform", parts)
-    box = _box([c for c, _ in unproven], coords, ranges)
+    box = _box([c for c, _, _ in unproven], coords, ranges)
     if box is not None:  # the conditions leave a range of lanes (x warps): TVM saw part of it
         return Participation("uniform", box)
-    for cond, orig in unproven:
+    for cond, orig, _ in unproven:
         witness = _divergence(cond, ranges, uniform, coords)
         if witness is not None:
             return Participation(
@@ -195,14 +195,11 @@ def participation(call: Any) -> Participation:
                 "lanes (and of warps), e.g. `if lane < 16`: call it at a narrower scope, or "
                 "move it out of the if",
             )
-    at_warp = [  # each condition as a warp reads it (its full-mask votes uniform)
-        _votes_read_as_uniform(r, "warp", enclosing, _cta_warps(call)) for r in resolved
+    at_warp = [  # each unproven condition as a warp reads it (its full-mask votes uniform)
+        _votes_read_as_uniform(r, "warp", enclosing, _cta_warps(call)) for _, _, r in unproven
     ]
-    unproven_at_warp = [
-        w for w, c in zip(at_warp, conditions, strict=True) if any(c is u for u, _ in unproven)
-    ]
-    if call.scope != "warp" and not any(_depends_on(w, [coords.lane]) for w in unproven_at_warp):
-        conds = " and ".join(f"`if {orig}`" for _, orig in unproven)
+    if call.scope != "warp" and not any(_depends_on(w, [coords.lane]) for w in at_warp):
+        conds = " and ".join(f"`if {orig}`" for _, orig, _ in unproven)
         noun = SCOPES[call.scope].noun
         return Participation(
             "warps",
@@ -212,7 +209,7 @@ def participation(call: Any) -> Participation:
             "pass run this call and the others do not; only variants whose code stays "
             "inside a warp take that",
         )
-    _, orig = unproven[0]
+    _, orig, _ = unproven[0]
     return Participation(
         "undecided",
         parts,
