@@ -25,7 +25,10 @@ head (each head's blocks heaviest first), the order before ``section``; "unbalan
 1,024 rows of head dim 64, five 192-row blocks and one of 64 a head over six CTAs, the
 grid before ``balanced``; "no pdl": launched without programmatic dependent launch,
 the default before ``pdl``; "three stages": head dim 64's ring of three stages, the
-default there before four; "sm80 no lag": examples/attention_sm80.py without its lagged max; "no
+default there before four; "vote", "warp check" and "block check": the lagged max's bound
+checked by a warpgroup vote each key tile (``lag_check="tile"``), by each warp, rebasing its
+own rows (``"warp"``), or once a block with a redo (``"block"``), against the default
+there; "sm80 no lag": examples/attention_sm80.py without its lagged max; "no
 overlap"; "n64": 64-row key tiles (at
 head dim 256 against its default, FA3's 80); "c2": two consumers at head dim 64; "per
 block": one CTA a query block ("per block c3": with three consumers, causal head dim 64's
@@ -125,26 +128,31 @@ DESIGNS = {  # name: (the example, its function, its keywords)
     # the lagged max's bound checked once a block (a flag per thread, a warp recomputes its
     # rows with mma.sync where it tripped) instead of a warpgroup vote every key tile
     "ws block check": ("attention", "attention_ws_kernel", {"lag_check": "block"}),
+    # the lagged max's bound checked by a warpgroup vote every key tile and the lagged tile
+    # computed again where it passed (the default causal at head dim 128 and at 256), or
+    # each warp rebasing its own rows where its vote passed (the default elsewhere)
+    "ws vote": ("attention", "attention_ws_kernel", {"lag_check": "tile"}),
+    "ws warp check": ("attention", "attention_ws_kernel", {"lag_check": "warp"}),
 }
 MAIN = ("ws", "sm80")  # at every shape; the others (ablations) at their ABLATIONS shape only
 ABLATIONS = {  # (seq, head dim, causal, dtype): the designs timed together there
     (4096, 128, False, "float16"): ("ws", "ws no lag", "ws per block", "ws direct store",
                                     "ws two rings", "ws no overlap", "ws n64 no overlap", "wg",
-                                    "ws no obuf", "ws block check"),
+                                    "ws no obuf", "ws block check", "ws vote"),
     (4096, 256, False, "float16"): ("ws", "ws no lag", "ws one ring", "ws n64"),
     (8192, 256, True, "float16"): ("ws", "ws no lag", "ws n64"),
     (1024, 128, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf", "ws row sums"),
     (8192, 128, False, "float16"): ("ws", "ws no lag"),
     (1024, 64, False, "float16"): ("ws", "ws no lag", "ws per block", "ws no obuf",
-                                   "ws unbalanced", "ws no pdl", "ws block check"),
+                                   "ws unbalanced", "ws no pdl", "ws block check", "ws vote"),
     (4096, 64, False, "float16"): ("ws", "ws no lag", "ws c2", "sm80", "sm80 row sums",
-                                   "ws three stages", "ws block check"),
-    (1024, 128, True, "float16"): ("ws", "ws no lag", "ws no obuf", "ws no pdl"),
+                                   "ws three stages", "ws block check", "ws vote"),
+    (1024, 128, True, "float16"): ("ws", "ws no lag", "ws no obuf", "ws no pdl", "ws warp check"),
     (4096, 64, True, "float16"): ("ws", "ws no lag", "ws two consumers", "ws section 1",
-                                  "ws all tiles", "ws block check"),
+                                  "ws all tiles", "ws block check", "ws vote"),
     (8192, 64, True, "float16"): ("ws", "ws section 1", "ws all tiles"),
     (16384, 64, False, "float16"): ("ws", "ws no lag", "ws row sums", "sm80", "sm80 row sums",
-                                    "ws three stages"),
+                                    "ws three stages", "ws vote"),
 }  # fmt: skip
 # head dim 256: float16 only
 WIDE = {(seq, 256, causal, "float16"): ("ws", "sm80") for causal in CAUSAL for seq in SEQS}
