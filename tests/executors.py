@@ -21,6 +21,18 @@ WHERE_SM100 = [
 ]
 
 
+def cases_where(cases: Sequence, in_sim, ids) -> list:
+    """``(case, where)`` parameters: every case on the GPU (the ``gpu`` marker), and in the
+    simulator only where ``in_sim(case)``: for cases whose simulator coverage the test's
+    others already give, so the CPU suite's time goes to those. ``ids(case)`` names one."""
+    params = []
+    for case in cases:
+        if in_sim(case):
+            params.append(pytest.param(case, "sim", id=f"{ids(case)}-sim"))
+        params.append(pytest.param(case, "gpu", marks=pytest.mark.gpu, id=f"{ids(case)}-gpu"))
+    return params
+
+
 def execute(
     func,
     arrays: Sequence[np.ndarray],

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tvm
 
-from executors import execute
+from executors import cases_where, execute
 from modules import ROOT, load_file
 from tirx_cuda_dispatch import explain, sim, toolchain
 from tirx_cuda_dispatch.bounds import OutOfBoundsError
@@ -130,13 +130,20 @@ def test_the_warp_specialized_kernel_is_all_ours_with_the_register_split():
     assert not [r.bounds_undecided for r in report if r.bounds_undecided]
 
 
-@pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", WS_SHAPES, ids=lambda s: "h{}-kv{}-s{}-d{}".format(*s))
-def test_the_warp_specialized_kernel_equals_numpy(shape, causal, where, gpu):
+@pytest.mark.parametrize(
+    "case, where",
+    cases_where(
+        [(shape, causal) for shape in WS_SHAPES for causal in (False, True)],
+        # head dim 128 over several key tiles: the persistent grid's tests run it
+        in_sim=lambda case: case[0] != (1, 1, 256, 128),
+        ids=lambda case: "h{}-kv{}-s{}-d{}".format(*case[0]) + ("-causal" if case[1] else "-full"),
+    ),
+)
+def test_the_warp_specialized_kernel_equals_numpy(case, where, gpu):
     """The producer's TMA ring and two consumers scheduled apart in the simulator (a
     consumer waits on a stage its producer fills later in program order), equal to
     float64 within the bound; O and LSE poisoned first."""
+    shape, causal = case
     heads, kv_heads, seq, d = shape
     args = attention.inputs(heads, seq, d, seed=4, kv_heads=kv_heads)
     func = attention.attention_ws_kernel(heads, seq, d, causal=causal, kv_heads=kv_heads)
@@ -154,26 +161,35 @@ def test_the_ragged_causal_kernels_key_tiles_are_taken_past_the_edge():
     assert any(e.startswith("src K[") and "not decided whether it does" in e for e in edges)
 
 
-CONFIGS = [  # the ablations bench/attention.py times: (block_n, overlap, consumers)
-    pytest.param(64, False, 2, id="n64"),
-    pytest.param(128, False, 2, id="n128"),
-    pytest.param(64, True, 2, id="n64-overlap"),
-    pytest.param(128, True, 3, id="three-consumers"),
-    pytest.param(128, True, 2, id="two-consumers"),
-    pytest.param(80, True, 3, id="n80"),  # FA3's head-dim-256 tile: 5 tiles, the last 64
-]
+CONFIGS = {  # the ablations bench/attention.py times: (block_n, overlap, consumers), and
+    # which mask the simulator runs too (the GPU both)
+    "n64": ((64, False, 2), True),
+    "n128": ((128, False, 2), False),
+    "n64-overlap": ((64, True, 2), True),
+    "three-consumers": ((128, True, 3), True),
+    "two-consumers": ((128, True, 2), False),
+    "n80": ((80, True, 3), True),  # FA3's head-dim-256 tile: 5 tiles, the last 64
+}
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("block_n, overlap, consumers", CONFIGS)
-def test_every_configuration_equals_numpy(block_n, overlap, consumers, causal):
+@pytest.mark.parametrize(
+    "case, where",
+    cases_where(
+        [(name, causal) for name in CONFIGS for causal in (False, True)],
+        in_sim=lambda case: CONFIGS[case[0]][1] == case[1],
+        ids=lambda case: case[0] + ("-causal" if case[1] else "-full"),
+    ),
+)
+def test_every_configuration_equals_numpy(case, where, gpu):
     """Key tiles of 64 or 128 rows, with and without the intra-warpgroup overlap, two or
     three consumers (the defaults are tested above), on 384 rows: three tiles of 128, two
-    query blocks of 192."""
+    query blocks of 192. The simulator runs each with one mask, the GPU with both."""
+    name, causal = case
+    block_n, overlap, consumers = CONFIGS[name][0]
     args = attention.inputs(1, 384, 64, seed=8)
     func = attention.attention_ws_kernel(1, 384, 64, causal=causal, block_n=block_n,
                                          overlap=overlap, consumers=consumers)  # fmt: skip
-    out = sim.run(func, args, target="sm_90a", pipeline=STRICT)
+    out = execute(func, args, where, gpu, pipeline=STRICT)
     o, lse = out[3].reshape(args[3].shape), out[4].reshape(args[4].shape)
     assert attention.close(o, lse, *args[:3], causal=causal) is None
 
@@ -431,7 +447,7 @@ def test_the_warp_specialized_kernel_without_the_rescale_is_caught(lagged_max):
 
 LAGGED = [  # (heads, seq, head dim, causal, keywords, the keys' factor, from which key)
     (2, 256, 64, False, {"sms": 2}, 4.0, 128),  # persistent CTAs taking a block of both heads
-    (2, 256, 64, False, {"sms": 2}, 60.0, 128),
+    (2, 256, 64, False, {"sms": 2}, 60.0, 128),  # (GPU only: the next runs past float32)
     (1, 200, 128, True, {"persistent": False}, 60.0, 128),  # ragged, causal, a CTA a block
     # a ring each for K and V, two stages of 64 keys: tile 1's rebase reads K's stage 1
     # while tile 3's load waits for it (K's stage is freed after the vote)
@@ -439,9 +455,13 @@ LAGGED = [  # (heads, seq, head dim, causal, keywords, the keys' factor, from wh
 ]
 
 
-@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize(
-    "shape", LAGGED, ids=lambda s: "h{}-s{}-d{}-{}-{}-x{:g}".format(*s[:4], len(s[4]), s[5])
+    "shape, where",
+    cases_where(
+        LAGGED,
+        in_sim=lambda s: s is not LAGGED[1],
+        ids=lambda s: "h{}-s{}-d{}-{}-{}-x{:g}".format(*s[:4], len(s[4]), s[5]),
+    ),
 )
 def test_the_lagged_max_rebases_the_tiles_that_outgrow_it(shape, where, gpu):
     """Keys whose scores outgrow the first tile's max (by 2^8 and more; past float32's

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from executors import execute
+from executors import cases_where, execute
 from modules import ROOT, load_file
 from tirx_cuda_dispatch import explain, sim
 
@@ -37,14 +37,22 @@ SHAPES = [  # (query heads, key/value heads, sequence, head dim)
     (1, 1, 192, 128),
     (1, 1, 100, 256),  # 64 x 64 blocks, one stage, Q from shared; partial last block, tile
 ]
+GPU_ONLY = {(2, 2, 128, 64), (1, 1, 192, 128)}  # the simulator runs each head dim's other
 
 
-@pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "h{}-kv{}-s{}-d{}".format(*s))
-def test_equals_numpy(shape, causal, where, gpu):
+@pytest.mark.parametrize(
+    "case, where",
+    cases_where(
+        [(shape, causal) for shape in SHAPES for causal in (False, True)],
+        in_sim=lambda case: case[0] not in GPU_ONLY,
+        ids=lambda case: "h{}-kv{}-s{}-d{}".format(*case[0]) + ("-causal" if case[1] else "-full"),
+    ),
+)
+def test_equals_numpy(case, where, gpu):
     """Every configuration against float64 numpy within the bound (O and LSE poisoned
-    first); the control: the other reading of the mask is far off."""
+    first); the control: the other reading of the mask is far off. The simulator runs
+    every head dim, causal and not, grouped heads and ragged lengths; the GPU every shape."""
+    shape, causal = case
     heads, kv_heads, seq, d = shape
     args = attention.inputs(heads, seq, d, seed=3, kv_heads=kv_heads)
     func = attention.attention_sm80_kernel(heads, seq, d, causal=causal, kv_heads=kv_heads)
@@ -87,14 +95,23 @@ def test_bfloat16_equals_numpy(where, gpu):
     assert attention.close(moved.astype(out[3].dtype), out[4], *args[:3], causal=True)
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("stages, d", [(1, 64), (2, 256)], ids=["one-stage-d64", "two-d256"])
-def test_the_other_schedule_equals_numpy(stages, d, causal):
+@pytest.mark.parametrize(
+    "case, where",
+    cases_where(
+        [(stages, d, causal) for stages, d in [(1, 64), (2, 256)] for causal in (False, True)],
+        in_sim=lambda case: case != (2, 256, False),  # the simulator: two-stage d256 causal
+        ids=lambda case: (
+            ("one-stage-d64", "two-d256")[case[0] - 1] + ("-causal" if case[2] else "-full")
+        ),
+    ),
+)
+def test_the_other_schedule_equals_numpy(case, where, gpu):
     """FlashAttention-2's one-stage schedule (head dim 256's default) at head dim 64, and
     the two-stage one at head dim 256; ragged (150 rows)."""
+    stages, d, causal = case
     args = attention.inputs(1, 150, d, seed=6)
     func = attention.attention_sm80_kernel(1, 150, d, causal=causal, stages=stages)
-    out = sim.run(func, args, target="sm_80", pipeline=STRICT)
+    out = execute(func, args, where, gpu, pipeline=STRICT, target="sm_80")
     assert attention.close(out[3], out[4], *args[:3], causal=causal) is None
 
 
