@@ -459,7 +459,7 @@ LAGGED = [  # (heads, seq, head dim, causal, keywords, the keys' factor, from wh
     "shape, where",
     cases_where(
         LAGGED,
-        in_sim=lambda s: s is not LAGGED[1],
+        in_sim=lambda s: s != LAGGED[1],
         ids=lambda s: "h{}-s{}-d{}-{}-{}-x{:g}".format(*s[:4], len(s[4]), s[5]),
     ),
 )
