@@ -518,13 +518,20 @@ BLOCK_CHECK = [  # (heads, seq, head dim, causal, keywords, the keys' factor, fr
 ]
 
 
+def checked_cases(shapes) -> list:
+    """A ``BLOCK_CHECK`` or ``WARP_CHECK`` list's ``(shape, where)`` parameters: every shape
+    on the GPU, those marked so in the simulator too."""
+    return cases_where(
+        shapes,
+        in_sim=lambda s: s[7],
+        ids=lambda s: "h{}-s{}-d{}-{}-{}-x{:g}".format(*s[:4], len(s[4]), s[5]),
+    )
+
+
 def checked_case(shape, lag_check: str, where: str) -> tuple:
     """A ``BLOCK_CHECK`` or ``WARP_CHECK`` shape's kernel with ``lag_check``, its plain
-    inputs and the inputs with its keys scaled (skipped in the simulator where only the GPU
-    runs the shape)."""
-    heads, seq, d, causal, keywords, factor, first, in_sim = shape
-    if where == "sim" and not in_sim:
-        pytest.skip("the GPU runs this shape (the simulator's time goes to the others)")
+    inputs and the inputs with its keys scaled."""
+    heads, seq, d, causal, keywords, factor, first, _ = shape
     func = attention.attention_ws_kernel(heads, seq, d, causal=causal, lag_check=lag_check,
                                          **keywords)  # fmt: skip
     plain = attention.inputs(heads, seq, d, seed=8, kv_heads=keywords.get("kv_heads"))
@@ -536,10 +543,7 @@ def groups(*results) -> list[int]:
     return [r.counters.instructions["wgmma.commit_group"] for r in results]
 
 
-@pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize(
-    "shape", BLOCK_CHECK, ids=lambda s: "h{}-s{}-d{}-{}-{}-x{:g}".format(*s[:4], len(s[4]), s[5])
-)
+@pytest.mark.parametrize("shape, where", checked_cases(BLOCK_CHECK))
 def test_the_block_check_recomputes_the_rows_that_outgrow_the_lagged_max(shape, where, gpu):
     """``lag_check="block"``: no vote on the lagged tiles, a flag per thread, one vote a
     block; after the CTA's last block a consumer that tripped computes those blocks again
@@ -865,10 +869,7 @@ WARP_CHECK = [  # (heads, seq, head dim, causal, keywords, the keys' factor, fro
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("where", WHERE)
-@pytest.mark.parametrize(
-    "shape", WARP_CHECK, ids=lambda s: "h{}-s{}-d{}-{}-{}-x{:g}".format(*s[:4], len(s[4]), s[5])
-)
+@pytest.mark.parametrize("shape, where", checked_cases(WARP_CHECK))
 def test_the_warp_rebase_keeps_the_rows_that_outgrow_the_lagged_max(shape, where, gpu):
     """``lag_check="warp"``: a warp whose lanes pass 2^8 on a lagged tile rebases its own
     rows on P's row max (no Q K^T again, no wgmma in its branch): equal to float64; in the
